@@ -1,0 +1,22 @@
+"""Keys, values and payload encodings of log entries (the bottom layer)."""
+
+from pyspark_durable.codec.keys import (
+    KEY_SIZE,
+    EntryKey,
+    decode_key,
+    decode_value,
+    encode_value,
+)
+from pyspark_durable.codec.payload import CODECS, PayloadCodec, avro_schema, codec_for
+
+__all__ = [
+    "CODECS",
+    "KEY_SIZE",
+    "EntryKey",
+    "PayloadCodec",
+    "avro_schema",
+    "codec_for",
+    "decode_key",
+    "decode_value",
+    "encode_value",
+]

@@ -1,0 +1,229 @@
+"""Payload codecs: a batch of rows <-> bytes.
+
+``arrow`` (default) is an Arrow IPC stream: zero-copy on read, the fastest.
+``avro`` is schemaless fastavro records, the Avro schema derived from the table's
+Arrow schema, which the namespace metadata keeps (so each payload carries none).
+``raw`` is length-prefixed opaque byte strings, one column ``value``.
+
+Every codec encodes a :class:`pyarrow.Table` (or RecordBatch) and decodes to a list
+of :class:`pyarrow.RecordBatch`, so the layers above never care which one is used.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from pyspark_durable.errors import ConfigError, DecodeError
+
+Batchish = pa.Table | pa.RecordBatch
+
+
+class PayloadCodec(ABC):
+    """Encodes and decodes the payload of one entry."""
+
+    name: ClassVar[str]
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+
+    @abstractmethod
+    def encode(self, batch: Batchish) -> bytes: ...
+
+    @abstractmethod
+    def decode(self, payload: bytes | memoryview) -> list[pa.RecordBatch]: ...
+
+
+class ArrowCodec(PayloadCodec):
+    """Arrow IPC stream format; the schema travels in the payload."""
+
+    name = "arrow"
+
+    def encode(self, batch: Batchish) -> bytes:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write(batch)
+        return sink.getvalue().to_pybytes()
+
+    def decode(self, payload: bytes | memoryview) -> list[pa.RecordBatch]:
+        try:
+            reader = pa.ipc.open_stream(pa.py_buffer(payload))
+            return list(reader)
+        except (pa.ArrowInvalid, pa.ArrowException) as exc:
+            raise DecodeError(f"payload is not an Arrow IPC stream: {exc}") from exc
+
+
+_RAW_LEN = struct.Struct(">I")
+
+
+class RawCodec(PayloadCodec):
+    """Opaque byte strings (one binary column named ``value``), length-prefixed."""
+
+    name = "raw"
+    SCHEMA = pa.schema([pa.field("value", pa.binary())])
+
+    def encode(self, batch: Batchish) -> bytes:
+        if batch.num_columns != 1 or not pa.types.is_binary(batch.schema.field(0).type):
+            raise DecodeError(f"raw payloads carry one binary column, got {batch.schema}")
+        out = bytearray(_RAW_LEN.pack(batch.num_rows))
+        for value in batch.column(0).to_pylist():
+            if value is None:
+                raise DecodeError("raw payloads cannot hold null values")
+            out += _RAW_LEN.pack(len(value))
+            out += value
+        return bytes(out)
+
+    def decode(self, payload: bytes | memoryview) -> list[pa.RecordBatch]:
+        view = memoryview(payload)
+        try:
+            (count,) = _RAW_LEN.unpack_from(view, 0)
+            pos, values = 4, []
+            for _ in range(count):
+                (size,) = _RAW_LEN.unpack_from(view, pos)
+                pos += 4
+                if pos + size > len(view):
+                    raise struct.error("value runs past the end")
+                values.append(bytes(view[pos : pos + size]))
+                pos += size
+        except struct.error as exc:
+            raise DecodeError(f"raw payload is truncated or garbage: {exc}") from exc
+        if pos != len(view):
+            raise DecodeError(f"raw payload has {len(view) - pos} trailing bytes")
+        return [pa.RecordBatch.from_arrays([pa.array(values, pa.binary())], schema=self.SCHEMA)]
+
+
+def _avro_type(dtype: pa.DataType, name: str) -> Any:
+    """Map an Arrow type to an Avro type (always nullable: Spark columns may be)."""
+    t = pa.types
+    if t.is_boolean(dtype):
+        base: Any = "boolean"
+    elif t.is_int8(dtype) or t.is_int16(dtype) or t.is_int32(dtype):
+        base = "int"
+    elif t.is_int64(dtype):
+        base = "long"
+    elif t.is_float32(dtype):
+        base = "float"
+    elif t.is_float64(dtype):
+        base = "double"
+    elif t.is_string(dtype) or t.is_large_string(dtype):
+        base = "string"
+    elif t.is_binary(dtype) or t.is_large_binary(dtype):
+        base = "bytes"
+    elif t.is_decimal(dtype):
+        base = {"type": "bytes", "logicalType": "decimal",
+                "precision": dtype.precision, "scale": dtype.scale}
+    elif t.is_date32(dtype):
+        base = {"type": "int", "logicalType": "date"}
+    elif t.is_timestamp(dtype):
+        logical = "timestamp-micros" if dtype.tz else "local-timestamp-micros"
+        base = {"type": "long", "logicalType": logical}
+    elif t.is_list(dtype) or t.is_large_list(dtype):
+        base = {"type": "array", "items": _avro_type(dtype.value_type, name + "_item")}
+    elif t.is_map(dtype):
+        # Avro maps only allow string keys; Spark maps allow any: store pairs.
+        base = {"type": "array", "items": {
+            "type": "record", "name": name + "_entry", "fields": [
+                {"name": "key", "type": _avro_type(dtype.key_type, name + "_key")},
+                {"name": "value", "type": _avro_type(dtype.item_type, name + "_value")},
+            ]}}
+    elif t.is_struct(dtype):
+        base = {"type": "record", "name": name + "_struct", "fields": [
+            {"name": f.name, "type": _avro_type(f.type, f"{name}_{f.name}")} for f in dtype
+        ]}
+    else:
+        raise ConfigError(f"column {name!r}: Arrow type {dtype} has no Avro mapping")
+    return ["null", base]
+
+
+def avro_schema(schema: pa.Schema) -> dict[str, Any]:
+    """The Avro record schema fastavro uses for a table's Arrow schema."""
+    return {"type": "record", "name": "row", "fields": [
+        {"name": f.name, "type": _avro_type(f.type, f.name)} for f in schema
+    ]}
+
+
+def _to_avro(value: Any, dtype: pa.DataType) -> Any:
+    if value is None:
+        return None
+    if pa.types.is_map(dtype):
+        return [{"key": _to_avro(k, dtype.key_type), "value": _to_avro(v, dtype.item_type)}
+                for k, v in value]
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        return [_to_avro(v, dtype.value_type) for v in value]
+    if pa.types.is_struct(dtype):
+        return {f.name: _to_avro(value[f.name], f.type) for f in dtype}
+    return value
+
+
+def _from_avro(value: Any, dtype: pa.DataType) -> Any:
+    if value is None:
+        return None
+    if pa.types.is_map(dtype):
+        return [(_from_avro(p["key"], dtype.key_type), _from_avro(p["value"], dtype.item_type))
+                for p in value]
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        return [_from_avro(v, dtype.value_type) for v in value]
+    if pa.types.is_struct(dtype):
+        return {f.name: _from_avro(value[f.name], f.type) for f in dtype}
+    return value
+
+
+class AvroCodec(PayloadCodec):
+    """Schemaless Avro records (fastavro); the Avro schema comes from the table."""
+
+    name = "avro"
+
+    def __init__(self, schema: pa.Schema) -> None:
+        import fastavro
+
+        super().__init__(schema)
+        self._fastavro = fastavro
+        self._parsed = fastavro.parse_schema(avro_schema(schema))
+
+    def encode(self, batch: Batchish) -> bytes:
+        if not batch.schema.equals(self.schema):
+            raise DecodeError(f"batch schema {batch.schema} differs from the table's {self.schema}")
+        out = io.BytesIO()
+        out.write(_RAW_LEN.pack(batch.num_rows))
+        types = [f.type for f in self.schema]
+        names = self.schema.names
+        for row in batch.to_pylist():
+            record = {n: _to_avro(row[n], ty) for n, ty in zip(names, types)}
+            self._fastavro.schemaless_writer(out, self._parsed, record)
+        return out.getvalue()
+
+    def decode(self, payload: bytes | memoryview) -> list[pa.RecordBatch]:
+        buf = io.BytesIO(bytes(payload))
+        try:
+            (count,) = _RAW_LEN.unpack(buf.read(4))
+            rows = []
+            types = [f.type for f in self.schema]
+            names = self.schema.names
+            for _ in range(count):
+                rec = self._fastavro.schemaless_reader(buf, self._parsed, None)
+                rows.append({n: _from_avro(rec[n], ty) for n, ty in zip(names, types)})
+        except (struct.error, EOFError, ValueError, TypeError, IndexError) as exc:
+            raise DecodeError(f"payload is not Avro of the table's schema: {exc}") from exc
+        if buf.tell() != len(buf.getbuffer()):
+            raise DecodeError("avro payload has trailing bytes")
+        return pa.Table.from_pylist(rows, schema=self.schema).to_batches() or [
+            pa.RecordBatch.from_pylist([], schema=self.schema)
+        ]
+
+
+CODECS: dict[str, type[PayloadCodec]] = {c.name: c for c in (ArrowCodec, AvroCodec, RawCodec)}
+
+
+def codec_for(name: str, schema: pa.Schema) -> PayloadCodec:
+    """Build a codec by name; unknown names list the known ones."""
+    try:
+        cls = CODECS[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown payload format {name!r}; valid: {', '.join(sorted(CODECS))}"
+        ) from None
+    return cls(schema)

@@ -1,0 +1,79 @@
+"""Typed errors of pyspark_durable.
+
+One root, :class:`DurableWalError`, with a ``retriable`` flag (as kafka-python's
+``errors.py``). Every message carries its coordinates first, in the form
+``namespace=orders region=3 table=7 sequence=42: what went wrong``, so that a
+failing Spark task or a CLI user sees where the problem is without a traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def coordinates(**where: Any) -> str:
+    """Format ``key=value`` pairs, skipping ``None`` values, in the order given."""
+    return " ".join(f"{k}={v}" for k, v in where.items() if v is not None)
+
+
+class DurableWalError(Exception):
+    """Root of every error this package raises on purpose."""
+
+    retriable: bool = False
+
+    def __init__(self, message: str, **where: Any) -> None:
+        self.where = {k: v for k, v in where.items() if v is not None}
+        prefix = coordinates(**where)
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+class ConfigError(DurableWalError, ValueError):
+    """An option or configuration value is unknown or invalid."""
+
+
+class DecodeError(DurableWalError):
+    """Bytes read back are not what the format promises (garbage, short, foreign)."""
+
+
+class InvalidVersion(DecodeError):
+    """A key or value carries a format version this code does not know."""
+
+
+class CorruptEntryError(DecodeError):
+    """A stored frame fails its CRC or framing check in the middle of a log."""
+
+
+class OffsetOutOfRange(DurableWalError):
+    """A read asked for offsets below the low watermark (deleted) or a bad range."""
+
+
+class LogNotFound(DurableWalError):
+    """A namespace or region log that should exist does not."""
+
+
+class SchemaMismatch(DurableWalError, ValueError):
+    """Rows do not match the schema the table was created with."""
+
+
+class RoutingError(DurableWalError, ValueError):
+    """A region or table value is null, negative, out of range or conflicting."""
+
+
+class StepExpired(DurableWalError):
+    """A step was asked for that has been expired; the message names what is left."""
+
+
+class StepNotCommitted(DurableWalError):
+    """A step beyond the committed range was asked for."""
+
+
+class AttemptLost(DurableWalError):
+    """Entries of a writer attempt are gone (cleaned) before its step could commit."""
+
+    retriable = True
+
+
+class BackendUnavailable(DurableWalError):
+    """The storage behind a log cannot be reached (a broker, a folder)."""
+
+    retriable = True

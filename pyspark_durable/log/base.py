@@ -1,0 +1,177 @@
+"""The log contract: an ordered, durable, append-only log of entries.
+
+A :class:`LogStore` holds the logs of one namespace. Each log is named; region logs
+are named ``region_{id}`` (the Kafka backend maps that to the topic
+``{namespace}_region_{id}``), and the WAL layer keeps a few logs of its own
+(``commits``, ``catalog``) next to them. A store also keeps small named snapshots
+(the last one written wins), which is where region metadata snapshots go.
+
+The contract, which every backend passes (``tests/test_log_contract.py``):
+
+* ``append`` returns the offsets of its records only once they are durable
+  (file: fsync'd; Kafka: acks=all). Offsets of a log are dense: 0, 1, 2, ...
+* ``read(start, end)`` yields entries in offset order, in bounded memory, up to the
+  high watermark seen when it started; ``start`` below the low watermark raises
+  :class:`OffsetOutOfRange`, ``start`` equal to the high watermark yields nothing.
+* ``delete_before(offset)`` moves the low watermark up (never the high one);
+  entries below it are never returned again.
+
+This layer knows nothing of steps, tables or Spark.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pyspark_durable.errors import ConfigError, OffsetOutOfRange
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
+REGION_PREFIX = "region_"
+
+Headers = tuple[tuple[str, bytes], ...]
+
+
+def check_name(kind: str, name: str) -> str:
+    """Names end up in folder and Kafka topic names: letters, digits, ``_`` and ``-``."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ConfigError(
+            f"{kind} name {name!r} is invalid: use 1-200 letters, digits, '_' or '-'"
+        )
+    return name
+
+
+def region_log_name(region_id: int) -> str:
+    if not isinstance(region_id, int) or isinstance(region_id, bool) or region_id < 0:
+        raise ConfigError(f"region id {region_id!r} is not a non-negative integer")
+    return f"{REGION_PREFIX}{region_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """What a writer appends: an opaque key and value, plus small named headers."""
+
+    key: bytes
+    value: bytes
+    headers: Headers = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """What a reader gets back: a record with its offset and append time."""
+
+    offset: int
+    key: bytes
+    value: bytes
+    headers: Headers
+    timestamp_ms: int
+
+    def header(self, name: str) -> bytes | None:
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+
+class Log(ABC):
+    """One ordered, durable log (a region, or one of the WAL's own logs)."""
+
+    def __init__(self, namespace: str, name: str) -> None:
+        self.namespace = namespace
+        self.name = name
+
+    @abstractmethod
+    def append(self, records: Sequence[Record]) -> list[int]:
+        """Append records; return their offsets once they are durable."""
+
+    @abstractmethod
+    def read(self, start: int, end: int | None = None) -> Iterator[Entry]:
+        """Yield entries with ``start <= offset < end`` (``end`` clamped to the high watermark)."""
+
+    @abstractmethod
+    def low_watermark(self) -> int:
+        """The first offset still readable."""
+
+    @abstractmethod
+    def high_watermark(self) -> int:
+        """The offset the next appended entry will get (one past the last entry)."""
+
+    @abstractmethod
+    def delete_before(self, offset: int) -> None:
+        """Entries below ``offset`` are no longer needed; they are never read again."""
+
+    def close(self) -> None:  # noqa: B027 - backends with resources override it
+        """Release resources; the log's content stays."""
+
+    def check_range(self, start: int, low: int, high: int) -> None:
+        """Shared boundary rule of ``read``: typed errors naming the valid range."""
+        if start < low:
+            raise OffsetOutOfRange(
+                f"offset {start} is below the low watermark {low} (deleted); "
+                f"readable offsets are [{low}, {high})",
+                namespace=self.namespace, log=self.name,
+            )
+        if start > high:
+            raise OffsetOutOfRange(
+                f"offset {start} is past the high watermark {high}; "
+                f"readable offsets are [{low}, {high})",
+                namespace=self.namespace, log=self.name,
+            )
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LogStore(ABC):
+    """The logs and snapshots of one namespace in one backend."""
+
+    type_name: ClassVar[str]
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = check_name("namespace", namespace)
+
+    @classmethod
+    @abstractmethod
+    def list_namespaces(cls, config: Mapping[str, Any]) -> list[str]:
+        """Namespaces that exist in the storage the config points at."""
+
+    @abstractmethod
+    def list_logs(self) -> list[str]:
+        """Names of the logs of this namespace."""
+
+    @abstractmethod
+    def open_log(self, name: str, create: bool = True) -> Log:
+        """Open a log by name, creating it when asked (else :class:`LogNotFound`)."""
+
+    @abstractmethod
+    def write_snapshot(self, name: str, data: bytes) -> None:
+        """Store ``data`` as the latest snapshot ``name``, durably and atomically."""
+
+    @abstractmethod
+    def read_snapshot(self, name: str) -> bytes | None:
+        """The latest snapshot ``name``, or None if none was ever written."""
+
+    def close(self) -> None:  # noqa: B027 - backends with resources override it
+        """Close every log opened through this store."""
+
+    def list_regions(self) -> list[int]:
+        return sorted(
+            int(n[len(REGION_PREFIX):])
+            for n in self.list_logs()
+            if n.startswith(REGION_PREFIX) and n[len(REGION_PREFIX):].isdigit()
+        )
+
+    def open_region(self, region_id: int, create: bool = True) -> Log:
+        return self.open_log(region_log_name(region_id), create=create)
+
+    def __enter__(self) -> LogStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,542 @@
+"""The embedded file log: the zero-setup default backend.
+
+Layout (one folder per namespace, one per log)::
+
+    {root}/
+      {namespace}/
+        region_0/
+          00000000000000000000.seg     segments, named by their first offset
+          00000000000000041210.seg     (rolled at segment_size_bytes)
+          lock                         flock(2) target, serializes processes
+          low_watermark                decimal, replaced atomically
+        commits/ ...                   the WAL's own logs look the same
+        snapshots/{name}               latest snapshot, replaced atomically
+
+Frame of one entry (big-endian)::
+
+    +-----------+-----------+-------------------------------------------------------+
+    | len (u32) | crc32(u32)| body: offset u64 | timestamp_ms u64 | key_len u16 |     |
+    |           | of body   |       n_headers u16 | key | headers | value          |
+    +-----------+-----------+-------------------------------------------------------+
+    header: name_len u16 | value_len u32 | name | value
+
+Implementation notes (why):
+
+* **Group commit.** Appends from every thread of a process go to one writer thread,
+  which writes all pending frames with one ``write`` and one ``fdatasync``; an
+  append returns only after its fsync. The writer waits at most
+  ``group_commit_interval_ms`` after the previous fsync (IOx waits 10 ms), so a
+  lone append is never delayed and a busy log shares its fsyncs.
+* **Several processes.** Spark runs writers in separate Python workers. A writer
+  holds ``flock(LOCK_EX)`` on ``lock`` while it catches up with frames other
+  processes appended, writes and fsyncs. Readers take ``LOCK_SH`` only to learn the
+  end, so every byte they read was fsync'd by a writer that has released the lock.
+* **Torn tails.** A crash (power loss) can leave a partial last frame. The first
+  writer to take the lock truncates it and logs a warning; readers stop before it.
+  A frame that fails its CRC with valid data after it is corruption, an error
+  naming the segment and byte position: never a silent skip.
+* **Deletion.** ``delete_before`` records the low watermark in a file (replaced with
+  rename(2), then the folder is fsync'd) and removes whole segments below it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import struct
+import threading
+import time
+import zlib
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark_durable.errors import (
+    BackendUnavailable,
+    ConfigError,
+    CorruptEntryError,
+    LogNotFound,
+    OffsetOutOfRange,
+)
+from pyspark_durable.log.base import Entry, Log, LogStore, Record, check_name
+
+log = logging.getLogger(__name__)
+
+FRAME_HEAD = struct.Struct(">II")
+BODY_HEAD = struct.Struct(">QQHH")
+HEADER_HEAD = struct.Struct(">HI")
+MIN_BODY = BODY_HEAD.size
+MAX_BODY = 1 << 30
+SEGMENT_SUFFIX = ".seg"
+READ_CHUNK_BYTES = 1 << 20
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a created, renamed or deleted directory entry durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def encode_frame(offset: int, timestamp_ms: int, record: Record) -> bytes:
+    key = bytes(record.key)
+    parts = [BODY_HEAD.pack(offset, timestamp_ms, len(key), len(record.headers)), key]
+    for name, value in record.headers:
+        raw = name.encode()
+        parts += [HEADER_HEAD.pack(len(raw), len(value)), raw, bytes(value)]
+    parts.append(bytes(record.value))
+    body = b"".join(parts)
+    return FRAME_HEAD.pack(len(body), zlib.crc32(body)) + body
+
+
+def decode_body(body: bytes | memoryview) -> Entry:
+    offset, ts, key_len, n_headers = BODY_HEAD.unpack_from(body, 0)
+    pos = BODY_HEAD.size
+    key = bytes(body[pos : pos + key_len])
+    pos += key_len
+    headers = []
+    for _ in range(n_headers):
+        name_len, value_len = HEADER_HEAD.unpack_from(body, pos)
+        pos += HEADER_HEAD.size
+        name = bytes(body[pos : pos + name_len]).decode()
+        pos += name_len
+        headers.append((name, bytes(body[pos : pos + value_len])))
+        pos += value_len
+    return Entry(offset, key, bytes(body[pos:]), tuple(headers), ts)
+
+
+@dataclass
+class _Segment:
+    base: int
+    path: Path
+    positions: array = field(default_factory=lambda: array("q"))  # byte position per entry
+    end: int = 0  # byte position after the last known-good frame
+    scanned: bool = False
+
+    @property
+    def count(self) -> int:
+        return len(self.positions)
+
+
+class FileLog(Log):
+    """One log in a folder of segment files; see the module docstring."""
+
+    def __init__(
+        self,
+        namespace: str,
+        name: str,
+        path: Path,
+        segment_size_bytes: int,
+        group_commit_interval_ms: float,
+    ) -> None:
+        super().__init__(namespace, name)
+        self.path = path
+        self.segment_size_bytes = segment_size_bytes
+        self.group_commit_interval_ms = group_commit_interval_ms
+        self._segments: list[_Segment] = []
+        self._low = 0
+        self._state = threading.Lock()  # guards _segments and _low
+        self._pending: list[tuple[Sequence[Record], Future]] = []
+        self._cond = threading.Condition()
+        self._writer: threading.Thread | None = None
+        self._closed = False
+        self._last_sync = 0.0
+        self._write_fd: int | None = None
+        with self._locked(fcntl.LOCK_SH):
+            self._refresh(exclusive=False)
+
+    # -- locking and catching up ------------------------------------------------
+
+    def _locked(self, mode: int) -> _FileLock:
+        return _FileLock(self.path / "lock", mode, self)
+
+    def _refresh(self, exclusive: bool) -> None:
+        """Catch up with what any process appended or deleted (caller holds the flock)."""
+        low_path = self.path / "low_watermark"
+        try:
+            low = int(low_path.read_text()) if low_path.exists() else 0
+        except ValueError as exc:
+            raise CorruptEntryError(f"low_watermark file is unreadable: {exc}",
+                                    namespace=self.namespace, log=self.name) from exc
+        names = sorted(p.name for p in self.path.iterdir() if p.name.endswith(SEGMENT_SUFFIX))
+        bases = [int(n[: -len(SEGMENT_SUFFIX)]) for n in names]
+        with self._state:
+            known = {s.base: s for s in self._segments}
+            segments = [known.get(b) or _Segment(b, self.path / n) for b, n in zip(bases, names)]
+            if not segments:
+                first = self.path / f"{low:020d}{SEGMENT_SUFFIX}"
+                first.touch()
+                fsync_dir(self.path)
+                segments = [_Segment(low, first)]
+            self._segments = segments
+            self._low = max(low, segments[0].base)
+            for seg, nxt in zip(segments, segments[1:]):
+                if seg.base + seg.count != nxt.base:
+                    seg.scanned = False  # sealed by another process: rescan when read
+            self._scan(segments[-1], exclusive=exclusive, tail=True)
+
+    def _scan(self, seg: _Segment, exclusive: bool, tail: bool) -> None:
+        """Index frames of ``seg`` from its known end; handle a torn tail."""
+        try:
+            size = os.path.getsize(seg.path)
+        except FileNotFoundError:
+            raise OffsetOutOfRange(
+                f"segment {seg.path.name} was deleted (below the low watermark)",
+                namespace=self.namespace, log=self.name,
+            ) from None
+        if seg.end >= size and seg.scanned:
+            return
+        with open(seg.path, "rb") as f:
+            f.seek(seg.end)
+            pos, expect = seg.end, seg.base + seg.count
+            while pos < size:
+                head = f.read(FRAME_HEAD.size)
+                bad = None
+                if len(head) < FRAME_HEAD.size:
+                    bad = "partial frame header"
+                else:
+                    length, crc = FRAME_HEAD.unpack(head)
+                    if not MIN_BODY <= length <= MAX_BODY or pos + 8 + length > size:
+                        bad = f"frame length {length} runs past the end of the segment"
+                    else:
+                        body = f.read(length)
+                        if zlib.crc32(body) != crc:
+                            bad = "CRC mismatch"
+                        elif BODY_HEAD.unpack_from(body)[0] != expect:
+                            bad = f"frame holds offset {BODY_HEAD.unpack_from(body)[0]}, expected {expect}"
+                if bad is not None:
+                    frame_end = pos + 8 + (length if len(head) == 8 else 0)
+                    if not tail or not self._only_tail(f, frame_end, size, bad):
+                        raise CorruptEntryError(
+                            f"{bad} at byte {pos} of segment {seg.path.name} "
+                            f"(expected offset {expect})",
+                            namespace=self.namespace, log=self.name,
+                        )
+                    if exclusive:
+                        log.warning(
+                            "namespace=%s log=%s: truncating torn tail of %s at byte %d "
+                            "(%d bytes, %s); no acknowledged entry is lost",
+                            self.namespace, self.name, seg.path.name, pos, size - pos, bad,
+                        )
+                        os.truncate(seg.path, pos)
+                        with open(seg.path, "rb+") as g:
+                            os.fsync(g.fileno())
+                    break
+                seg.positions.append(pos)
+                pos += 8 + length
+                expect += 1
+            seg.end = pos
+            seg.scanned = True
+
+    @staticmethod
+    def _only_tail(f: Any, frame_end: int, size: int, bad: str) -> bool:
+        """A bad frame is a torn tail if it reaches the end or only zeros follow it."""
+        if frame_end >= size:
+            return True
+        f.seek(frame_end)
+        while chunk := f.read(READ_CHUNK_BYTES):
+            if chunk.strip(b"\0"):
+                return False
+        return True
+
+    # -- appending ------------------------------------------------------------
+
+    def append(self, records: Sequence[Record]) -> list[int]:
+        if not records:
+            return []
+        fut: Future = Future()
+        with self._cond:
+            if self._closed:
+                raise BackendUnavailable("log is closed", namespace=self.namespace, log=self.name)
+            self._pending.append((records, fut))
+            if self._writer is None:
+                self._writer = threading.Thread(
+                    target=self._write_loop, name=f"durablewal-{self.name}", daemon=True
+                )
+                self._writer.start()
+            self._cond.notify()
+        return fut.result()
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending and self._closed:
+                    return
+            wait_s = self._last_sync + self.group_commit_interval_ms / 1000 - time.monotonic()
+            if wait_s > 0:
+                time.sleep(wait_s)
+            with self._cond:
+                batch, self._pending = self._pending, []
+            try:
+                offsets = self._write_batch([r for r, _ in batch])
+            except BaseException as exc:  # every waiter gets the failure, none hangs
+                for _, fut in batch:
+                    fut.set_exception(exc)
+                continue
+            for (_, fut), offs in zip(batch, offsets):
+                fut.set_result(offs)
+
+    def _write_batch(self, groups: list[Sequence[Record]]) -> list[list[int]]:
+        with self._locked(fcntl.LOCK_EX):
+            self._refresh(exclusive=True)
+            with self._state:
+                seg = self._segments[-1]
+                next_offset = seg.base + seg.count
+            if seg.end >= self.segment_size_bytes and seg.count:
+                seg = self._roll(next_offset)
+            now = int(time.time() * 1000)
+            out, result, positions, pos = bytearray(), [], [], seg.end
+            for records in groups:
+                offs = []
+                for record in records:
+                    frame = encode_frame(next_offset, now, record)
+                    positions.append(pos + len(out))
+                    out += frame
+                    offs.append(next_offset)
+                    next_offset += 1
+                result.append(offs)
+            fd = os.open(seg.path, os.O_WRONLY)
+            try:
+                os.lseek(fd, seg.end, os.SEEK_SET)
+                view = memoryview(out)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+            self._last_sync = time.monotonic()
+            with self._state:
+                seg.positions.extend(positions)
+                seg.end = pos + len(out)
+        return result
+
+    def _roll(self, base: int) -> _Segment:
+        path = self.path / f"{base:020d}{SEGMENT_SUFFIX}"
+        path.touch()
+        fsync_dir(self.path)
+        seg = _Segment(base, path, scanned=True)
+        with self._state:
+            self._segments.append(seg)
+        return seg
+
+    # -- reading --------------------------------------------------------------
+
+    def _bounds(self) -> tuple[int, int, list[_Segment]]:
+        with self._locked(fcntl.LOCK_SH):
+            self._refresh(exclusive=False)
+        with self._state:
+            last = self._segments[-1]
+            return self._low, last.base + last.count, list(self._segments)
+
+    def low_watermark(self) -> int:
+        return self._bounds()[0]
+
+    def high_watermark(self) -> int:
+        return self._bounds()[1]
+
+    def read(self, start: int, end: int | None = None) -> Iterator[Entry]:
+        low, high, segments = self._bounds()
+        self.check_range(start, low, high)
+        stop = high if end is None else min(end, high)
+        return self._iter(start, stop, segments)
+
+    def _iter(self, start: int, stop: int, segments: list[_Segment]) -> Iterator[Entry]:
+        offset = start
+        for i, seg in enumerate(segments):
+            if offset >= stop:
+                return
+            seg_end = segments[i + 1].base if i + 1 < len(segments) else stop
+            if offset >= seg_end:
+                continue
+            if not seg.scanned:
+                with self._state:
+                    self._scan(seg, exclusive=False, tail=False)
+            upto = min(stop, seg_end, seg.base + seg.count)
+            yield from self._read_segment(seg, offset, upto)
+            offset = upto
+
+    def _read_segment(self, seg: _Segment, start: int, stop: int) -> Iterator[Entry]:
+        try:
+            f = open(seg.path, "rb", buffering=READ_CHUNK_BYTES)
+        except FileNotFoundError:
+            raise OffsetOutOfRange(
+                f"offset {start} was deleted while reading (segment {seg.path.name})",
+                namespace=self.namespace, log=self.name,
+            ) from None
+        with f:
+            pos = seg.positions[start - seg.base]
+            f.seek(pos)
+            for offset in range(start, stop):
+                head = f.read(FRAME_HEAD.size)
+                length, crc = FRAME_HEAD.unpack(head)
+                body = f.read(length)
+                if len(body) != length or zlib.crc32(body) != crc:
+                    raise CorruptEntryError(
+                        f"CRC mismatch at byte {pos} of segment {seg.path.name}",
+                        namespace=self.namespace, log=self.name, offset=offset,
+                    )
+                entry = decode_body(body)
+                if entry.offset != offset:
+                    raise CorruptEntryError(
+                        f"frame at byte {pos} of segment {seg.path.name} holds offset "
+                        f"{entry.offset}", namespace=self.namespace, log=self.name, offset=offset,
+                    )
+                pos += 8 + length
+                yield entry
+
+    # -- deleting and closing ---------------------------------------------------
+
+    def delete_before(self, offset: int) -> None:
+        with self._locked(fcntl.LOCK_EX):
+            self._refresh(exclusive=True)
+            with self._state:
+                last = self._segments[-1]
+                target = min(offset, last.base + last.count)
+                if target <= self._low:
+                    return
+                doomed = [s for s, nxt in zip(self._segments, self._segments[1:]) if nxt.base <= target]
+            write_atomic(self.path / "low_watermark", str(target).encode())
+            for seg in doomed:
+                seg.path.unlink(missing_ok=True)
+            if doomed:
+                fsync_dir(self.path)
+            gone = {id(s) for s in doomed}
+            with self._state:
+                self._low = target
+                self._segments = [s for s in self._segments if id(s) not in gone]
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._writer is not None:
+            self._writer.join()
+
+
+class _FileLock:
+    """``with`` wrapper over flock(2) on a fresh open file description."""
+
+    def __init__(self, path: Path, mode: int, owner: FileLog) -> None:
+        self.path, self.mode, self.owner = path, mode, owner
+
+    def __enter__(self) -> None:
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:
+            raise LogNotFound("log folder is gone", namespace=self.owner.namespace,
+                              log=self.owner.name) from None
+        fcntl.flock(self.fd, self.mode)
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)  # closing the description releases the lock
+
+
+class FileLogStore(LogStore):
+    """The logs of one namespace below ``{root}/{namespace}/``."""
+
+    type_name = "file"
+    OPTIONS = ("path", "segment_size_bytes", "group_commit_interval_ms")
+
+    def __init__(
+        self,
+        namespace: str,
+        path: str | os.PathLike[str] | None = None,
+        segment_size_bytes: int = 64 << 20,
+        group_commit_interval_ms: float = 10.0,
+        **unknown: Any,
+    ) -> None:
+        super().__init__(namespace)
+        if unknown:
+            raise ConfigError(
+                f"unknown file backend options {sorted(unknown)}; valid: {', '.join(self.OPTIONS)}"
+            )
+        if path is None:
+            raise ConfigError("the file backend needs a path (the log's root folder)")
+        self.root = Path(path)
+        self.segment_size_bytes = int(segment_size_bytes)
+        self.group_commit_interval_ms = float(group_commit_interval_ms)
+        if self.segment_size_bytes < 1024:
+            raise ConfigError(f"segment_size_bytes {segment_size_bytes} is below 1024")
+        self.folder = self.root / namespace
+        self._logs: dict[str, FileLog] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def list_namespaces(cls, config: Mapping[str, Any]) -> list[str]:
+        root = Path(config.get("path", ""))
+        if not root.is_dir():
+            raise LogNotFound(f"no WAL folder at {root}")
+        return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+    def list_logs(self) -> list[str]:
+        if not self.folder.is_dir():
+            return []
+        return sorted(
+            p.name for p in self.folder.iterdir() if p.is_dir() and p.name != "snapshots"
+        )
+
+    def open_log(self, name: str, create: bool = True) -> Log:
+        check_name("log", name)
+        with self._lock:
+            existing = self._logs.get(name)
+            if existing is not None:
+                return existing
+            path = self.folder / name
+            if not path.is_dir():
+                if not create:
+                    raise LogNotFound("log does not exist", namespace=self.namespace, log=name)
+                self._mkdirs(path)
+            log_ = FileLog(self.namespace, name, path, self.segment_size_bytes,
+                           self.group_commit_interval_ms)
+            self._logs[name] = log_
+            return log_
+
+    def _mkdirs(self, path: Path) -> None:
+        """Create folders and fsync each parent, so a crash cannot forget them."""
+        missing = []
+        p = path
+        while not p.exists():
+            missing.append(p)
+            p = p.parent
+        for folder in reversed(missing):
+            folder.mkdir(exist_ok=True)
+            fsync_dir(folder.parent)
+
+    def write_snapshot(self, name: str, data: bytes) -> None:
+        check_name("snapshot", name)
+        folder = self.folder / "snapshots"
+        if not folder.is_dir():
+            self._mkdirs(folder)
+        write_atomic(folder / name, data)
+
+    def read_snapshot(self, name: str) -> bytes | None:
+        check_name("snapshot", name)
+        try:
+            return (self.folder / "snapshots" / name).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def close(self) -> None:
+        with self._lock:
+            logs, self._logs = list(self._logs.values()), {}
+        for log_ in logs:
+            log_.close()

@@ -1,0 +1,104 @@
+"""In-process memory backend: for unit tests and notebooks, never for durability.
+
+Stores live in a process-wide registry keyed by namespace, so two stores opened on
+the same namespace in one process see the same logs, as with a real backend.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from pyspark_durable.errors import ConfigError, LogNotFound
+from pyspark_durable.log.base import Entry, Log, LogStore, Record, check_name
+
+_REGISTRY: dict[str, _Namespace] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+class _Namespace:
+    def __init__(self) -> None:
+        self.logs: dict[str, MemoryLog] = {}
+        self.snapshots: dict[str, bytes] = {}
+
+
+class MemoryLog(Log):
+    def __init__(self, namespace: str, name: str) -> None:
+        super().__init__(namespace, name)
+        self._entries: list[Entry] = []
+        self._low = 0
+        self._lock = threading.Lock()
+
+    def append(self, records: Sequence[Record]) -> list[int]:
+        now = int(time.time() * 1000)
+        with self._lock:
+            base = len(self._entries)
+            for i, r in enumerate(records):
+                self._entries.append(Entry(base + i, bytes(r.key), bytes(r.value), tuple(r.headers), now))
+            return list(range(base, base + len(records)))
+
+    def read(self, start: int, end: int | None = None) -> Iterator[Entry]:
+        with self._lock:
+            low, high = self._low, len(self._entries)
+        self.check_range(start, low, high)
+        stop = high if end is None else min(end, high)
+        return self._iter(start, stop)
+
+    def _iter(self, start: int, stop: int) -> Iterator[Entry]:
+        for offset in range(start, stop):
+            with self._lock:
+                if offset < self._low:
+                    self.check_range(offset, self._low, len(self._entries))
+                entry = self._entries[offset]
+            yield entry
+
+    def low_watermark(self) -> int:
+        return self._low
+
+    def high_watermark(self) -> int:
+        return len(self._entries)
+
+    def delete_before(self, offset: int) -> None:
+        with self._lock:
+            self._low = max(self._low, min(offset, len(self._entries)))
+
+
+class MemoryLogStore(LogStore):
+    type_name = "memory"
+
+    def __init__(self, namespace: str, **config: Any) -> None:
+        super().__init__(namespace)
+        if config:
+            raise ConfigError(f"unknown memory backend options {sorted(config)}; valid: none")
+        with _REGISTRY_LOCK:
+            self._ns = _REGISTRY.setdefault(namespace, _Namespace())
+
+    @classmethod
+    def list_namespaces(cls, config: Mapping[str, Any]) -> list[str]:
+        with _REGISTRY_LOCK:
+            return sorted(_REGISTRY)
+
+    def list_logs(self) -> list[str]:
+        with _REGISTRY_LOCK:
+            return sorted(self._ns.logs)
+
+    def open_log(self, name: str, create: bool = True) -> Log:
+        check_name("log", name)
+        with _REGISTRY_LOCK:
+            log = self._ns.logs.get(name)
+            if log is None:
+                if not create:
+                    raise LogNotFound("log does not exist", namespace=self.namespace, log=name)
+                log = self._ns.logs[name] = MemoryLog(self.namespace, name)
+            return log
+
+    def write_snapshot(self, name: str, data: bytes) -> None:
+        check_name("snapshot", name)
+        with _REGISTRY_LOCK:
+            self._ns.snapshots[name] = bytes(data)
+
+    def read_snapshot(self, name: str) -> bytes | None:
+        with _REGISTRY_LOCK:
+            return self._ns.snapshots.get(name)

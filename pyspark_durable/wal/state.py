@@ -1,0 +1,187 @@
+"""The namespace state rebuilt by replaying the commits log, and its snapshots.
+
+Per table it holds HoraeDB's region metadata: ``next_sequence_num``,
+``latest_marked_deleted`` and (through the step index) the sequence -> offset
+mapping; per namespace the step index, the committed (writer, writer_step) pairs
+and the expiry point. A snapshot is this state *as of a commits-log offset*, so
+recovery is: load the snapshot, replay the commits log from that offset.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark_durable.errors import CorruptEntryError, DecodeError, OffsetOutOfRange
+from pyspark_durable.log import Log, LogStore
+from pyspark_durable.wal.records import StepCommit, TableInfo, decode_meta
+
+SNAPSHOT_NAME = "wal"
+SNAPSHOT_VERSION = 1
+
+
+@dataclass
+class NamespaceState:
+    namespace: str
+    namespace_id: int | None = None
+    tables: dict[int, TableInfo] = field(default_factory=dict)
+    index: list[StepCommit] = field(default_factory=list)  # steps base_step .. next_step-1
+    base_step: int = 0
+    next_step: int = 0
+    expired_before: int = 0
+    pairs: dict[tuple[str, int], int] = field(default_factory=dict)
+    next_sequences: dict[int, int] = field(default_factory=dict)
+    marks: dict[int, int] = field(default_factory=dict)
+    next_offset: int = 0  # where replay of the commits log continues
+    snapshot_offset: int = 0  # the commits-log offset the loaded snapshot describes
+
+    # -- replay -----------------------------------------------------------------
+
+    @classmethod
+    def recover(cls, store: LogStore, commits: Log) -> NamespaceState:
+        raw = store.read_snapshot(SNAPSHOT_NAME)
+        state = cls(store.namespace) if raw is None else cls.from_snapshot(store.namespace, raw)
+        low = commits.low_watermark()
+        if state.next_offset < low:
+            raise CorruptEntryError(
+                f"snapshot describes commits-log offset {state.next_offset} but the log starts "
+                f"at {low}: the snapshot is older than the cleaned log",
+                namespace=store.namespace, log="commits")
+        state.replay(commits)
+        return state
+
+    def replay(self, commits: Log) -> None:
+        high = commits.high_watermark()
+        if high <= self.next_offset:
+            return
+        for entry in commits.read(self.next_offset, high):
+            self.apply(decode_meta(entry.value, namespace=self.namespace, offset=entry.offset),
+                       entry.offset)
+            self.next_offset = entry.offset + 1
+
+    def apply(self, d: dict[str, Any], offset: int) -> None:
+        kind = d["k"]
+        if kind == "ns":
+            if self.namespace_id is None:
+                self.namespace_id = d["id"]
+        elif kind == "table":
+            self.tables.setdefault(d["id"], TableInfo.from_json(d))  # the first one wins
+        elif kind == "step":
+            commit = StepCommit.from_json(d)
+            pair = (commit.writer_id, commit.writer_step)
+            if pair in self.pairs:
+                return  # a duplicate commit of a pair: never a second step
+            commit.step, commit.commit_offset = self.next_step, offset
+            for table_id in commit.tables:
+                first = self.next_sequences.get(table_id, 0)
+                commit.first_sequences[table_id] = first
+                entries = sum(r.entries for r in commit.runs if r.table_id == table_id)
+                self.next_sequences[table_id] = first + entries
+            self.index.append(commit)
+            self.pairs[pair] = self.next_step
+            self.next_step += 1
+        elif kind == "expire":
+            self.expired_before = max(self.expired_before, d["before"])
+        elif kind == "mark":
+            self.marks[d["table"]] = max(self.marks.get(d["table"], 0), d["seq"])
+        else:
+            raise DecodeError(f"unknown commit-log record kind {kind!r}",
+                              namespace=self.namespace, log="commits", offset=offset)
+
+    def step(self, step: int) -> StepCommit:
+        if step < self.base_step:
+            raise OffsetOutOfRange(f"step {step} is no longer indexed (first is {self.base_step})",
+                                   namespace=self.namespace, step=step)
+        commit = self.index[step - self.base_step]
+        assert commit.step == step, (commit.step, step)
+        return commit
+
+    # -- retention ----------------------------------------------------------------
+
+    def needed(self, commit: StepCommit) -> bool:
+        """A step's entries are needed while the step is retained or a table claims them."""
+        if commit.step >= self.expired_before:
+            return True
+        for table_id in commit.tables:
+            mark = self.marks.get(table_id)
+            if mark is None:
+                continue  # a table never marked holds no claim of its own
+            last = commit.first_sequences[table_id] + sum(
+                r.entries for r in commit.runs if r.table_id == table_id)
+            if last > mark:
+                return True
+        return False
+
+    def first_needed_position(self) -> int:
+        """Index position of the first step still needed (len(index) if none)."""
+        for i, commit in enumerate(self.index):
+            if self.needed(commit):
+                return i
+        return len(self.index)
+
+    def sequence_step(self, table_id: int, sequence: int) -> StepCommit | None:
+        """The indexed step holding ``sequence`` of a table (sequence -> offset mapping)."""
+        firsts = [(c.first_sequences[table_id], c) for c in self.index if table_id in c.first_sequences]
+        pos = bisect.bisect_right([f for f, _ in firsts], sequence) - 1
+        return firsts[pos][1] if pos >= 0 else None
+
+    # -- snapshots --------------------------------------------------------------
+
+    def snapshot(self) -> tuple[int, bytes]:
+        """Encode the state as of the first needed step's commit offset."""
+        pos = self.first_needed_position()
+        later = self.index[pos:]
+        at = later[0].commit_offset if later else self.next_offset
+        next_step = later[0].step if later else self.next_step
+        next_seq = dict(self.next_sequences)
+        for commit in later:
+            for run in commit.runs:
+                next_seq[run.table_id] -= run.entries
+        pairs: dict[str, list[list[int]]] = {}
+        for (writer, wstep), step in sorted(self.pairs.items(), key=lambda kv: kv[1]):
+            if step >= next_step:
+                continue
+            runs = pairs.setdefault(writer, [])
+            if runs and runs[-1][0] + runs[-1][2] == wstep and runs[-1][1] + runs[-1][2] == step:
+                runs[-1][2] += 1
+            else:
+                runs.append([wstep, step, 1])
+        doc = {
+            "v": SNAPSHOT_VERSION, "namespace_id": self.namespace_id, "at": at,
+            "next_step": next_step, "expired_before": self.expired_before,
+            "tables": [t.to_json() for t in self.tables.values()],
+            "next_sequences": {str(k): v for k, v in next_seq.items()},
+            "marks": {str(k): v for k, v in self.marks.items()},
+            "pairs": pairs,
+        }
+        return at, json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_snapshot(cls, namespace: str, raw: bytes) -> NamespaceState:
+        try:
+            doc = json.loads(raw)
+            if doc.get("v") != SNAPSHOT_VERSION:
+                raise DecodeError(f"snapshot version: expected {SNAPSHOT_VERSION}, "
+                                  f"given {doc.get('v')}", namespace=namespace)
+            state = cls(namespace, namespace_id=doc["namespace_id"])
+            state.tables = {t["id"]: TableInfo.from_json(t) for t in doc["tables"]}
+            state.base_step = state.next_step = doc["next_step"]
+            state.expired_before = doc["expired_before"]
+            state.next_sequences = {int(k): v for k, v in doc["next_sequences"].items()}
+            state.marks = {int(k): v for k, v in doc["marks"].items()}
+            for writer, runs in doc["pairs"].items():
+                for wstep, step, count in runs:
+                    for i in range(count):
+                        state.pairs[(writer, wstep + i)] = step + i
+            state.next_offset = state.snapshot_offset = doc["at"]
+            return state
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DecodeError(f"snapshot is unreadable: {exc!r}", namespace=namespace) from exc
+
+    def trim(self, pos: int) -> None:
+        """Forget indexed steps before ``pos`` (after a snapshot made them unneeded)."""
+        if pos > 0:
+            self.base_step = self.index[pos].step if pos < len(self.index) else self.next_step
+            del self.index[:pos]

@@ -330,9 +330,9 @@ class Attempt:
     def write(self, table: int | str, data: pa.Table | pa.RecordBatch, region_id: int = 0,
               payload_format: str = "arrow") -> int:
         """Append rows of one table as entries (split to stay under entry_max_bytes)."""
-        info = self.ns.define_table(table, region_id, data.schema, payload_format)
         if data.num_rows == 0:
-            return 0
+            return 0  # nothing to write; an empty batch defines no table either
+        info = self.ns.define_table(table, region_id, data.schema, payload_format)
         codec = codec_for(info.payload_format, info.schema)
         chunk_rows = max(1, int(data.num_rows * self.ns.entry_max_bytes / max(data.nbytes, 1)))
         records, stats = [], []

@@ -1,0 +1,92 @@
+"""Endpoint configuration and the factory that builds endpoints by backend name.
+
+A config is a mapping (or a YAML file, see ``conf/``)::
+
+    backend: file            # file | kafka | memory
+    namespace: orders
+    namespace_id: 0          # u8, fixed when the namespace is created
+    options:                 # passed to the backend's LogStore
+      path: /data/wal
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark_durable.errors import ConfigError
+from pyspark_durable.log import open_store
+from pyspark_durable.wal import DEFAULT_TABLE, Namespace
+
+KEYS = ("backend", "namespace", "namespace_id", "options", "writer_id", "reader_id", "table",
+        "region", "payload_format", "tables", "regions")
+
+
+@dataclass(frozen=True)
+class EndpointConfig:
+    backend: str = "file"
+    namespace: str = "default"
+    namespace_id: int = 0
+    options: Mapping[str, Any] = field(default_factory=dict)
+    writer_id: str | None = None
+    reader_id: str | None = None
+    table: int | str = DEFAULT_TABLE
+    region: int = 0
+    payload_format: str = "arrow"
+    tables: tuple[int | str, ...] | None = None
+    regions: tuple[int, ...] | None = None
+
+    @staticmethod
+    def from_mapping(config: Mapping[str, Any]) -> EndpointConfig:
+        unknown = sorted(set(config) - set(KEYS))
+        if unknown:
+            raise ConfigError(f"unknown endpoint config keys {unknown}; valid: {', '.join(KEYS)}")
+        values = dict(config)
+        for key in ("tables", "regions"):
+            if values.get(key) is not None:
+                values[key] = tuple(values[key])
+        return EndpointConfig(**values)
+
+
+def load_config(path: str | Path) -> EndpointConfig:
+    """Load an endpoint config from a YAML file."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot load endpoint config {path}: {exc}") from exc
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"endpoint config {path} is not a mapping")
+    return EndpointConfig.from_mapping(data)
+
+
+def _config(config: EndpointConfig | Mapping[str, Any]) -> EndpointConfig:
+    return config if isinstance(config, EndpointConfig) else EndpointConfig.from_mapping(config)
+
+
+def open_namespace(config: EndpointConfig | Mapping[str, Any]) -> Namespace:
+    cfg = _config(config)
+    return Namespace(open_store(cfg.backend, cfg.namespace, **dict(cfg.options)), cfg.namespace_id)
+
+
+def input_endpoint(config: EndpointConfig | Mapping[str, Any]):  # -> DurableInputEndpoint
+    from pyspark_durable.endpoint.endpoints import DurableInputEndpoint
+
+    cfg = _config(config)
+    ns = open_namespace(cfg)
+    tables = None if cfg.tables is None else {ns.resolve_table(t) for t in cfg.tables}
+    regions = None if cfg.regions is None else set(cfg.regions)
+    return DurableInputEndpoint(ns, cfg.reader_id, tables, regions)
+
+
+def output_endpoint(config: EndpointConfig | Mapping[str, Any]):  # -> OutputEndpoint
+    from pyspark_durable.endpoint.endpoints import OutputEndpoint
+
+    cfg = _config(config)
+    if not cfg.writer_id:
+        raise ConfigError("an output endpoint config needs writer_id")
+    return OutputEndpoint(open_namespace(cfg), cfg.writer_id, cfg.table, cfg.region,
+                          cfg.payload_format)

@@ -1,0 +1,291 @@
+"""The WAL layer on every log backend: steps, idempotency, sequences, recovery, retention."""
+
+from __future__ import annotations
+
+import threading
+
+import pyarrow as pa
+import pytest
+
+from pyspark_durable.endpoint import DurableInputEndpoint, OutputEndpoint, read_steps, write_step
+from pyspark_durable.errors import (
+    AttemptLost,
+    RoutingError,
+    SchemaMismatch,
+    StepExpired,
+    StepNotCommitted,
+)
+from pyspark_durable.wal import Cleaner, Namespace
+
+
+def rows(tag: str, n: int, start: int = 0) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + n), pa.int64()),
+                     "tag": pa.array([f"{tag}-{i}" for i in range(start, start + n)], pa.string())})
+
+
+@pytest.fixture
+def open_ns(make_store):
+    def make(**kw) -> Namespace:
+        return Namespace(make_store(), **kw)
+    return make
+
+
+def ids(table: pa.Table) -> list[int]:
+    return table.column("id").to_pylist()
+
+
+def test_step_round_trip_regions_tables_formats(open_ns):
+    """This tests that one step spanning regions, tables and payload formats reads back whole."""
+    ns = open_ns()
+    a = ns.begin("w", 0)
+    a.write("orders", rows("o", 25), region_id=0)
+    a.write("events", rows("e", 7), region_id=2, payload_format="avro")
+    a.write(42, rows("n", 3), region_id=2)
+    step = a.commit()
+    assert step == 0 and ns.steps() == range(0, 1)
+    got = {(sb.region_id, ns.state.tables[sb.table_id].name): pa.Table.from_batches(sb.batches)
+           for sb in ns.read_step(0)}
+    assert got[(0, "orders")].equals(rows("o", 25))
+    assert got[(2, "events")].equals(rows("e", 7))
+    assert got[(2, "42")].equals(rows("n", 3))
+    commit = ns.step_commit(0)
+    assert (commit.rows, commit.regions) == (35, [0, 2])
+
+
+def test_uncommitted_attempts_are_invisible(open_ns):
+    """This tests that entries of attempts that never commit are never read, before or after."""
+    ns = open_ns()
+    ghost = ns.begin("w", 0)
+    ghost.write("t", rows("ghost", 10))
+    assert ns.steps() == range(0, 0)
+    with pytest.raises(StepNotCommitted, match=r"committed steps are \[0, 0\)"):
+        list(ns.read_step(0))
+    real = ns.begin("w", 0)
+    real.write("t", rows("real", 4))
+    assert real.commit() == 0
+    assert ids(read_steps(ns, "t", with_metadata=False)) == [0, 1, 2, 3]
+    assert read_steps(ns, "t").column("tag").to_pylist() == [f"real-{i}" for i in range(4)]
+    assert ghost.commit() == 0  # the pair is committed: the ghost adds nothing
+    assert read_steps(ns, "t").num_rows == 4
+
+
+def test_recommit_is_idempotent_across_reopen(open_ns):
+    """This tests that committing (writer, writer_step) again, even after reopening, is a no-op."""
+    ns = open_ns()
+    assert write_step(ns, "q", 0, {"t": rows("a", 5)}) == 0
+    assert write_step(ns, "q", 1, {"t": rows("b", 5)}) == 1
+    ns2 = open_ns()
+    replay = ns2.begin("q", 1)
+    replay.write("t", rows("dup", 5))
+    assert replay.commit() == 1
+    assert ns2.steps() == range(0, 2)
+    assert read_steps(ns2, "t").column("tag").to_pylist() == (
+        [f"a-{i}" for i in range(5)] + [f"b-{i}" for i in range(5)])
+
+
+def test_concurrent_writers_get_distinct_unmixed_steps(open_ns):
+    """This tests that writers committing at once get distinct steps, each holding only its rows."""
+    ns = open_ns()
+    errors: list[BaseException] = []
+
+    def writer(w: int) -> None:
+        try:
+            mine = Namespace(ns.store)
+            for ws in range(5):
+                write_step(mine, f"w{w}", ws, {"t": rows(f"w{w}s{ws}", 6)})
+        except BaseException as exc:  # collected and re-raised by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert ns.steps() == range(0, 20)
+    seen = set()
+    for step in ns.steps():
+        commit = ns.step_commit(step)
+        tags = ns.read_step_table(step).column("tag").to_pylist()
+        assert tags == [f"{commit.writer_id}s{commit.writer_step}-{i}" for i in range(6)]
+        seen.add((commit.writer_id, commit.writer_step))
+    assert len(seen) == 20
+
+
+def test_sequences_dense_per_table_across_reopen_and_clean(open_ns):
+    """This tests that sequence numbers are +1 per entry per table, across reopen and cleaning."""
+    ns = open_ns(entry_max_bytes=200)  # small entries: several per write
+    for ws in range(6):
+        write_step(ns, "w", ws, {"a": rows("a", 20), "b": rows("b", 3)})
+    ns.expire(3)
+    Cleaner(ns, grace_ms=0).run_once()
+    ns = open_ns(entry_max_bytes=200)
+    for ws in range(6, 9):
+        write_step(ns, "w", ws, {"a": rows("a", 20), "b": rows("b", 3)})
+    ns = open_ns(entry_max_bytes=200)
+    for table in ("a", "b"):
+        seqs = read_steps(ns, table).column("_sequence").to_pylist()
+        distinct = sorted(set(seqs))
+        assert distinct == list(range(distinct[0], distinct[-1] + 1)), table
+        assert distinct[-1] + 1 == ns.state.next_sequences[ns.resolve_table(table)]
+    assert ns.state.next_sequences[ns.resolve_table("a")] > 9  # several entries per write
+
+
+def test_table_routing_and_schema_errors(open_ns):
+    """This tests that a table is bound to one region and one schema, with errors naming both."""
+    ns = open_ns()
+    write_step(ns, "w", 0, {"t": rows("a", 2)}, region_id=3)
+    a = ns.begin("w", 1)
+    with pytest.raises(RoutingError, match=r"table=t.*lives in region 3, rows were routed to "
+                                           r"region 4"):
+        a.write("t", rows("a", 2), region_id=4)
+    with pytest.raises(SchemaMismatch, match=r"table=t.*table has \(id: int64, tag: string\)"):
+        a.write("t", pa.table({"id": [1.5]}), region_id=3)
+    with pytest.raises(RoutingError, match="unknown table 'nope'"):
+        ns.table("nope")
+
+
+def test_expire_clean_and_expired_step_error(open_ns):
+    """This tests that the cleaner frees expired steps, keeps retained ones, and names what is left."""
+    ns = open_ns()
+    for ws in range(5):
+        write_step(ns, "w", ws, {"t": rows(f"s{ws}", 50)})
+    ns.expire(3)
+    report = Cleaner(ns, grace_ms=0).run_once()
+    assert report.first_retained_step == 3
+    assert report.freed_entries == 3
+    reopened = open_ns()
+    assert reopened.steps() == range(3, 5)
+    with pytest.raises(StepExpired, match=r"available steps are \[3, 5\)"):
+        list(reopened.read_step(1))
+    assert reopened.read_step_table(4).column("tag").to_pylist()[0] == "s4-0"
+    assert reopened.store.open_region(0).low_watermark() == 3
+    assert write_step(reopened, "w", 2, {"t": rows("again", 1)}) == 2  # remembered pair
+    assert write_step(reopened, "w", 5, {"t": rows("s5", 1)}) == 5
+
+
+def test_mark_deleted_table_claims_keep_data(open_ns):
+    """This tests that a table with a mark keeps its entries past step expiry until marked."""
+    ns = open_ns()
+    for ws in range(4):
+        a = ns.begin("w", ws)
+        a.write("kept", rows("k", 2), region_id=0)
+        a.write("free", rows("f", 2), region_id=1)
+        a.commit()
+    ns.mark_deleted("kept", 1)  # kept: entries with sequence >= 1 are still needed
+    ns.expire(4)
+    Cleaner(ns, grace_ms=0).run_once()
+    reopened = open_ns()
+    assert reopened.steps() == range(4, 4)
+    assert reopened.state.base_step == 1  # step 1 holds kept's sequence 1
+    assert reopened.store.open_region(0).low_watermark() == 1  # kept's sequence 1, step 1
+    assert reopened.store.open_region(1).low_watermark() == 1  # whole steps are kept
+    reopened.mark_deleted("kept", 4)
+    Cleaner(reopened, grace_ms=0).run_once()
+    assert reopened.state.base_step == 4
+    with pytest.raises(RoutingError, match="past the table's next sequence 4"):
+        reopened.mark_deleted("kept", 9)
+
+
+def test_attempt_older_than_cleaning_cannot_commit(open_ns):
+    """This tests that an attempt whose entries were cleaned fails to commit with AttemptLost."""
+    ns = open_ns()
+    slow = ns.begin("slow", 0)
+    slow.write("t", rows("slow", 3))
+    write_step(ns, "w", 0, {"t": rows("fast", 3)})
+    ns.expire(1)
+    Cleaner(ns, grace_ms=0).run_once()
+    with pytest.raises(AttemptLost, match="write the step again"):
+        slow.commit()
+
+
+def test_grace_period_keeps_in_flight_attempts(open_ns):
+    """This tests that the cleaner's grace period keeps recent uncommitted entries for their commit."""
+    ns = open_ns()
+    slow = ns.begin("slow", 0)
+    slow.write("t", rows("slow", 3))
+    write_step(ns, "w", 0, {"t": rows("fast", 3)})
+    ns.expire(1)
+    Cleaner(ns, grace_ms=60_000).run_once()
+    assert slow.commit() == 1
+    assert ns.read_step_table(1).column("tag").to_pylist() == ["slow-0", "slow-1", "slow-2"]
+
+
+def test_endpoints(open_ns):
+    """This tests the seed's endpoint API: start_step rewrite, push, commit, read, commit, expire."""
+    ns = open_ns()
+    out = OutputEndpoint(ns, "job-1", table="t")
+    out.start_step(0)
+    out.push_buffer(rows("first-try", 3))
+    out.start_step(0)  # written again: what the first try wrote is discarded
+    out.push_buffer(rows("zero", 2))
+    assert out.commit_step() == 0
+    out.start_step(1)
+    out.push_buffer(rows("one", 1))
+    assert out.commit_step() == 1
+    out.start_step(1)  # already committed: a no-op
+    assert out.push_buffer(rows("dup", 9)) == 0
+    assert out.commit_step() == 1
+
+    got: list[str] = []
+
+    class Consumer:
+        def push(self, batch):
+            got.extend(t for b in batch.batches for t in b.column("tag").to_pylist())
+
+        def eoi(self):
+            got.append("<eoi>")
+
+    inp = DurableInputEndpoint(open_ns(), reader_id="r1")
+    assert inp.steps() == range(0, 2)
+    for step in inp.steps():
+        inp.read(step, Consumer())
+    assert got == ["zero-0", "zero-1", "<eoi>", "one-0", "<eoi>"]
+    inp.commit(1)
+    assert DurableInputEndpoint(open_ns(), reader_id="r1").committed() == 1
+    inp.expire(1)
+    assert inp.steps() == range(1, 2)
+
+
+STEP_SIZES = [10, 0, 20, 0, 50]
+
+
+def _fill(ns: Namespace) -> None:
+    for ws, n in enumerate(STEP_SIZES):
+        write_step(ns, "w", ws, {"t": rows(f"s{ws}", n)})
+
+
+def _read(ns: Namespace, start: int, stop: int) -> list[tuple[int, str, int]]:
+    return [(sb.step, tag, sb.sequence_num)
+            for step in range(start, stop) for sb in ns.read_step(step)
+            for b in sb.batches for tag in b.column("tag").to_pylist()]
+
+
+def test_exhaustive_recovery(make_store, store_config):
+    """This tests that every (snapshot point, seek, replay count, extend) reads what a straight read does."""
+    backend, _ = store_config
+    points = range(len(STEP_SIZES) + 1) if backend != "kafka" else [0, 2, 5]
+    for snap in points:
+        store = make_store(f"{make_store().namespace}-p{snap}")
+        ns = Namespace(store)
+        _fill(ns)
+        straight = _read(ns, 0, len(STEP_SIZES))
+        ns.expire(snap)
+        Cleaner(ns, grace_ms=0).run_once()
+        extension = 0
+        for seek in range(snap, len(STEP_SIZES) + 1):
+            for replay in range(len(STEP_SIZES) - seek + 1):
+                reader = Namespace(make_store(store.namespace))  # recovers: snapshot + replay
+                got = _read(reader, seek, seek + replay)
+                expect = [r for r in straight if seek <= r[0] < seek + replay]
+                assert got == expect, (snap, seek, replay)
+                extension += 1
+                write_step(Namespace(make_store(store.namespace)), "ext", extension,
+                           {"t": rows(f"x{extension}", 2)})
+                after = reader.steps().stop
+                tail = _read(reader, seek + replay, after)
+                fresh = Namespace(make_store(store.namespace))
+                assert tail == _read(fresh, seek + replay, after), (snap, seek, replay)
+                if seek + replay <= len(STEP_SIZES):
+                    straight_tail = [r for r in straight if r[0] >= seek + replay]
+                    assert tail[: len(straight_tail)] == straight_tail

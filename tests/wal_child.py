@@ -1,0 +1,55 @@
+"""Child process for WAL crash tests: writes and commits steps until killed.
+
+Usage: python wal_child.py BACKEND CONFIG_JSON NAMESPACE MODE STEPS
+MODE: ``write`` commits writer steps, ``clean`` also runs the cleaner after each step.
+Prints ``ACK <writer_step> <step>`` (flushed) after each commit returns.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+
+import pyarrow as pa
+
+from pyspark_durable.log import open_store
+from pyspark_durable.wal import Cleaner, Namespace
+
+WRITER = "crash-writer"
+
+
+def rows_for(writer_step: int, table: str) -> pa.Table:
+    """Deterministic rows of a writer step, so the test can recompute them."""
+    n = (writer_step * 7919) % 37 + (0 if table == "a" else 3)
+    return pa.table({
+        "ws": pa.array([writer_step] * n, pa.int64()),
+        "i": pa.array(range(n), pa.int64()),
+        "payload": pa.array([f"{table}-{writer_step}-{i}-" + "x" * (i % 50) for i in range(n)],
+                            pa.string()),
+    })
+
+
+def main() -> None:
+    backend, config, namespace, mode, steps = sys.argv[1:6]
+    ns = Namespace(open_store(backend, namespace, **json.loads(config)))
+    cleaner = Cleaner(ns, grace_ms=0)
+    committed = [ws for (w, ws) in ns.refresh().pairs if w == WRITER]
+    start = max(committed) if committed else 0  # redo the last one: its commit is a no-op
+    for ws in range(start, int(steps)):
+        attempt = ns.begin(WRITER, ws)
+        attempt.write("a", rows_for(ws, "a"), region_id=0)
+        if random.random() < 0.3:
+            # an abandoned attempt of the same writer step: never visible
+            ns.begin(WRITER, ws).write("a", rows_for(ws + 1000, "a"), region_id=0)
+        attempt.write("b", rows_for(ws, "b"), region_id=1)
+        step = attempt.commit()
+        print(f"ACK {ws} {step}", flush=True)
+        if mode == "clean" and ws % 3 == 0:
+            ns.expire(max(0, ns.steps().stop - 4))
+            cleaner.run_once()
+    print("DONE", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import mmap
 import os
 import struct
 import threading
@@ -206,6 +207,11 @@ class FileLog(Log):
         with open(seg.path, "rb") as f:
             f.seek(seg.end)
             pos, expect = seg.end, seg.base + seg.count
+            # Positions are kept aside and indexed only once the scan succeeded: a scan
+            # that raises (corruption) must leave the index as it was, or the next scan
+            # would resume at the old end with a wrong expected offset and report a
+            # wrong place (and the high watermark would count unchecked frames).
+            found = array("q")
             while pos < size:
                 head = f.read(FRAME_HEAD.size)
                 bad = None
@@ -223,7 +229,7 @@ class FileLog(Log):
                             bad = f"frame holds offset {BODY_HEAD.unpack_from(body)[0]}, expected {expect}"
                 if bad is not None:
                     frame_end = pos + 8 + (length if len(head) == 8 else 0)
-                    if not tail or not self._only_tail(f, frame_end, size, bad):
+                    if not tail or not self._only_tail(f, pos, frame_end, size, expect):
                         raise CorruptEntryError(
                             f"{bad} at byte {pos} of segment {seg.path.name} "
                             f"(expected offset {expect})",
@@ -239,22 +245,47 @@ class FileLog(Log):
                         with open(seg.path, "rb+") as g:
                             os.fsync(g.fileno())
                     break
-                seg.positions.append(pos)
+                found.append(pos)
                 pos += 8 + length
                 expect += 1
+            seg.positions.extend(found)
             seg.end = pos
             seg.scanned = True
 
     @staticmethod
-    def _only_tail(f: Any, frame_end: int, size: int, bad: str) -> bool:
-        """A bad frame is a torn tail if it reaches the end or only zeros follow it."""
-        if frame_end >= size:
+    def _only_tail(f: Any, pos: int, frame_end: int, size: int, expect: int) -> bool:
+        """A bad frame at ``pos`` is a torn tail if only zeros follow it, or if it
+        reaches the end and no valid frame of a later offset starts after it."""
+        if frame_end < size:
+            f.seek(frame_end)
+            while chunk := f.read(READ_CHUNK_BYTES):
+                if chunk.strip(b"\0"):
+                    return False
             return True
-        f.seek(frame_end)
-        while chunk := f.read(READ_CHUNK_BYTES):
-            if chunk.strip(b"\0"):
-                return False
-        return True
+        # A damaged length field makes a frame in the middle seem to run past the end
+        # of the segment, exactly like a torn last write; truncating it would drop every
+        # acknowledged entry after it. A torn write has nothing valid after it.
+        return not FileLog._frame_follows(f, pos, size, expect + 1)
+
+    @staticmethod
+    def _frame_follows(f: Any, pos: int, size: int, offset: int) -> bool:
+        """Does a complete, CRC-valid frame holding ``offset`` start after byte ``pos``?
+
+        Looks for the big-endian offset (the first field of a body) with mmap, so the
+        segment is never loaded into memory; only an error path runs it.
+        """
+        needle = struct.pack(">Q", offset)
+        with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as m:
+            hit = m.find(needle, pos + FRAME_HEAD.size + 1)
+            while hit != -1:
+                head = hit - FRAME_HEAD.size
+                if head > pos:
+                    length, crc = FRAME_HEAD.unpack_from(m, head)
+                    fits = MIN_BODY <= length <= size - hit
+                    if fits and zlib.crc32(m[hit : hit + length]) == crc:
+                        return True
+                hit = m.find(needle, hit + 1)
+        return False
 
     # -- appending ------------------------------------------------------------
 
@@ -386,12 +417,16 @@ class FileLog(Log):
             pos = seg.positions[start - seg.base]
             f.seek(pos)
             for offset in range(start, stop):
+                # The index knows where this frame ends: a damaged length field must fail
+                # the check below, not make f.read allocate up to 4 GiB (MemoryError) first.
+                nxt = offset - seg.base + 1
+                limit = seg.positions[nxt] if nxt < len(seg.positions) else seg.end
                 head = f.read(FRAME_HEAD.size)
-                length, crc = FRAME_HEAD.unpack(head)
-                body = f.read(length)
+                length, crc = FRAME_HEAD.unpack(head) if len(head) == FRAME_HEAD.size else (-1, 0)
+                body = f.read(length) if 0 <= length <= limit - pos - FRAME_HEAD.size else b""
                 if len(body) != length or zlib.crc32(body) != crc:
                     raise CorruptEntryError(
-                        f"CRC mismatch at byte {pos} of segment {seg.path.name}",
+                        f"CRC or length mismatch at byte {pos} of segment {seg.path.name}",
                         namespace=self.namespace, log=self.name, offset=offset,
                     )
                 entry = decode_body(body)

@@ -170,7 +170,8 @@ class Namespace:
         if existing.region_id != wanted.region_id:
             raise RoutingError(
                 f"rows of a table never spill over two regions: the table lives in region "
-                f"{existing.region_id}, rows were routed to region {wanted.region_id}", **where)
+                f"{existing.region_id}, rows were routed to region {wanted.region_id} (route "
+                "rows of different regions to different tables, e.g. with tableColumn)", **where)
         if not existing.schema.equals(wanted.schema):
             raise SchemaMismatch(
                 f"schema does not match the table's: table has {_fmt(existing.schema)}, "

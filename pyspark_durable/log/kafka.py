@@ -1,0 +1,401 @@
+"""The Kafka log: the distributed backend (kafka-python, any Kafka-protocol broker).
+
+Mapping (one namespace)::
+
+    {namespace}_{log}          one topic per log, exactly ONE partition: region logs
+                               are {namespace}_region_{id}, the WAL's own logs
+                               {namespace}_commits, {namespace}_catalog, ...
+    {namespace}_snapshots      the namespace's small state, compacted, keyed by
+                               "snapshot/{name}"  write_snapshot / read_snapshot
+                               "log/{name}"       registry of the namespace's logs
+                               "lowwater/{name}"  logical low watermark of a log
+
+Options and their spelling (``kafka.bootstrap.servers`` = ``bootstrap_servers``):
+see :mod:`pyspark_durable.log.kafka_admin`.
+
+Implementation notes (why):
+
+* **Explicit topics.** A produce to an unknown topic may auto-create it with the
+  broker's default partition count (Tansu: 4), which would break the order of a
+  log. Topics are created with the admin client before the first append, with
+  infinite retention, and an existing topic is verified to have one partition.
+  A log name may not be ``snapshots`` or end in ``_snapshots``, so a topic ending in
+  ``_snapshots`` is always the snapshots topic of exactly one namespace: that is
+  how :meth:`KafkaLogStore.list_namespaces` finds namespaces, and the registry is
+  how :meth:`KafkaLogStore.list_logs` tells namespace ``a``'s log ``b_commits`` from
+  namespace ``a_b``'s ``commits``. Those two still share one topic: do not use
+  namespaces whose name is another namespace's name plus ``_`` plus a log prefix.
+* **assign()/seek(), never consumer groups.** A reader wants exact offsets, no
+  group join (slow) and no committed group offsets; ``auto_offset_reset='none'``
+  makes a missing offset an error instead of a silent jump.
+* **The high watermark comes from fetch responses.** ListOffsets(latest) is wrong
+  on Tansu (first offset of the last batch + 1) but is still a lower bound that is
+  0 only for an empty log; the end is read from a fetch of the last known offset
+  (``consumer.highwater``), which is right on Tansu and on Apache Kafka.
+* **Durable appends.** acks=all and idempotence are forced; an append returns when
+  every record is acknowledged, else raises (the records that did land stay in
+  the log, as after any crash: the WAL's step commits decide what is visible).
+* **Deletion.** ``delete_before`` first writes the logical low watermark to the
+  snapshots topic (acks=all), then calls DeleteRecords. Brokers without it (Tansu
+  closes the socket) are detected once per store and logged once; reads then rely
+  on the logical watermark, which every process reads before a read.
+* **Snapshots** are found by scanning the (compacted) snapshots topic from the last
+  position this store has seen: fine for small, rare snapshots.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import kafka.errors as kerr
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from pyspark_durable.errors import BackendUnavailable, ConfigError, LogNotFound
+from pyspark_durable.log.base import Entry, Log, LogStore, Record, check_name
+from pyspark_durable.log.kafka_admin import KafkaSettings, TopicAdmin, translated
+
+log = logging.getLogger(__name__)
+
+SNAPSHOTS = "snapshots"
+LOG_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
+META_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "compact"}
+
+
+class KafkaLog(Log):
+    """One log = one single-partition topic; see the module docstring."""
+
+    def __init__(self, store: KafkaLogStore, name: str, topic: str) -> None:
+        super().__init__(store.namespace, name)
+        self.store = store
+        self.topic = topic
+        self.tp = TopicPartition(topic, 0)
+        self._known_high = 0  # highest high watermark seen (appends and fetches)
+        self._idle: list[KafkaConsumer] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _where(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "log": self.name}
+
+    # -- appending ------------------------------------------------------------
+
+    def append(self, records: Sequence[Record]) -> list[int]:
+        if not records:
+            return []
+        producer = self.store.producer()
+        address = self.store.settings.bootstrap_servers
+        with translated("append", address, **self._where()):
+            send = producer.send
+            futures = [
+                send(self.topic, value=r.value if type(r.value) is bytes else bytes(r.value),
+                     key=r.key if type(r.key) is bytes else bytes(r.key),
+                     headers=[(k, bytes(v)) for k, v in r.headers] or None, partition=0)
+                for r in records
+            ]
+            producer.flush(timeout=self.store.settings.wait_s)
+            offsets, failed = [], None
+            for fut in futures:
+                try:
+                    offsets.append(fut.get(timeout=self.store.settings.wait_s).offset)
+                except Exception as exc:  # noqa: BLE001 - re-raised typed below
+                    failed = failed or exc
+            if failed is not None:
+                raise BackendUnavailable(
+                    f"append to topic {self.topic} on Kafka broker {address} failed: "
+                    f"{len(offsets)} of {len(records)} records acknowledged (the rest may or "
+                    f"may not be stored): {type(failed).__name__}: {failed}", **self._where(),
+                ) from failed
+        with self._lock:
+            self._known_high = max(self._known_high, offsets[-1] + 1)
+        return offsets
+
+    # -- consumers and bounds -----------------------------------------------------
+
+    @contextmanager
+    def _consumer(self) -> Iterator[KafkaConsumer]:
+        """Borrow a consumer assigned to the partition; pooled, closed on error."""
+        with self._lock:
+            if self._closed:
+                raise BackendUnavailable("log is closed", **self._where())
+            consumer = self._idle.pop() if self._idle else None
+        if consumer is None:
+            consumer = self.store.new_consumer(self._where())
+            consumer.assign([self.tp])
+        ok = False
+        try:
+            yield consumer
+            ok = True
+        except GeneratorExit:  # a reader stopped early: the consumer is fine
+            ok = True
+            raise
+        finally:
+            with self._lock:
+                keep = ok and not self._closed
+                if keep:
+                    self._idle.append(consumer)
+            if not keep:
+                _close_quietly(consumer)
+
+    def _bounds(self) -> tuple[int, int]:
+        """(first offset the broker still has, high watermark), from the broker."""
+        address = self.store.settings.bootstrap_servers
+        timeout_ms = self.store.settings.request_timeout_ms
+        with self._consumer() as c, translated("reading watermarks", address, **self._where()):
+            for attempt in range(2):
+                begin = c.beginning_offsets([self.tp], timeout_ms)[self.tp]
+                hint = max(self._known_high, begin)
+                if hint == begin:
+                    # Tansu: a lower bound of the end, 0 only when empty; Kafka: exact
+                    end = c.end_offsets([self.tp], timeout_ms)[self.tp]
+                    if end <= begin:
+                        return begin, max(begin, end)
+                    hint = end
+                c.seek(self.tp, hint - 1)
+                try:
+                    got = c.poll(timeout_ms=timeout_ms, max_records=1)
+                except kerr.OffsetOutOfRangeError:
+                    if attempt:
+                        raise
+                    continue  # deleted meanwhile: learn the new beginning
+                if not got:
+                    raise BackendUnavailable(
+                        f"no fetch answer from Kafka broker {address} for topic {self.topic} "
+                        f"within request_timeout_ms={timeout_ms}", **self._where())
+                high = c.highwater(self.tp)
+                break
+        with self._lock:
+            self._known_high = max(self._known_high, high if high is not None else hint)
+            return begin, self._known_high
+
+    def _watermarks(self) -> tuple[int, int]:
+        begin, high = self._bounds()
+        logical = self.store.logical_low(self.name)
+        return min(max(begin, logical), high), high
+
+    def low_watermark(self) -> int:
+        return self._watermarks()[0]
+
+    def high_watermark(self) -> int:
+        return self._watermarks()[1]
+
+    # -- reading --------------------------------------------------------------
+
+    def read(self, start: int, end: int | None = None) -> Iterator[Entry]:
+        low, high = self._watermarks()
+        self.check_range(start, low, high)
+        stop = high if end is None else min(end, high)
+        return self._scan(start, stop)
+
+    def _scan(self, start: int, stop: int) -> Iterator[Entry]:
+        """Entries in [start, stop) of the topic, fetched in bounded chunks."""
+        if start >= stop:
+            return
+        settings = self.store.settings
+        tp, timeout_ms = self.tp, settings.request_timeout_ms
+        with self._consumer() as c, translated(
+            f"reading [{start}, {stop})", settings.bootstrap_servers, **self._where()
+        ):
+            c.seek(tp, start)
+            offset = start
+            while offset < stop:
+                got = c.poll(timeout_ms=timeout_ms)
+                batch = got.get(tp)
+                if not batch:
+                    raise BackendUnavailable(
+                        f"Kafka broker {settings.bootstrap_servers} sent nothing for "
+                        f"request_timeout_ms={timeout_ms} while reading topic {self.topic} at "
+                        f"offset {offset} (expected entries up to {stop})", **self._where())
+                for r in batch:
+                    offset = r.offset
+                    if offset >= stop:
+                        return
+                    yield Entry(offset, r.key or b"", r.value or b"",
+                                tuple(r.headers) if r.headers else (), r.timestamp)
+                offset += 1
+
+    # -- deleting and closing ---------------------------------------------------
+
+    def delete_before(self, offset: int) -> None:
+        low, high = self._watermarks()
+        target = min(offset, high)
+        if target <= low:
+            return
+        self.store.set_logical_low(self.name, target)
+        self.store.delete_records(self.topic, target)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for consumer in idle:
+            _close_quietly(consumer)
+
+
+def _close_quietly(client: Any, **kwargs: Any) -> None:
+    try:
+        client.close(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - closing must not mask the real error
+        log.debug("closing a Kafka client failed: %s", exc)
+
+
+class KafkaLogStore(LogStore):
+    """The logs of one namespace as topics ``{namespace}_{log}``; see the module docstring."""
+
+    type_name = "kafka"
+
+    def __init__(
+        self,
+        namespace: str,
+        bootstrap_servers: str | None = None,
+        connect_timeout_ms: int | None = None,
+        request_timeout_ms: int | None = None,
+        linger_ms: int | None = None,
+        batch_size: int | None = None,
+        compression_type: str | None = None,
+        **kafka_options: Any,
+    ) -> None:
+        super().__init__(namespace)
+        self.settings = KafkaSettings.parse({
+            "bootstrap_servers": bootstrap_servers, "connect_timeout_ms": connect_timeout_ms,
+            "request_timeout_ms": request_timeout_ms, "linger_ms": linger_ms,
+            "batch_size": batch_size, "compression_type": compression_type, **kafka_options,
+        })
+        self.admin = TopicAdmin(self.settings, namespace)
+        self._producer: KafkaProducer | None = None
+        self._logs: dict[str, KafkaLog] = {}
+        self._lock = threading.Lock()
+        self._meta_lock = threading.Lock()
+        self._meta: dict[bytes, bytes] = {}
+        self._meta_log: KafkaLog | None = None
+        self._meta_pos = 0
+        self._delete_records_ok: bool | None = None
+
+    # -- clients -------------------------------------------------------------
+
+    def producer(self) -> KafkaProducer:
+        with self._lock:
+            if self._producer is None:
+                with translated("connecting the producer", self.settings.bootstrap_servers,
+                                namespace=self.namespace):
+                    self._producer = KafkaProducer(**self.settings.clients["producer"])
+            return self._producer
+
+    def new_consumer(self, where: Mapping[str, Any]) -> KafkaConsumer:
+        with translated("connecting a consumer", self.settings.bootstrap_servers, **where):
+            return KafkaConsumer(**self.settings.clients["consumer"])
+
+    def topic(self, name: str) -> str:
+        return f"{self.namespace}_{name}"
+
+    # -- logs -----------------------------------------------------------------
+
+    @classmethod
+    def list_namespaces(cls, config: Mapping[str, Any]) -> list[str]:
+        from pyspark_durable.log.base import NAME_RE
+
+        admin = TopicAdmin(KafkaSettings.parse(config))
+        try:
+            topics = admin.list_topics()
+        finally:
+            admin.close()
+        suffix = f"_{SNAPSHOTS}"
+        return sorted(
+            t[: -len(suffix)] for t in topics
+            if t.endswith(suffix) and NAME_RE.match(t[: -len(suffix)])
+        )
+
+    def list_logs(self) -> list[str]:
+        registered = [k[4:].decode() for k in self._meta_snapshot() if k.startswith(b"log/")]
+        existing = set(self.admin.list_topics())
+        return sorted(n for n in registered if self.topic(n) in existing)
+
+    def open_log(self, name: str, create: bool = True) -> Log:
+        check_name("log", name)
+        if name == SNAPSHOTS or name.endswith(f"_{SNAPSHOTS}"):
+            raise ConfigError(f"log name {name!r} is invalid: '{SNAPSHOTS}' and "
+                              f"'*_{SNAPSHOTS}' are reserved", namespace=self.namespace)
+        with self._lock:
+            existing = self._logs.get(name)
+        if existing is not None:
+            return existing
+        topic = self.topic(name)
+        if create and b"log/" + name.encode() not in self._meta_snapshot():
+            self._put_meta(b"log/" + name.encode(), b"")  # registry first: list_logs
+        if not self.admin.ensure(topic, create, LOG_TOPIC_CONFIG):
+            raise LogNotFound(f"log does not exist (no topic {topic!r} on "
+                              f"{self.settings.bootstrap_servers})",
+                              namespace=self.namespace, log=name)
+        with self._lock:
+            return self._logs.setdefault(name, KafkaLog(self, name, topic))
+
+    # -- the snapshots topic ------------------------------------------------------
+
+    def _meta_topic_log(self, create: bool) -> KafkaLog | None:
+        if self._meta_log is None:
+            topic = self.topic(SNAPSHOTS)
+            if not self.admin.ensure(topic, create, META_TOPIC_CONFIG):
+                return None
+            self._meta_log = KafkaLog(self, SNAPSHOTS, topic)
+        return self._meta_log
+
+    def _meta_snapshot(self) -> dict[bytes, bytes]:
+        """Catch up with the snapshots topic; return the latest value of every key."""
+        with self._meta_lock:
+            meta_log = self._meta_topic_log(create=False)
+            if meta_log is not None:
+                begin, high = meta_log._bounds()
+                for entry in meta_log._scan(max(self._meta_pos, begin), high):
+                    self._meta[entry.key] = entry.value
+                self._meta_pos = max(self._meta_pos, high)
+            return dict(self._meta)
+
+    def _put_meta(self, key: bytes, value: bytes) -> None:
+        with self._meta_lock:
+            meta_log = self._meta_topic_log(create=True)
+        assert meta_log is not None
+        meta_log.append([Record(key, value)])
+
+    def write_snapshot(self, name: str, data: bytes) -> None:
+        check_name("snapshot", name)
+        self._put_meta(b"snapshot/" + name.encode(), bytes(data))
+
+    def read_snapshot(self, name: str) -> bytes | None:
+        check_name("snapshot", name)
+        return self._meta_snapshot().get(b"snapshot/" + name.encode())
+
+    def logical_low(self, name: str) -> int:
+        value = self._meta_snapshot().get(b"lowwater/" + name.encode())
+        return int(value) if value else 0
+
+    def set_logical_low(self, name: str, offset: int) -> None:
+        self._put_meta(b"lowwater/" + name.encode(), str(offset).encode())
+
+    def delete_records(self, topic: str, offset: int) -> None:
+        """DeleteRecords where the broker has it; else the logical watermark is the rule."""
+        if self._delete_records_ok is False:
+            return
+        ok = self.admin.delete_records(topic, offset)
+        if not ok and self._delete_records_ok is None:
+            log.warning(
+                "namespace=%s: Kafka broker %s does not support DeleteRecords; deleted "
+                "entries stay on the broker and reads skip them using the logical low "
+                "watermark in topic %s", self.namespace, self.settings.bootstrap_servers,
+                self.topic(SNAPSHOTS),
+            )
+        self._delete_records_ok = ok
+
+    def close(self) -> None:
+        with self._lock:
+            logs, self._logs = list(self._logs.values()), {}
+            producer, self._producer = self._producer, None
+        if self._meta_log is not None:
+            logs.append(self._meta_log)
+        for log_ in logs:
+            log_.close()
+        if producer is not None:
+            _close_quietly(producer, timeout=self.settings.request_timeout_ms / 1000)
+        self.admin.close()

@@ -1,0 +1,288 @@
+"""Options, error translation and topic administration of the Kafka log backend.
+
+Option spelling (one rule, so YAML, Spark options and Python keywords all work):
+a key may carry a ``kafka.`` prefix, and ``.``/``-`` count as ``_``; so
+``kafka.bootstrap.servers``, ``bootstrap.servers`` and ``bootstrap_servers`` are one
+option. After that, a key must be one of this backend's own options
+(:data:`OWN_OPTIONS`) or a kafka-python config name (``KafkaProducer``,
+``KafkaConsumer`` or ``KafkaAdminClient`` ``DEFAULT_CONFIG``); each kafka-python
+option goes to every client that knows it. String values are coerced to the type
+of the option's default (Spark passes every option as a string).
+
+Options that would break the log's guarantees are refused (:data:`FORBIDDEN`), as
+are unknown ones, with the list of valid names.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import kafka.errors as kerr
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+
+from pyspark_durable.errors import (
+    BackendUnavailable,
+    ConfigError,
+    DurableWalError,
+    OffsetOutOfRange,
+)
+
+log = logging.getLogger(__name__)
+
+FORBIDDEN: dict[str, str] = {
+    "acks": "appends are durable only with acks=all, which the backend forces",
+    "enable_idempotence": "retried sends must not duplicate entries (forced on)",
+    "key_serializer": "keys are bytes, passed through unchanged",
+    "value_serializer": "values are bytes, passed through unchanged",
+    "key_deserializer": "keys are bytes, passed through unchanged",
+    "value_deserializer": "values are bytes, passed through unchanged",
+    "auto_offset_reset": "a read must fail on a missing offset, never jump (forced 'none')",
+    "enable_auto_commit": "reads use assign()/seek(), not consumer-group offsets",
+    "isolation_level": "exactly-once comes from the WAL's step commits, not transactions",
+    "group_id": "reads use assign()/seek(), never consumer groups",
+    "transactional_id": "exactly-once comes from the WAL's step commits, not transactions",
+    "allow_auto_create_topics": "topics are created explicitly with one partition",
+    "check_crcs": "corrupt entries must be detected (always checked)",
+}
+
+# this backend's own options and their defaults (kafka-python ones may share a name)
+OWN_OPTIONS: dict[str, Any] = {
+    "bootstrap_servers": None,
+    "connect_timeout_ms": 10_000,
+    "request_timeout_ms": 30_000,
+    "replication_factor": -1,  # -1: the broker's default.replication.factor
+    "topic_config": None,  # extra topic configs for created topics, e.g. min.insync.replicas
+}
+
+# kafka-python defaults we change, for throughput on batches of ~100 KB entries
+TUNED: dict[str, Any] = {
+    "linger_ms": 5,
+    "batch_size": 1 << 20,
+    "max_request_size": 16 << 20,
+    "max_partition_fetch_bytes": 8 << 20,
+}
+
+CLIENTS: dict[str, type] = {
+    "producer": KafkaProducer,
+    "consumer": KafkaConsumer,
+    "admin": KafkaAdminClient,
+}
+KAFKA_KEYS = frozenset().union(*(c.DEFAULT_CONFIG for c in CLIENTS.values()))  # type: ignore[attr-defined]
+
+
+def normalize_key(key: str) -> str:
+    """``kafka.bootstrap.servers`` -> ``bootstrap_servers`` (see the module docstring)."""
+    if key.startswith("kafka."):
+        key = key[len("kafka."):]
+    return key.replace(".", "_").replace("-", "_")
+
+
+def _coerce(name: str, value: Any, default: Any) -> Any:
+    """Spark options are strings: give them the type of the option's default."""
+    if not isinstance(value, str) or default is None or isinstance(default, str):
+        return value
+    try:
+        if isinstance(default, bool):
+            if value.lower() not in ("true", "false"):
+                raise ValueError(value)
+            return value.lower() == "true"
+        if isinstance(default, int):
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+    except ValueError:
+        raise ConfigError(
+            f"option {name}={value!r} is not a valid {type(default).__name__}"
+        ) from None
+    return value
+
+
+@dataclass
+class KafkaSettings:
+    """Parsed options: our own ones, and the kwargs of each kafka-python client."""
+
+    bootstrap_servers: str
+    connect_timeout_ms: int
+    request_timeout_ms: int
+    replication_factor: int
+    topic_config: dict[str, str]
+    clients: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> KafkaSettings:
+        merged: dict[str, Any] = {}
+        spelled: dict[str, str] = {}
+        for raw, value in options.items():
+            if value is None:
+                continue
+            name = normalize_key(str(raw))
+            if name in FORBIDDEN:
+                raise ConfigError(f"option {raw!r} cannot be set: {FORBIDDEN[name]}")
+            if name not in OWN_OPTIONS and name not in KAFKA_KEYS:
+                valid = sorted((set(OWN_OPTIONS) | KAFKA_KEYS) - set(FORBIDDEN))
+                raise ConfigError(
+                    f"unknown kafka backend option {raw!r}; valid (optionally prefixed "
+                    f"'kafka.', '.' for '_'): {', '.join(valid)}"
+                )
+            if name in merged:
+                raise ConfigError(f"option {raw!r} given twice (also as {spelled[name]!r})")
+            merged[name], spelled[name] = value, str(raw)
+        for name, value in list(merged.items()):
+            default = OWN_OPTIONS.get(name)
+            for client in CLIENTS.values():
+                default = default if default is not None else client.DEFAULT_CONFIG.get(name)  # type: ignore[attr-defined]
+            merged[name] = _coerce(spelled[name], value, default)
+        servers = merged.get("bootstrap_servers")
+        if not servers:
+            raise ConfigError("the kafka backend needs bootstrap_servers (host:port[,host:port])")
+        if not isinstance(servers, str):
+            servers = ",".join(servers)
+        own = {k: merged.pop(k, d) for k, d in OWN_OPTIONS.items()}
+        for k, v in TUNED.items():
+            merged.setdefault(k, v)
+        if int(own["connect_timeout_ms"]) <= 0 or int(own["request_timeout_ms"]) <= 0:
+            raise ConfigError("connect_timeout_ms and request_timeout_ms must be positive")
+        common = {
+            "bootstrap_servers": servers.split(","),
+            "bootstrap_timeout_ms": int(own["connect_timeout_ms"]),
+            "request_timeout_ms": int(own["request_timeout_ms"]),
+        }
+        forced = {
+            "producer": {"acks": "all", "enable_idempotence": True,
+                         "allow_auto_create_topics": False},
+            "consumer": {"group_id": None, "enable_auto_commit": False,
+                         "auto_offset_reset": "none", "isolation_level": "read_uncommitted",
+                         "check_crcs": True, "allow_auto_create_topics": False},
+            "admin": {},
+        }
+        clients: dict[str, dict[str, Any]] = {}
+        for kind, client in CLIENTS.items():
+            keys = client.DEFAULT_CONFIG  # type: ignore[attr-defined]
+            cfg = {k: v for k, v in {**common, **merged}.items() if k in keys}
+            clients[kind] = {**cfg, **forced[kind]}
+        prod = clients["producer"]
+        prod.setdefault("max_block_ms", int(own["connect_timeout_ms"]))
+        prod.setdefault(
+            "delivery_timeout_ms", int(own["request_timeout_ms"]) + int(prod["linger_ms"]) + 1000
+        )
+        topic_config = {str(k): str(v) for k, v in (own["topic_config"] or {}).items()}
+        return cls(servers, int(own["connect_timeout_ms"]), int(own["request_timeout_ms"]),
+                   int(own["replication_factor"]), topic_config, clients)
+
+    @property
+    def wait_s(self) -> float:
+        """Upper bound of one blocking client call (a poll, an append's acks)."""
+        prod = self.clients["producer"]
+        return max(self.request_timeout_ms, prod["delivery_timeout_ms"]) / 1000 + 5
+
+
+@contextmanager
+def translated(what: str, address: str, **where: Any) -> Iterator[None]:
+    """Turn kafka-python errors into this package's typed errors, naming the broker."""
+    try:
+        yield
+    except DurableWalError:
+        raise
+    except kerr.KafkaConfigurationError as exc:
+        raise ConfigError(f"{what}: invalid kafka client option: {exc}", **where) from exc
+    except kerr.OffsetOutOfRangeError as exc:
+        raise OffsetOutOfRange(f"{what}: broker {address} has no such offset: {exc}",
+                               **where) from exc
+    except kerr.MessageSizeTooLargeError as exc:
+        raise ConfigError(
+            f"{what}: entry too large for broker {address} ({exc}); raise max_request_size "
+            "and the topic's max.message.bytes", **where) from exc
+    except kerr.KafkaError as exc:
+        msg = f"{what}: Kafka broker {address} failed: {type(exc).__name__}: {exc}"
+        if getattr(exc, "retriable", False) or isinstance(
+            exc, kerr.KafkaConnectionError | kerr.NoBrokersAvailable | kerr.KafkaTimeoutError
+        ):
+            raise BackendUnavailable(msg, **where) from exc
+        raise DurableWalError(msg, **where) from exc
+    except (OSError, TimeoutError) as exc:
+        raise BackendUnavailable(f"{what}: Kafka broker {address} unreachable: {exc}",
+                                 **where) from exc
+
+
+class TopicAdmin:
+    """Creates, describes and lists topics; never relies on auto-creation."""
+
+    def __init__(self, settings: KafkaSettings, namespace: str | None = None) -> None:
+        self.settings = settings
+        self.address = settings.bootstrap_servers
+        self.namespace = namespace
+        with translated("connecting the admin client", self.address, namespace=namespace):
+            try:
+                self.client = KafkaAdminClient(**settings.clients["admin"])
+            except kerr.KafkaTimeoutError as exc:
+                raise BackendUnavailable(
+                    f"cannot reach Kafka broker {self.address} within "
+                    f"connect_timeout_ms={settings.connect_timeout_ms}: {exc}",
+                    namespace=namespace,
+                ) from exc
+
+    def list_topics(self) -> list[str]:
+        with translated("listing topics", self.address, namespace=self.namespace):
+            return list(self.client.list_topics())
+
+    def partitions(self, topic: str) -> int | None:
+        """Number of partitions of ``topic``, None if it does not exist."""
+        with translated("describing topic", self.address, namespace=self.namespace, topic=topic):
+            (info,) = self.client.describe_topics([topic])
+        if info.get("error_code", 0) == kerr.UnknownTopicOrPartitionError.errno:
+            return None
+        if info.get("error_code", 0):
+            err = kerr.for_code(info["error_code"])
+            with translated("describing topic", self.address, topic=topic):
+                raise err(f"describe_topics({topic})")
+        return len(info.get("partitions") or [])
+
+    def ensure(self, topic: str, create: bool, configs: Mapping[str, str]) -> bool:
+        """Make sure ``topic`` exists with ONE partition; False if missing and not ``create``."""
+        count = self.partitions(topic)
+        if count is None:
+            if not create:
+                return False
+            spec = {"num_partitions": 1, "replication_factor": self.settings.replication_factor,
+                    "configs": {**configs, **self.settings.topic_config}}
+            with translated("creating topic", self.address, namespace=self.namespace,
+                            topic=topic):
+                try:
+                    self.client.create_topics({topic: spec})
+                except kerr.TopicAlreadyExistsError:
+                    pass  # another process won the race: verified below
+                self.client.wait_for_topics([topic], timeout_ms=self.settings.request_timeout_ms)
+            count = self.partitions(topic)
+        if count != 1:
+            raise ConfigError(
+                f"topic {topic!r} has {count} partitions; a log needs exactly 1 (created by "
+                "auto-creation or by hand?): delete it or use another namespace",
+                namespace=self.namespace,
+            )
+        return True
+
+    def delete_records(self, topic: str, offset: int) -> bool:
+        """DeleteRecords below ``offset``; False if the broker does not support it."""
+        from kafka import TopicPartition
+
+        tp = TopicPartition(topic, 0)
+        try:
+            self.client.delete_records({tp: offset},
+                                       timeout_ms=self.settings.request_timeout_ms)
+            return True
+        except (kerr.KafkaConnectionError, kerr.UnsupportedVersionError,
+                kerr.KafkaProtocolError) as exc:
+            # Tansu closes the socket on DeleteRecords: unsupported if the broker still answers
+            self.partitions(topic)
+            log.debug("DeleteRecords failed on a reachable broker: %s", exc)
+            return False
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        except Exception as exc:  # noqa: BLE001 - closing must not mask the real error
+            log.debug("closing the Kafka admin client failed: %s", exc)

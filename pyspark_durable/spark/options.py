@@ -1,0 +1,163 @@
+"""Options of the ``durablewal`` data source, parsed from Spark's string options.
+
+Spark hands options as strings in a case-insensitive mapping. They are parsed once
+into a frozen dataclass; an unknown key is an error that lists the valid ones.
+Options named ``{backend}.*`` (for example ``kafka.bootstrap.servers``) pass through
+to the log backend untouched: this layer does not know what they mean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from pyspark_durable.errors import ConfigError
+
+# canonical name -> (default shown in README, help)
+OPTIONS: dict[str, tuple[str, str]] = {
+    "path": ("(none)", "root folder of the file log; `.load(path)`/`.start(path)`/`.save(path)`"),
+    "backend": ("file", "`file` | `kafka` | `memory`"),
+    "namespace": ("default", "the WAL's namespace"),
+    "namespaceId": ("0", "u8 id fixed when the namespace is created"),
+    "region": ("0", "write: the region of every row"),
+    "regionColumn": ("(none)", "write: an integer column that routes each row to a region"),
+    "table": ("default", "write: a table name or id for every row"),
+    "tableColumn": ("(none)", "write: a column (string or integer) naming each row's table"),
+    "payloadFormat": ("arrow", "write: `arrow` | `avro`"),
+    "entryMaxBytes": ("921600", "write: entries are split to stay under this size"),
+    "regions": ("(all)", "read: comma list of regions"),
+    "tables": ("(all)", "read: comma list of table names or ids"),
+    "startingStep": ("earliest", "read: `earliest` | `latest` | a step number"),
+    "endingStep": ("(latest)", "batch read: first step not read"),
+    "maxStepsPerTrigger": ("(none)", "stream read: at most this many steps per micro-batch"),
+    "maxRowsPerTrigger": ("(none)", "stream read: at most about this many rows per micro-batch"),
+    "maxBytesPerTrigger": ("(none)", "stream read: at most about this many bytes per micro-batch"),
+    "minRowsPerTrigger": ("(none)", "stream read: wait until this many rows are committed"),
+    "failOnDataLoss": ("true", "read: an expired step fails the query (false: skip, warn)"),
+    "readerId": ("(none)", "stream read: record committed steps under this reader id"),
+    "checkpointLocation": ("(none)", "Spark's own option, accepted and ignored here"),
+}
+_CANONICAL = {k.lower(): k for k in OPTIONS}
+
+
+def _int(name: str, value: str | None, default: int | None = None,
+         minimum: int | None = 0) -> int | None:
+    if value is None:
+        return default
+    try:
+        n = int(value)
+    except ValueError:
+        raise ConfigError(f"option {name}={value!r} is not an integer") from None
+    if minimum is not None and n < minimum:
+        raise ConfigError(f"option {name}={value!r} must be >= {minimum}")
+    return n
+
+
+def _bool(name: str, value: str | None, default: bool) -> bool:
+    if value is None:
+        return default
+    lowered = str(value).strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ConfigError(f"option {name}={value!r} is not true or false")
+
+
+def _list(value: str | None) -> tuple[str, ...] | None:
+    if value is None or not value.strip():
+        return None
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+@dataclass(frozen=True)
+class WalOptions:
+    """Every option of the data source, typed; see README's options table."""
+
+    backend: str = "file"
+    namespace: str = "default"
+    namespace_id: int = 0
+    store: Mapping[str, Any] = field(default_factory=dict)
+    region: int = 0
+    region_column: str | None = None
+    table: str = "default"
+    table_column: str | None = None
+    payload_format: str = "arrow"
+    entry_max_bytes: int = 900 * 1024
+    regions: tuple[int, ...] | None = None
+    tables: tuple[str, ...] | None = None
+    starting_step: str = "earliest"
+    ending_step: int | None = None
+    max_steps_per_trigger: int | None = None
+    max_rows_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    min_rows_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    reader_id: str | None = None
+
+    @staticmethod
+    def parse(options: Mapping[str, str]) -> WalOptions:
+        raw: dict[str, str] = {}
+        passthrough: dict[str, str] = {}
+        backend = "file"
+        for key, value in options.items():
+            if key.lower() == "backend":
+                backend = str(value).strip().lower()
+        for key, value in options.items():
+            lowered = key.lower()
+            if lowered.startswith(backend + "."):
+                passthrough[key] = value
+            elif lowered in _CANONICAL:
+                raw[_CANONICAL[lowered]] = value
+            else:
+                raise ConfigError(
+                    f"unknown option {key!r}; valid options: {', '.join(OPTIONS)}, "
+                    f"and {backend}.* for the {backend} backend")
+        if backend not in ("file", "kafka", "memory"):
+            raise ConfigError(f"option backend={backend!r}; valid: file, kafka, memory")
+        store: dict[str, Any] = dict(passthrough)
+        if raw.get("path"):
+            store["path"] = raw["path"]
+        if backend == "file" and "path" not in store:
+            raise ConfigError("the file backend needs a path: .load(path), .start(path) or "
+                              ".save(path), or option path")
+        if backend == "file":  # file.segment_size_bytes -> segment_size_bytes
+            store = {k.split(".", 1)[1] if k.lower().startswith("file.") else k: v
+                     for k, v in store.items()}
+        starting = str(raw.get("startingStep", "earliest")).strip().lower()
+        if starting not in ("earliest", "latest"):
+            starting = str(_int("startingStep", starting))
+        fmt = str(raw.get("payloadFormat", "arrow")).strip().lower()
+        if fmt not in ("arrow", "avro"):
+            raise ConfigError(f"option payloadFormat={fmt!r}; valid: arrow, avro")
+        regions = _list(raw.get("regions"))
+        return WalOptions(
+            backend=backend,
+            namespace=str(raw.get("namespace", "default")),
+            namespace_id=_int("namespaceId", raw.get("namespaceId"), 0),
+            store=store,
+            region=_int("region", raw.get("region"), 0),
+            region_column=raw.get("regionColumn"),
+            table=str(raw.get("table", "default")),
+            table_column=raw.get("tableColumn"),
+            payload_format=fmt,
+            entry_max_bytes=_int("entryMaxBytes", raw.get("entryMaxBytes"), 900 * 1024, 1024),
+            regions=None if regions is None else tuple(_int("regions", r) for r in regions),
+            tables=_list(raw.get("tables")),
+            starting_step=starting,
+            ending_step=_int("endingStep", raw.get("endingStep")),
+            max_steps_per_trigger=_int("maxStepsPerTrigger", raw.get("maxStepsPerTrigger"),
+                                       minimum=1),
+            max_rows_per_trigger=_int("maxRowsPerTrigger", raw.get("maxRowsPerTrigger"),
+                                      minimum=1),
+            max_bytes_per_trigger=_int("maxBytesPerTrigger", raw.get("maxBytesPerTrigger"),
+                                       minimum=1),
+            min_rows_per_trigger=_int("minRowsPerTrigger", raw.get("minRowsPerTrigger"),
+                                      minimum=1),
+            fail_on_data_loss=_bool("failOnDataLoss", raw.get("failOnDataLoss"), True),
+            reader_id=raw.get("readerId"),
+        )
+
+    def key(self) -> tuple:
+        """Hashable identity, to share one open namespace per worker process."""
+        return tuple((f.name, repr(getattr(self, f.name))) for f in fields(self)
+                     if f.name in ("backend", "namespace", "namespace_id", "store"))

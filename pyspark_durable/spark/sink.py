@@ -1,0 +1,187 @@
+"""The ``durablewal`` sink: one Spark micro-batch = one WAL step, exactly once.
+
+Each task attempt writes its rows as entries of its own WAL attempt (durable,
+invisible) and returns the attempt's receipt as its commit message. The driver's
+``commit(messages, batchId)`` commits all receipts as the step
+``(writer_id = query id, writer_step = batchId)``. A failed or speculative task
+attempt's rows are in no receipt Spark hands to ``commit``, so they are never
+visible; a batch replayed after a driver crash commits the same pair again, which
+the WAL turns into a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from pyspark_durable.codec.keys import U64_MAX
+from pyspark_durable.errors import ConfigError, RoutingError
+from pyspark_durable.spark.options import WalOptions
+from pyspark_durable.spark.session_cache import namespace_for
+from pyspark_durable.wal import AttemptReceipt
+
+log = logging.getLogger(__name__)
+METADATA_NAMES = frozenset({"_region", "_table", "_sequence", "_step", "_commit_timestamp"})
+
+
+@dataclass
+class WalCommitMessage(WriterCommitMessage):
+    """What one task attempt wrote: its WAL attempt receipt."""
+
+    receipt: AttemptReceipt
+
+
+def _task_identity() -> tuple[str | None, int | None, str]:
+    """(query id, batch id, attempt id) of the running Spark task."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return None, None, uuid.uuid4().hex
+    query_id = ctx.getLocalProperty("sql.streaming.queryId")
+    batch = ctx.getLocalProperty("streaming.sql.batchId")
+    attempt = f"p{ctx.partitionId()}-a{ctx.attemptNumber()}-t{ctx.taskAttemptId()}-" \
+              f"{uuid.uuid4().hex[:8]}"
+    return query_id, None if batch is None else int(batch), attempt
+
+
+def utc_type(t: pa.DataType) -> pa.DataType:
+    """Timestamps are instants: store every zone as UTC (Spark hands the session zone)."""
+    if pa.types.is_timestamp(t) and t.tz is not None:
+        return pa.timestamp(t.unit, tz="UTC")
+    if pa.types.is_list(t):
+        return pa.list_(pa.field(t.value_field.name, utc_type(t.value_type)))
+    if pa.types.is_large_list(t):
+        return pa.large_list(pa.field(t.value_field.name, utc_type(t.value_type)))
+    if pa.types.is_map(t):
+        return pa.map_(utc_type(t.key_type), utc_type(t.item_type))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, utc_type(f.type)) for f in t])
+    return t
+
+
+def normalize_schema(schema: pa.Schema) -> pa.Schema:
+    """Spark marks nullability per query plan and zones per session: the WAL ignores both."""
+    return pa.schema([pa.field(f.name, utc_type(f.type), nullable=True) for f in schema])
+
+
+def _normalize(batch: pa.RecordBatch) -> pa.RecordBatch:
+    schema = normalize_schema(batch.schema)
+    return batch if batch.schema.equals(schema) else batch.cast(schema)
+
+
+def _route_values(batch: pa.RecordBatch, column: str, kind: str) -> pa.Array:
+    if column not in batch.schema.names:
+        raise ConfigError(f"{kind}Column {column!r} is not a column; columns: "
+                          f"{', '.join(batch.schema.names)}")
+    values = batch.column(column)
+    if values.null_count:
+        raise RoutingError(f"{kind}Column {column!r} holds a null value; every row needs a "
+                           f"{kind}", column=column)
+    return values
+
+
+def write_batches(opts: WalOptions, batches: Iterator[pa.RecordBatch], writer_id: str,
+                  writer_step: int, attempt_id: str) -> AttemptReceipt:
+    """Route rows by region/table and append them as one WAL attempt."""
+    ns = namespace_for(opts)
+    attempt = ns.begin(writer_id, writer_step, attempt_id)
+    drop = [c for c in (opts.region_column, opts.table_column) if c]
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        reserved = [c for c in batch.schema.names if c in METADATA_NAMES and c not in drop]
+        if reserved:  # the source's metadata columns are regenerated on read, never stored
+            batch = batch.drop_columns(reserved)
+        regions = tables = None
+        if opts.region_column:
+            regions = _route_values(batch, opts.region_column, "region")
+            if not pa.types.is_integer(regions.type):
+                raise RoutingError(f"regionColumn {opts.region_column!r} has type "
+                                   f"{regions.type}, expected an integer type",
+                                   column=opts.region_column)
+            low, high = pc.min(regions).as_py(), pc.max(regions).as_py()
+            if low < 0 or high > U64_MAX:
+                bad = low if low < 0 else high
+                raise RoutingError(f"regionColumn {opts.region_column!r} holds {bad}; regions "
+                                   "are integers in [0, 2**64)", column=opts.region_column,
+                                   value=bad)
+        if opts.table_column:
+            tables = _route_values(batch, opts.table_column, "table")
+        payload = _normalize(batch.drop_columns(drop) if drop else batch)
+        if regions is None and tables is None:
+            attempt.write(opts.table, payload, opts.region, opts.payload_format)
+            continue
+        keys = pa.table({"r": regions if regions is not None else
+                         pa.array([opts.region] * batch.num_rows, pa.int64()),
+                         "t": tables.cast(pa.string()) if tables is not None else
+                         pa.array([opts.table] * batch.num_rows, pa.string())})
+        for group in keys.group_by(["r", "t"]).aggregate([]).to_pylist():
+            mask = pc.and_(pc.equal(keys.column("r"), group["r"]),
+                           pc.equal(keys.column("t"), group["t"]))
+            attempt.write(group["t"], payload.filter(mask), int(group["r"]), opts.payload_format)
+    return attempt.receipt()
+
+
+def commit_receipts(opts: WalOptions, messages: list, writer_id: str | None,
+                    writer_step: int) -> int | None:
+    receipts = [m.receipt for m in messages if isinstance(m, WalCommitMessage)]
+    if writer_id is None:
+        writer_id = next((r.writer_id for r in receipts), None)
+    if writer_id is None or not any(r.entries for r in receipts):
+        return None  # nothing written: no step
+    step = namespace_for(opts).commit(writer_id, writer_step, receipts)
+    log.info("namespace=%s writer=%s writer_step=%d committed as step %d (%d rows)",
+             opts.namespace, writer_id, writer_step, step, sum(r.rows for r in receipts))
+    return step
+
+
+class WalStreamWriter(DataSourceStreamArrowWriter):
+    """Streaming sink; Arrow batches in, one step per micro-batch."""
+
+    def __init__(self, opts: WalOptions) -> None:
+        self.opts = opts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WalCommitMessage:
+        query_id, batch_id, attempt_id = _task_identity()
+        if query_id is None or batch_id is None:
+            raise ConfigError("the streaming sink runs without a query id or batch id")
+        return WalCommitMessage(write_batches(self.opts, iterator, f"query-{query_id}",
+                                              batch_id, attempt_id))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        commit_receipts(self.opts, messages, None, batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        log.warning("namespace=%s: micro-batch %d aborted; its rows stay invisible",
+                    self.opts.namespace, batchId)
+
+
+class WalBatchWriter(DataSourceArrowWriter):
+    """Batch ``df.write``: one job = one step, under a writer id made for the job."""
+
+    def __init__(self, opts: WalOptions) -> None:
+        self.opts = opts
+        self.writer_id = f"batch-{uuid.uuid4().hex}"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WalCommitMessage:
+        _, _, attempt_id = _task_identity()
+        return WalCommitMessage(write_batches(self.opts, iterator, self.writer_id, 0,
+                                              attempt_id))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        commit_receipts(self.opts, messages, self.writer_id, 0)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        log.warning("namespace=%s: batch write %s aborted; its rows stay invisible",
+                    self.opts.namespace, self.writer_id)

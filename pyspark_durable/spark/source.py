@@ -1,0 +1,233 @@
+"""The ``durablewal`` source: stream and batch readers over committed steps.
+
+Offsets are ``{"step": N}``: the next step to read. Spark keeps them in the
+checkpoint's offsets log, so a restarted query resumes at the first step it had not
+finished, with no loss and no duplicate (a step is read whole or not at all).
+Partitions are (region, steps) pairs; ``read`` yields ``pyarrow.RecordBatch``es of
+the table's columns plus ``_region``, ``_table``, ``_sequence``, ``_step`` and
+``_commit_timestamp``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from pyspark_durable.errors import ConfigError, StepExpired
+from pyspark_durable.spark.options import WalOptions
+from pyspark_durable.spark.session_cache import namespace_for
+from pyspark_durable.wal import Namespace, StepCommit
+
+log = logging.getLogger(__name__)
+
+METADATA_FIELDS = (
+    pa.field("_region", pa.int64()),
+    pa.field("_table", pa.string()),
+    pa.field("_sequence", pa.int64()),
+    pa.field("_step", pa.int64()),
+    pa.field("_commit_timestamp", pa.timestamp("us", tz="UTC")),
+)
+PARTITION_ROWS = 1_000_000
+
+
+@dataclass
+class WalPartition(InputPartition):
+    """Steps of one region that one Spark task reads."""
+
+    region_id: int
+    steps: list[int]
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """What to read and how it looks, fixed on the driver, shipped to executors."""
+
+    opts: WalOptions
+    table_ids: frozenset[int] | None
+    regions: frozenset[int] | None
+    arrow_schema: pa.Schema  # of the rows handed to Spark
+    with_metadata: bool
+
+    def rows_of(self, commit: StepCommit) -> tuple[int, int]:
+        rows = size = 0
+        for run in commit.runs:
+            if self.selects(run.region_id, run.table_id):
+                rows += run.rows
+                size += run.size_bytes
+        return rows, size
+
+    def selects(self, region_id: int, table_id: int) -> bool:
+        return (self.table_ids is None or table_id in self.table_ids) and (
+            self.regions is None or region_id in self.regions)
+
+    def partitions(self, ns: Namespace, start: int, end: int) -> list[WalPartition]:
+        parts: dict[int, list[WalPartition]] = {}
+        rows_in: dict[int, int] = {}
+        for step in range(start, end):
+            for region_id in ns.step_commit(step).regions:
+                if self.regions is not None and region_id not in self.regions:
+                    continue
+                rows = sum(r.rows for r in ns.step_commit(step).runs
+                           if r.region_id == region_id and self.selects(r.region_id, r.table_id))
+                chunks = parts.setdefault(region_id, [])
+                if not chunks or rows_in[region_id] + rows > PARTITION_ROWS:
+                    chunks.append(WalPartition(region_id, []))
+                    rows_in[region_id] = 0
+                chunks[-1].steps.append(step)
+                rows_in[region_id] += rows
+        return [p for region_id in sorted(parts) for p in parts[region_id]]
+
+    def read(self, partition: WalPartition) -> Iterator[pa.RecordBatch]:
+        ns = namespace_for(self.opts)
+        names = {}
+        payload = pa.schema([f for f in self.arrow_schema
+                             if f.name not in {m.name for m in METADATA_FIELDS}])
+        for step in partition.steps:
+            for sb in ns.read_step(step, None if self.table_ids is None else set(self.table_ids),
+                                   {partition.region_id}):
+                name = names.get(sb.table_id) or names.setdefault(
+                    sb.table_id, ns.state.tables[sb.table_id].name)
+                for batch in sb.batches:
+                    n = batch.num_rows
+                    if n == 0:
+                        continue
+                    cols = [batch.column(f.name) for f in payload]
+                    if self.with_metadata:
+                        cols += [
+                            pa.array(np.full(n, sb.region_id, np.int64)),
+                            pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), [name])
+                            .cast(pa.string()),
+                            pa.array(np.full(n, sb.sequence_num, np.int64)),
+                            pa.array(np.full(n, sb.step, np.int64)),
+                            pa.array(np.full(n, sb.commit_timestamp_ms * 1000, np.int64))
+                            .cast(pa.timestamp("us", tz="UTC")),
+                        ]
+                    out = pa.RecordBatch.from_arrays(
+                        cols, names=self.arrow_schema.names)
+                    yield out if out.schema.equals(self.arrow_schema) else \
+                        out.cast(self.arrow_schema)
+
+
+def first_step(ns: Namespace, opts: WalOptions) -> int:
+    steps = ns.steps()
+    if opts.starting_step == "earliest":
+        return steps.start
+    if opts.starting_step == "latest":
+        return steps.stop
+    return int(opts.starting_step)
+
+
+def check_available(ns: Namespace, opts: WalOptions, start: int) -> int:
+    """Where reading really starts: ``start``, or an error/skip if it was expired."""
+    steps = ns.steps()
+    if start >= steps.start:
+        return start
+    if opts.fail_on_data_loss:
+        raise StepExpired(
+            f"step {start} was expired; available steps are [{steps.start}, {steps.stop}). "
+            "Set failOnDataLoss=false to skip to the first available step",
+            namespace=ns.name, step=start)
+    log.warning("namespace=%s: steps [%d, %d) were expired and are skipped "
+                "(failOnDataLoss=false)", ns.name, start, steps.start)
+    return steps.start
+
+
+class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader with admission control and Trigger.AvailableNow."""
+
+    def __init__(self, plan: ReadPlan) -> None:
+        self.plan = plan
+        self.opts = plan.opts
+        self._target: int | None = None
+
+    def initialOffset(self) -> dict:
+        return {"step": first_step(namespace_for(self.opts), self.opts)}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = namespace_for(self.opts).steps().stop
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        o = self.opts
+        if o.max_rows_per_trigger is not None:
+            return ReadMaxRows(o.max_rows_per_trigger)
+        if o.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(o.max_bytes_per_trigger)
+        if o.min_rows_per_trigger is not None:
+            return ReadMinRows(o.min_rows_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        ns = namespace_for(self.opts)
+        begin = check_available(ns, self.opts, int(start["step"]))
+        end = ns.steps().stop
+        if self._target is not None:
+            end = min(end, max(self._target, begin))
+        if self.opts.max_steps_per_trigger is not None:
+            end = min(end, begin + self.opts.max_steps_per_trigger)
+        if isinstance(limit, ReadMaxRows | ReadMaxBytes):
+            budget = limit.max_rows if isinstance(limit, ReadMaxRows) else limit.max_bytes
+            used = 0
+            for step in range(begin, end):
+                rows, size = self.plan.rows_of(ns.step_commit(step))
+                used += rows if isinstance(limit, ReadMaxRows) else size
+                if used > budget and step > begin:
+                    end = step
+                    break
+        elif isinstance(limit, ReadMinRows) and self._target is None:
+            rows = sum(self.plan.rows_of(ns.step_commit(s))[0] for s in range(begin, end))
+            if rows < limit.min_rows:
+                return {"step": int(start["step"])}
+        return {"step": end}
+
+    def reportLatestOffset(self) -> dict:
+        return {"step": namespace_for(self.opts).steps().stop}
+
+    def partitions(self, start: dict, end: dict) -> list[WalPartition]:
+        ns = namespace_for(self.opts)
+        begin = check_available(ns, self.opts, int(start["step"]))
+        return self.plan.partitions(ns, begin, int(end["step"]))
+
+    def read(self, partition: WalPartition) -> Iterator[pa.RecordBatch]:
+        return self.plan.read(partition)
+
+    def commit(self, end: dict) -> None:
+        if self.opts.reader_id is None:
+            return
+        from pyspark_durable.endpoint import DurableInputEndpoint
+
+        step = int(end["step"]) - 1
+        if step >= 0:
+            DurableInputEndpoint(namespace_for(self.opts), self.opts.reader_id).commit(step)
+
+
+class WalBatchReader(DataSourceReader):
+    """Batch ``spark.read``: steps [startingStep, endingStep)."""
+
+    def __init__(self, plan: ReadPlan) -> None:
+        self.plan = plan
+
+    def partitions(self) -> list[WalPartition]:
+        ns = namespace_for(self.plan.opts)
+        opts = self.plan.opts
+        start = check_available(ns, opts, first_step(ns, opts))
+        end = ns.steps().stop if opts.ending_step is None else opts.ending_step
+        if end > ns.steps().stop:
+            raise ConfigError(f"option endingStep={end} is past the last committed step "
+                              f"{ns.steps().stop - 1}", namespace=ns.name)
+        return self.plan.partitions(ns, start, max(start, end))
+
+    def read(self, partition: WalPartition) -> Iterator[pa.RecordBatch]:
+        return self.plan.read(partition)

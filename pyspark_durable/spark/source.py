@@ -90,7 +90,9 @@ class ReadPlan:
                 rows_in[region_id] += rows
         return [p for region_id in sorted(parts) for p in parts[region_id]]
 
-    def read(self, partition: WalPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, WalPartition):
+            return  # Spark plans one placeholder partition when there is nothing to read
         ns = namespace_for(self.opts)
         names = {}
         payload = pa.schema([f for f in self.arrow_schema

@@ -17,7 +17,7 @@ setup(
         "pyyaml>=6",
     ],
     extras_require={
-        "kafka": ["kafka-python>=2.2", "crc32c>=2.4"],
+        "kafka": ["kafka-python>=3.0", "crc32c>=2.4"],
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.3",

@@ -6,10 +6,11 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+from kafka_broker import BrokerStartError, start_broker, stop_broker
 
 from pyspark_durable.log import LogStore, open_store
 
-LOG_BACKENDS = ["file", "memory"]
+LOG_BACKENDS = ["file", "memory", "kafka"]
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
@@ -22,6 +23,23 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped tests are not allowed here: {report.longrepr}"
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Tansu broker (Kafka protocol) on a free 127.0.0.1 port: "127.0.0.1:PORT".
+
+    Never skipped: a broker that does not start fails the tests that need it, loudly,
+    with its log.
+    """
+    try:
+        broker = start_broker(tmp_path_factory.mktemp("tansu"))
+    except BrokerStartError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield broker.address
+    finally:
+        stop_broker(broker)
 
 
 @pytest.fixture

@@ -55,7 +55,7 @@ import kafka.errors as kerr
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from pyspark_durable.errors import BackendUnavailable, ConfigError, LogNotFound
-from pyspark_durable.log.base import Entry, Log, LogStore, Record, check_name
+from pyspark_durable.log.base import NAME_RE, Entry, Log, LogStore, Record, check_name
 from pyspark_durable.log.kafka_admin import KafkaSettings, TopicAdmin, translated
 
 log = logging.getLogger(__name__)
@@ -140,13 +140,18 @@ class KafkaLog(Log):
             if not keep:
                 _close_quietly(consumer)
 
-    def _bounds(self) -> tuple[int, int]:
-        """(first offset the broker still has, high watermark), from the broker."""
+    def _bounds(self, probe: bool = True) -> tuple[int, int]:
+        """(first offset the broker still has, high watermark), from the broker.
+
+        Without ``probe`` the high watermark is the highest one known (a lower bound).
+        """
         address = self.store.settings.bootstrap_servers
         timeout_ms = self.store.settings.request_timeout_ms
         with self._consumer() as c, translated("reading watermarks", address, **self._where()):
             for attempt in range(2):
                 begin = c.beginning_offsets([self.tp], timeout_ms)[self.tp]
+                if not probe:
+                    return begin, max(begin, self._known_high)
                 hint = max(self._known_high, begin)
                 if hint == begin:
                     # Tansu: a lower bound of the end, 0 only when empty; Kafka: exact
@@ -171,8 +176,8 @@ class KafkaLog(Log):
             self._known_high = max(self._known_high, high if high is not None else hint)
             return begin, self._known_high
 
-    def _watermarks(self) -> tuple[int, int]:
-        begin, high = self._bounds()
+    def _watermarks(self, probe: bool = True) -> tuple[int, int]:
+        begin, high = self._bounds(probe)
         logical = self.store.logical_low(self.name)
         return min(max(begin, logical), high), high
 
@@ -185,7 +190,9 @@ class KafkaLog(Log):
     # -- reading --------------------------------------------------------------
 
     def read(self, start: int, end: int | None = None) -> Iterator[Entry]:
-        low, high = self._watermarks()
+        # a range below a known high watermark needs no probe for the end (saves a fetch)
+        known = end is not None and start <= end <= self._known_high
+        low, high = self._watermarks(probe=not known)
         self.check_range(start, low, high)
         stop = high if end is None else min(end, high)
         return self._scan(start, stop)
@@ -295,8 +302,6 @@ class KafkaLogStore(LogStore):
 
     @classmethod
     def list_namespaces(cls, config: Mapping[str, Any]) -> list[str]:
-        from pyspark_durable.log.base import NAME_RE
-
         admin = TopicAdmin(KafkaSettings.parse(config))
         try:
             topics = admin.list_topics()
@@ -349,6 +354,10 @@ class KafkaLogStore(LogStore):
             if meta_log is not None:
                 begin, high = meta_log._bounds()
                 for entry in meta_log._scan(max(self._meta_pos, begin), high):
+                    if entry.key.startswith(b"lowwater/"):  # never moves down (racing writers)
+                        entry_low = int(entry.value or 0)
+                        if entry_low <= int(self._meta.get(entry.key) or 0):
+                            continue
                     self._meta[entry.key] = entry.value
                 self._meta_pos = max(self._meta_pos, high)
             return dict(self._meta)

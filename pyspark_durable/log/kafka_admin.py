@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kafka.errors as kerr
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
 from pyspark_durable.errors import (
     BackendUnavailable,
@@ -64,6 +64,9 @@ TUNED: dict[str, Any] = {
     "batch_size": 1 << 20,
     "max_request_size": 16 << 20,
     "max_partition_fetch_bytes": 8 << 20,
+    # a prefetch left at the end of a log blocks the next request on its connection
+    # (ListOffsets, the next read) for up to this long: keep it short
+    "fetch_max_wait_ms": 5,
 }
 
 CLIENTS: dict[str, type] = {
@@ -169,6 +172,8 @@ class KafkaSettings:
         prod.setdefault(
             "delivery_timeout_ms", int(own["request_timeout_ms"]) + int(prod["linger_ms"]) + 1000
         )
+        if not isinstance(own["topic_config"] or {}, Mapping):
+            raise ConfigError(f"topic_config must be a mapping, got {own['topic_config']!r}")
         topic_config = {str(k): str(v) for k, v in (own["topic_config"] or {}).items()}
         return cls(servers, int(own["connect_timeout_ms"]), int(own["request_timeout_ms"]),
                    int(own["replication_factor"]), topic_config, clients)
@@ -267,19 +272,18 @@ class TopicAdmin:
 
     def delete_records(self, topic: str, offset: int) -> bool:
         """DeleteRecords below ``offset``; False if the broker does not support it."""
-        from kafka import TopicPartition
-
         tp = TopicPartition(topic, 0)
-        try:
-            self.client.delete_records({tp: offset},
-                                       timeout_ms=self.settings.request_timeout_ms)
-            return True
-        except (kerr.KafkaConnectionError, kerr.UnsupportedVersionError,
-                kerr.KafkaProtocolError) as exc:
-            # Tansu closes the socket on DeleteRecords: unsupported if the broker still answers
-            self.partitions(topic)
-            log.debug("DeleteRecords failed on a reachable broker: %s", exc)
-            return False
+        with translated("DeleteRecords", self.address, namespace=self.namespace, topic=topic):
+            try:
+                self.client.delete_records({tp: offset},
+                                           timeout_ms=self.settings.request_timeout_ms)
+                return True
+            except (kerr.KafkaConnectionError, kerr.UnsupportedVersionError,
+                    kerr.KafkaProtocolError) as exc:
+                # Tansu closes the socket on DeleteRecords: unsupported if the broker answers
+                self.partitions(topic)
+                log.debug("DeleteRecords failed on a reachable broker: %s", exc)
+                return False
 
     def close(self) -> None:
         try:

@@ -1,0 +1,231 @@
+"""Kafka-only behaviour of the log layer, against the Tansu broker the suite starts."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka_broker import kill_broker, start_broker, stop_broker
+
+from pyspark_durable.errors import BackendUnavailable, ConfigError, OffsetOutOfRange
+from pyspark_durable.log import Record, open_store
+from pyspark_durable.log.kafka import KafkaLogStore
+from pyspark_durable.log.kafka_admin import FORBIDDEN
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture
+def make_kafka(kafka_broker, namespace):
+    opened = []
+
+    def make(ns: str | None = None, **options) -> KafkaLogStore:
+        store = open_store("kafka", ns or namespace, bootstrap_servers=kafka_broker, **options)
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        store.close()
+
+
+def describe(broker: str, topics: list[str]) -> dict[str, int]:
+    admin = KafkaAdminClient(bootstrap_servers=broker)
+    try:
+        return {t["name"]: len(t["partitions"]) for t in admin.describe_topics(topics)}
+    finally:
+        admin.close()
+
+
+def test_topics_have_one_partition_and_expected_names(make_kafka, kafka_broker, namespace):
+    """This tests that logs and snapshots map to single-partition topics {namespace}_{log}."""
+    store = make_kafka()
+    store.open_region(0).append([Record(b"k", b"v")])
+    store.open_log("commits")
+    store.write_snapshot("meta", b"m")
+    names = [f"{namespace}_region_0", f"{namespace}_commits", f"{namespace}_snapshots"]
+    assert describe(kafka_broker, names) == dict.fromkeys(names, 1)
+    assert store.list_logs() == ["commits", "region_0"]
+
+
+def test_namespace_prefix_of_another_is_not_confused(make_kafka, kafka_broker, namespace):
+    """This tests that namespace a does not list the logs of namespace a_b, and both are listed."""
+    make_kafka(namespace).open_region(1)
+    make_kafka(f"{namespace}_b").open_log("commits")
+    assert make_kafka(namespace).list_logs() == ["region_1"]
+    assert make_kafka(f"{namespace}_b").list_logs() == ["commits"]
+    found = KafkaLogStore.list_namespaces({"kafka.bootstrap.servers": kafka_broker})
+    assert {namespace, f"{namespace}_b"} <= set(found)
+    with pytest.raises(ConfigError, match="reserved"):
+        make_kafka().open_log("x_snapshots")
+
+
+def test_existing_multi_partition_topic_is_refused(make_kafka, kafka_broker, namespace):
+    """This tests that a log topic auto-created with several partitions is an error, not used."""
+    producer = KafkaProducer(bootstrap_servers=kafka_broker)
+    producer.send(f"{namespace}_region_5", b"auto-created").get(timeout=10)
+    producer.close()
+    partitions = describe(kafka_broker, [f"{namespace}_region_5"])[f"{namespace}_region_5"]
+    assert partitions > 1  # Tansu auto-creates with 4
+    with pytest.raises(ConfigError, match=f"has {partitions} partitions; a log needs exactly 1"):
+        make_kafka().open_region(5)
+
+
+def test_high_watermark_not_from_list_offsets(make_kafka, kafka_broker):
+    """This tests that a fresh store learns the true end of a log written in one batch.
+
+    Tansu's ListOffsets(latest) answers 1 here (first offset of the last batch + 1).
+    """
+    make_kafka().open_region(0).append([Record(b"k%d" % i, b"v") for i in range(10)])
+    fresh = make_kafka().open_region(0, create=False)
+    assert fresh.high_watermark() == 10
+    assert [e.offset for e in fresh.read(0)] == list(range(10))
+    assert [e.offset for e in fresh.read(9)] == [9]
+    # another writer appends: a reader that knew the old end still sees the new one
+    make_kafka().open_region(0).append([Record(b"late", b"v")] * 3)
+    assert [e.offset for e in fresh.read(8, 9)] == [8]
+    assert [e.offset for e in fresh.read(9)] == [9, 10, 11, 12]
+    assert fresh.high_watermark() == 13
+
+
+@pytest.mark.parametrize("option", sorted(FORBIDDEN))
+def test_forbidden_options_are_refused(kafka_broker, namespace, option):
+    """This tests that options breaking the guarantees are refused, naming the option."""
+    with pytest.raises(ConfigError, match=f"'{option}' cannot be set"):
+        KafkaLogStore(namespace, bootstrap_servers=kafka_broker, **{option: "x"})
+    dotted = "kafka." + option.replace("_", ".")
+    with pytest.raises(ConfigError, match=f"'{dotted}' cannot be set"):
+        KafkaLogStore(namespace, **{"kafka.bootstrap.servers": kafka_broker, dotted: "x"})
+
+
+def test_unknown_options_list_valid_ones(kafka_broker, namespace):
+    """This tests that an unknown option is refused with the list of valid option names."""
+    unknown = r"unknown kafka backend option 'kafka\.no\.such'"
+    with pytest.raises(ConfigError, match=unknown) as info:
+        KafkaLogStore(namespace, bootstrap_servers=kafka_broker, **{"kafka.no.such": 1})
+    for valid in ("bootstrap_servers", "connect_timeout_ms", "linger_ms", "max_poll_records"):
+        assert valid in str(info.value)
+    assert "'acks'" not in str(info.value).split("valid")[1]
+    with pytest.raises(ConfigError, match="needs bootstrap_servers"):
+        KafkaLogStore(namespace)
+    with pytest.raises(ConfigError, match="given twice"):
+        KafkaLogStore(namespace, bootstrap_servers=kafka_broker,
+                      **{"kafka.bootstrap.servers": kafka_broker})
+    with pytest.raises(ConfigError, match=r"kafka\.linger\.ms"):
+        KafkaLogStore(namespace, bootstrap_servers=kafka_broker, **{"kafka.linger.ms": "soon"})
+
+
+def test_option_spellings_and_string_values(make_kafka, namespace):
+    """This tests that kafka.-prefixed, dotted and string-valued options (Spark style) work."""
+    store = make_kafka(**{"kafka.linger.ms": "2", "max.poll.records": "50",
+                          "kafka.compression.type": "gzip", "connect_timeout_ms": "5000"})
+    assert store.settings.clients["producer"]["linger_ms"] == 2
+    assert store.settings.clients["consumer"]["max_poll_records"] == 50
+    assert store.settings.connect_timeout_ms == 5000
+    log = store.open_region(0)
+    assert log.append([Record(b"k", b"x" * 1000)] * 3) == [0, 1, 2]
+    assert [e.value for e in log.read(0)] == [b"x" * 1000] * 3
+
+
+def test_unreachable_bootstrap_fails_in_bounded_time(namespace):
+    """This tests that a closed port fails within connect_timeout_ms, naming the address."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends
+    address = f"127.0.0.1:{port}"
+    start = time.monotonic()
+    with pytest.raises(BackendUnavailable, match=address) as info:
+        KafkaLogStore(namespace, bootstrap_servers=address, connect_timeout_ms=1500)
+    elapsed = time.monotonic() - start
+    assert elapsed < 1.5 + 1.5, elapsed
+    assert info.value.retriable
+    start = time.monotonic()
+    with pytest.raises(BackendUnavailable, match=address):
+        KafkaLogStore.list_namespaces({"bootstrap_servers": address, "connect_timeout_ms": 500})
+    assert time.monotonic() - start < 0.5 + 1.5
+
+
+def test_logical_low_watermark_survives_reopen(make_kafka, kafka_broker, namespace, caplog):
+    """This tests that without DeleteRecords (Tansu) no store reads below the low watermark.
+
+    The logical low watermark is kept in Kafka, so a store opened later (as by another
+    process) honours it too, and the one warning line appears once per store.
+    """
+    log = make_kafka().open_region(3)
+    log.append([Record(b"k%d" % i, b"v%d" % i) for i in range(20)])
+    with caplog.at_level(logging.WARNING, logger="pyspark_durable.log.kafka"):
+        log.delete_before(7)
+        log.delete_before(12)
+    warnings = [r for r in caplog.records if "DeleteRecords" in r.getMessage()]
+    assert len(warnings) == 1 and kafka_broker in warnings[0].getMessage()
+
+    other = make_kafka().open_region(3, create=False)
+    assert (other.low_watermark(), other.high_watermark()) == (12, 20)
+    with pytest.raises(OffsetOutOfRange, match="below the low watermark 12"):
+        other.read(11)
+    assert [e.key for e in other.read(12)] == [b"k%d" % i for i in range(12, 20)]
+    other.delete_before(15)  # seen by the first store too
+    with pytest.raises(OffsetOutOfRange, match="below the low watermark 15"):
+        log.read(12)
+
+    # the broker still holds offset 0: the logical watermark is what hides it
+    consumer = KafkaConsumer(bootstrap_servers=kafka_broker, enable_auto_commit=False)
+    tp = TopicPartition(f"{namespace}_region_3", 0)
+    consumer.assign([tp])
+    consumer.seek(tp, 0)
+    assert consumer.poll(timeout_ms=5000)[tp][0].key == b"k0"
+    consumer.close()
+
+
+def test_headers_and_2mb_values_round_trip(make_kafka):
+    """This tests that binary headers (also empty) and 2 MB values come back byte for byte."""
+    log = make_kafka().open_region(0)
+    big = os.urandom(2 << 20)
+    headers = (("step", (42).to_bytes(8, "big")), ("writer", "w-ü".encode()), ("empty", b""))
+    records = [
+        Record(b"\x00" * 26, big, headers), Record(b"", b"", ()), Record(b"k", big[:10], headers)
+    ]
+    assert log.append(records) == [0, 1, 2]
+    got = list(log.read(0))
+    assert [(e.key, e.value, e.headers) for e in got] == [
+        (r.key, r.value, r.headers) for r in records
+    ]
+
+
+def test_broker_going_away_mid_read_is_retriable(tmp_path, caplog):
+    """This tests that a broker killed mid-read is a retriable error, not a short read or hang."""
+    broker = start_broker(tmp_path / "private-tansu")
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    store = KafkaLogStore(
+        namespace, bootstrap_servers=broker.address, request_timeout_ms=1500,
+        connect_timeout_ms=1500, **{"kafka.max.partition.fetch.bytes": 64 << 10,
+                                    "kafka.fetch.max.bytes": 64 << 10, "batch_size": 64 << 10},
+    )
+    try:
+        log = store.open_region(0)
+        total = 200
+        for _ in range(4):
+            log.append([Record(b"k", os.urandom(100_000)) for _ in range(total // 4)])
+        reader = log.read(0)
+        seen = [next(reader).offset for _ in range(3)]
+        kill_broker(broker)
+        start = time.monotonic()
+        with caplog.at_level(logging.CRITICAL, logger="kafka"):
+            with pytest.raises(BackendUnavailable, match=broker.address) as info:
+                seen += [e.offset for e in reader]
+            elapsed = time.monotonic() - start
+            assert info.value.retriable
+            assert seen == list(range(len(seen))) and len(seen) < total
+            assert elapsed < 1.5 + 3.0, elapsed
+            start = time.monotonic()
+            with pytest.raises(BackendUnavailable, match=broker.address):
+                log.append([Record(b"k", b"after the broker died")])
+            assert time.monotonic() - start < 1.5 + 1.5 + 5.0
+    finally:
+        store.close()
+        stop_broker(broker)

@@ -26,7 +26,7 @@ from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 pytestmark = [pytest.mark.spark, pytest.mark.crash]
 HERE = Path(__file__).parent
 KILLS = 5
-FILES = 30
+FILES = 20
 ROWS_PER_FILE = 40
 
 
@@ -68,7 +68,7 @@ def spark_wal(wal_opts: dict) -> dict:
     return dict(wal_opts)
 
 
-@pytest.fixture(params=["file"])
+@pytest.fixture(params=["file", "kafka"])
 def wal(request, tmp_path) -> tuple[dict, dict]:
     """(Spark options, endpoint config) of a fresh namespace."""
     ns = f"c{uuid.uuid4().hex[:10]}"

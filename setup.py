@@ -10,6 +10,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["pyspark_durable", "pyspark_durable.*"]),
+    package_data={"pyspark_durable": ["resources/*.properties"]},
     install_requires=[
         "pyspark>=4.3",
         "pyarrow>=15",

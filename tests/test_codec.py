@@ -1,0 +1,126 @@
+"""The record format: keys, values and payload codecs, and their typed decode errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+
+from pyspark_durable.codec import (
+    KEY_SIZE,
+    EntryKey,
+    codec_for,
+    decode_key,
+    decode_value,
+    encode_value,
+)
+from pyspark_durable.errors import ConfigError, DecodeError, InvalidVersion
+
+
+def test_key_layout_is_big_endian_fixed_width():
+    """This tests that the key is 26 bytes, big-endian, laid out as DESIGN.md draws it."""
+    key = EntryKey(7, 0x0102, 0x0A0B, 0xFFFF_FFFF_FFFF_FFFE).encode()
+    assert len(key) == KEY_SIZE == 26
+    assert key == (b"\x07" + (0x0102).to_bytes(8, "big") + (0x0A0B).to_bytes(8, "big")
+                   + (0xFFFF_FFFF_FFFF_FFFE).to_bytes(8, "big") + b"\x00")
+    assert decode_key(key) == EntryKey(7, 0x0102, 0x0A0B, 0xFFFF_FFFF_FFFF_FFFE)
+
+
+def test_key_byte_order_is_region_table_sequence_order():
+    """This tests that sorting encoded keys sorts by (region, table, sequence)."""
+    keys = [EntryKey(0, r, t, s) for r in (0, 1, 300) for t in (2, 1 << 40) for s in (0, 9, 256)]
+    assert sorted(keys, key=lambda k: k.encode()) == sorted(
+        keys, key=lambda k: (k.region_id, k.table_id, k.sequence_num))
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"", "key must be 26 bytes, found 0"),
+    (b"\x00" * 25, "key must be 26 bytes, found 25"),
+    (b"\x00" * 27, "key must be 26 bytes, found 27"),
+])
+def test_short_or_long_keys_are_typed_errors(data, message):
+    """This tests that a key of the wrong size fails with the size found."""
+    with pytest.raises(DecodeError, match=message):
+        decode_key(data, expect_region_id=3, offset=42)
+
+
+def test_key_version_namespace_and_region_are_checked():
+    """This tests that decode names the expected and found version, namespace and region."""
+    good = EntryKey(1, 3, 5, 8).encode()
+    with pytest.raises(InvalidVersion, match=r"region=3 offset=9: key version: expected 0, given 1"):
+        decode_key(good[:-1] + b"\x01", expect_region_id=3, offset=9)
+    with pytest.raises(DecodeError, match="belongs to namespace id 1, expected 2"):
+        decode_key(good, expect_namespace_id=2)
+    with pytest.raises(DecodeError, match=r"region=4 offset=7: key belongs to region 3, expected 4"):
+        decode_key(good, expect_region_id=4, offset=7)
+
+
+def test_key_fields_must_fit():
+    """This tests that out-of-range key fields are refused before encoding."""
+    with pytest.raises(DecodeError, match="namespace id 256 is not a u8"):
+        EntryKey(256, 0, 0, 0)
+    with pytest.raises(DecodeError, match="sequence_num -1 is not a u64"):
+        EntryKey(0, 0, 0, -1)
+
+
+def test_value_version():
+    """This tests that values carry a version byte that decode checks."""
+    assert bytes(decode_value(encode_value(b"abc"))) == b"abc"
+    with pytest.raises(InvalidVersion, match="region=2 offset=5: value version: expected 0, given 9"):
+        decode_value(b"\x09abc", region_id=2, offset=5)
+    with pytest.raises(DecodeError, match="value is empty"):
+        decode_value(b"")
+
+
+RICH = pa.table({
+    "i8": pa.array([1, None, -3], pa.int8()),
+    "i64": pa.array([1, 2, None], pa.int64()),
+    "f": pa.array([1.5, None, 2.25], pa.float32()),
+    "s": pa.array(["a", None, "ünï"]),
+    "b": pa.array([b"\x00\x01", None, b""]),
+    "ok": pa.array([True, False, None]),
+    "dec": pa.array([Decimal("1.2300"), None, Decimal("-5.0000")], pa.decimal128(10, 4)),
+    "day": pa.array([dt.date(2024, 1, 1), None, dt.date(1970, 1, 1)]),
+    "ts": pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.UTC), None,
+                    dt.datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC)],
+                   pa.timestamp("us", tz="UTC")),
+    "ntz": pa.array([dt.datetime(2024, 1, 1, 1, 2, 3), None, None], pa.timestamp("us")),
+    "arr": pa.array([[1, 2], None, []], pa.list_(pa.int32())),
+    "m": pa.array([[(1, "x")], None, []], pa.map_(pa.int32(), pa.string())),
+    "st": pa.array([{"a": 1, "b": [1.0]}, None, {"a": None, "b": None}],
+                   pa.struct([("a", pa.int64()), ("b", pa.list_(pa.float64()))])),
+})
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "avro"])
+def test_payload_round_trip_all_types(fmt):
+    """This tests that Arrow and Avro payloads round-trip every supported type with nulls."""
+    codec = codec_for(fmt, RICH.schema)
+    back = pa.Table.from_batches(codec.decode(codec.encode(RICH)))
+    assert back.equals(RICH)
+
+
+def test_raw_payload_round_trip_and_garbage():
+    """This tests raw byte payloads and that truncated ones are a typed error."""
+    codec = codec_for("raw", pa.schema([pa.field("value", pa.binary())]))
+    table = pa.table({"value": pa.array([b"a", b"", b"\xff" * 1000], pa.binary())})
+    data = codec.encode(table)
+    assert pa.Table.from_batches(codec.decode(data)).equals(table)
+    with pytest.raises(DecodeError, match="truncated or garbage"):
+        codec.decode(data[:-10])
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "avro"])
+def test_garbage_payloads_are_typed_errors(fmt):
+    """This tests that decoding garbage as a payload raises DecodeError, not a crash."""
+    codec = codec_for(fmt, RICH.schema)
+    with pytest.raises(DecodeError):
+        codec.decode(b"\x01\x02garbage-bytes-that-are-no-payload")
+
+
+def test_unknown_payload_format_lists_valid_ones():
+    """This tests that an unknown payload format names the valid ones."""
+    with pytest.raises(ConfigError, match="valid: arrow, avro, raw"):
+        codec_for("protobuf", RICH.schema)

@@ -18,7 +18,7 @@ from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
 
 sys.path.insert(0, str(Path(__file__).parent))
-from wal_child import WRITER, rows_for  # noqa: E402
+from wal_child import WRITER, rows_for
 
 pytestmark = pytest.mark.crash
 BACKENDS = ["file", "kafka"]

@@ -192,7 +192,7 @@ class AvroCodec(PayloadCodec):
         types = [f.type for f in self.schema]
         names = self.schema.names
         for row in batch.to_pylist():
-            record = {n: _to_avro(row[n], ty) for n, ty in zip(names, types)}
+            record = {n: _to_avro(row[n], ty) for n, ty in zip(names, types, strict=False)}
             self._fastavro.schemaless_writer(out, self._parsed, record)
         return out.getvalue()
 
@@ -205,7 +205,7 @@ class AvroCodec(PayloadCodec):
             names = self.schema.names
             for _ in range(count):
                 rec = self._fastavro.schemaless_reader(buf, self._parsed, None)
-                rows.append({n: _from_avro(rec[n], ty) for n, ty in zip(names, types)})
+                rows.append({n: _from_avro(rec[n], ty) for n, ty in zip(names, types, strict=False)})
         except (struct.error, EOFError, ValueError, TypeError, IndexError) as exc:
             raise DecodeError(f"payload is not Avro of the table's schema: {exc}") from exc
         if buf.tell() != len(buf.getbuffer()):

@@ -64,7 +64,7 @@ def read_steps(ns: Namespace, table: int | str, start: int | None = None,
         schema = info.schema
         if with_metadata:
             for name, typ in zip(METADATA_COLUMNS, (pa.int64(), pa.string(), pa.int64(),
-                                                    pa.int64(), pa.timestamp("us", tz="UTC"))):
+                                                    pa.int64(), pa.timestamp("us", tz="UTC")), strict=False):
                 schema = schema.append(pa.field(name, typ))
         return schema.empty_table()
     return pa.concat_tables(parts)

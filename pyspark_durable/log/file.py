@@ -42,6 +42,7 @@ Implementation notes (why):
 from __future__ import annotations
 
 import fcntl
+import itertools
 import logging
 import mmap
 import os
@@ -180,7 +181,8 @@ class FileLog(Log):
         bases = [int(n[: -len(SEGMENT_SUFFIX)]) for n in names]
         with self._state:
             known = {s.base: s for s in self._segments}
-            segments = [known.get(b) or _Segment(b, self.path / n) for b, n in zip(bases, names)]
+            segments = [known.get(b) or _Segment(b, self.path / n)
+                        for b, n in zip(bases, names, strict=True)]
             if not segments:
                 first = self.path / f"{low:020d}{SEGMENT_SUFFIX}"
                 first.touch()
@@ -188,7 +190,7 @@ class FileLog(Log):
                 segments = [_Segment(low, first)]
             self._segments = segments
             self._low = max(low, segments[0].base)
-            for seg, nxt in zip(segments, segments[1:]):
+            for seg, nxt in itertools.pairwise(segments):
                 if seg.base + seg.count != nxt.base:
                     seg.scanned = False  # sealed by another process: rescan when read
             self._scan(segments[-1], exclusive=exclusive, tail=True)
@@ -319,11 +321,11 @@ class FileLog(Log):
                 batch, self._pending = self._pending, []
             try:
                 offsets = self._write_batch([r for r, _ in batch])
-            except BaseException as exc:  # every waiter gets the failure, none hangs
+            except BaseException as exc:  # noqa: BLE001 - forwarded to every waiter, none hangs
                 for _, fut in batch:
                     fut.set_exception(exc)
                 continue
-            for (_, fut), offs in zip(batch, offsets):
+            for (_, fut), offs in zip(batch, offsets, strict=False):
                 fut.set_result(offs)
 
     def _write_batch(self, groups: list[Sequence[Record]]) -> list[list[int]]:
@@ -448,7 +450,7 @@ class FileLog(Log):
                 target = min(offset, last.base + last.count)
                 if target <= self._low:
                     return
-                doomed = [s for s, nxt in zip(self._segments, self._segments[1:]) if nxt.base <= target]
+                doomed = [s for s, nxt in itertools.pairwise(self._segments) if nxt.base <= target]
             write_atomic(self.path / "low_watermark", str(target).encode())
             for seg in doomed:
                 seg.path.unlink(missing_ok=True)

@@ -345,7 +345,7 @@ class Attempt:
             records.append(Record(key.encode(), value, self._headers))
             stats.append((part.num_rows, len(value)))
         offsets = self.ns.store.open_region(info.region_id).append(records)
-        for off, (rows, size) in zip(offsets, stats):
+        for off, (rows, size) in zip(offsets, stats, strict=False):
             self._entries.append(WrittenEntry(info.region_id, info.table_id, off, rows, size))
         return data.num_rows
 

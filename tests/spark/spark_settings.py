@@ -12,7 +12,7 @@ def spark_builder():
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    return (SparkSession.builder.master("local[2]")
+    return (SparkSession.builder.master("local[2,3]")  # 2 cores; a failed task is retried
             .config("spark.ui.enabled", "false")
             .config("spark.sql.shuffle.partitions", "2")
             .config("spark.sql.session.timeZone", "UTC")

@@ -1,0 +1,197 @@
+"""``durablewal``: look into a WAL, verify it, clean it, run the demo.
+
+::
+
+    durablewal namespaces /data/wal
+    durablewal tables /data/wal --namespace orders
+    durablewal steps --bootstrap-servers broker:9092 --namespace orders --limit 20
+    durablewal tail /data/wal --table orders -n 10
+    durablewal check /data/wal --namespace orders        # exit 1 lists every problem
+    durablewal clean /data/wal --grace-ms 0 --json
+
+The WAL is a folder (file backend: ``PATH`` or ``--path``) or a Kafka cluster
+(``--bootstrap-servers``). Commands only read, except ``clean``; none creates a
+namespace. ``--json`` prints one JSON document instead of tables.
+
+Exit codes: 0 done, 1 ``check`` found problems, 2 bad input or an error (one line
+on stderr: a missing folder, an unknown namespace or table, an unreachable broker,
+corrupt data). Unexpected exceptions are bugs and keep their traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from pyspark_durable.errors import DecodeError, DurableWalError
+
+from . import commands
+from .target import CliError
+
+PROG = "durablewal"
+DEFAULT_TIMEOUT_MS = 5000
+DEFAULT_GRACE_MS = 300_000
+
+
+def _count(value: str) -> int:
+    """argparse type: a non-negative integer."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return n
+
+
+def _positive(value: str) -> int:
+    n = _count(value)
+    if n == 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return n
+
+
+def _backend_options() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("where the WAL is")
+    g.add_argument("path_arg", nargs="?", metavar="PATH",
+                   help="the WAL root folder (file backend)")
+    g.add_argument("--path", help="the WAL root folder (file backend), same as PATH")
+    g.add_argument("--bootstrap-servers", metavar="HOST:PORT",
+                   help="Kafka bootstrap servers (kafka backend)")
+    g.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Kafka client option passed through (repeatable)")
+    g.add_argument("--timeout-ms", type=_positive, default=DEFAULT_TIMEOUT_MS,
+                   help="give up on an unreachable broker after this long "
+                        "(connect_timeout_ms; default %(default)s)")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", action="store_true", help="print one JSON document")
+    o.add_argument("-v", "--verbose", action="count", default=0,
+                   help="log what the WAL does (-vv: and the Kafka client)")
+    return p
+
+
+def _namespace_option() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--namespace", default="default", help="namespace (default %(default)s)")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Inspect, verify and clean a pyspark_durable WAL.",
+        epilog="Exit codes: 0 done, 1 check found problems, 2 bad input or error.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    backend, namespace = _backend_options(), _namespace_option()
+
+    def add(name: str, handler: object, help_: str, ns: bool = True) -> argparse.ArgumentParser:
+        parents = [backend, namespace] if ns else [backend]
+        p = sub.add_parser(name, parents=parents, help=help_, description=help_)
+        p.set_defaults(handler=handler)
+        return p
+
+    p = add("namespaces", commands.cmd_namespaces, "list namespaces", ns=False)
+    p.add_argument("--names-only", action="store_true",
+                   help="names only (no summary: faster on a cluster with many namespaces)")
+    add("regions", commands.cmd_regions, "regions with watermarks and tables")
+    add("tables", commands.cmd_tables,
+        "tables with schema, rows and sequence range [first, next) of retained steps")
+    p = add("steps", commands.cmd_steps, "committed steps: writer, rows, bytes, commit time")
+    p.add_argument("--from", dest="start", type=_count, metavar="STEP",
+                   help="first step to show")
+    p.add_argument("--to", dest="stop", type=_count, metavar="STEP",
+                   help="show steps below this one")
+    p.add_argument("--limit", type=_count, metavar="N",
+                   help="at most N steps: the first ones with --from, else the latest")
+    p = add("tail", commands.cmd_tail, "the last rows of a table")
+    p.add_argument("--table", required=True, help="table name or id")
+    p.add_argument("-n", type=_count, default=10, help="rows to show (default %(default)s)")
+    add("check", commands.cmd_check,
+        "verify CRCs, sequences, steps and the snapshot; exit 1 listing every problem")
+    p = add("clean", commands.cmd_clean,
+            "run one cleaner pass and report what it freed")
+    p.add_argument("--grace-ms", type=_count, default=DEFAULT_GRACE_MS,
+                   help="keep entries younger than this, for attempts still in flight "
+                        "(default %(default)s)")
+    p = sub.add_parser("demo", add_help=False, help="run the demo (arguments pass through)",
+                       description="Run pyspark_durable.demo; every argument passes through.")
+    p.set_defaults(handler=commands.cmd_demo)
+    return parser
+
+
+class _StderrHandler(logging.Handler):
+    """Log lines as ``durablewal: warning: ...`` on the *current* sys.stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(f"{PROG}: {record.levelname.lower()}: {record.getMessage()}\n")
+        except Exception:  # noqa: BLE001 - logging must never fail the command
+            self.handleError(record)
+
+
+@contextmanager
+def _logging(verbose: int) -> Iterator[None]:
+    """Our warnings as one line each; the Kafka client's chatter only with ``-vv``.
+
+    kafka-python logs every refused connection; without this, Python's last-resort
+    handler would print those lines around the one-line error the user should see.
+    """
+    handler = _StderrHandler(logging.DEBUG if verbose > 1 else
+                             logging.INFO if verbose else logging.WARNING)
+    root, kafka = logging.getLogger(), logging.getLogger("kafka")
+    saved = root.level, kafka.level
+    root.addHandler(handler)
+    if verbose:
+        root.setLevel(min(root.level or logging.WARNING, handler.level))
+    if verbose < 2:
+        kafka.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(saved[0])
+        kafka.setLevel(saved[1])
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, OSError) and exc.filename is not None and str(exc.filename) not in text:
+        text += f": {exc.filename}"
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``durablewal`` and ``python -m pyspark_durable``; returns the exit code."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "demo":
+        args.demo_args = extra
+        args.verbose = 0
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    with _logging(args.verbose):
+        try:
+            return args.handler(args)
+        except BrokenPipeError:
+            # the reader went away (| head): no message; keep the exit from writing again
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError):
+                pass
+            return 141  # 128 + SIGPIPE, as a shell reports it
+        except KeyboardInterrupt:
+            sys.stderr.write(f"{PROG}: interrupted\n")
+            return 130
+        except (DurableWalError, CliError, OSError) as exc:
+            msg = _one_line(exc)
+            if isinstance(exc, DecodeError) and args.command != "check":
+                msg += f" (run '{PROG} check' for a full report)"
+            sys.stderr.write(f"{PROG}: error: {msg}\n")
+            return 2
+
+
+__all__ = ["build_parser", "main"]

@@ -1,0 +1,385 @@
+"""``durablewal check``: verify a namespace end to end, and list every problem found.
+
+Readers stop at the first problem they meet; an operator wants all of them, named by
+place. So this reads everything once and keeps going where it can:
+
+1. the commits log, record by record (CRC by the backend, then the JSON record);
+2. the snapshot against the commits log: its ``at`` offset is not below the log's low
+   watermark (else recovery is impossible), recovery from it works, and, while the
+   log is whole, it agrees with a replay of the full log;
+3. sequence density per table over the indexed steps (each step starts where the
+   previous one ended; the last one ends at the table's next sequence);
+4. every region log from its low to its high watermark, in one pass: each entry's
+   CRC (by the backend), key (version, namespace id, region) and value version; and
+   each run of each still-needed step: inside the region's watermarks, entries of
+   the attempts the commit names, of the table it says, as many entries and rows as
+   it says (payloads decoded).
+
+A region read that fails stops that region (the backend cannot skip past a frame it
+cannot trust); what lies after it is reported as not verified.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark_durable.codec import codec_for, decode_key, decode_value
+from pyspark_durable.errors import DurableWalError, coordinates
+from pyspark_durable.log import Entry, Log, LogStore
+from pyspark_durable.wal import Run, StepCommit
+from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.records import decode_meta
+from pyspark_durable.wal.state import SNAPSHOT_NAME, NamespaceState
+
+from .check_report import CheckReport, Problem
+from .render import Progress
+
+_EXPECTED_OFFSET = re.compile(r"expected offset (\d+)")
+
+
+@dataclass
+class _RunCheck:
+    """What reading a region found for one run of one needed step."""
+
+    commit: StepCommit
+    run: Run
+    entries: int = 0
+    rows: int = 0
+    settled: bool = False  # reported or finished: no further verdict
+    mismatched: bool = False  # an entry of another table: row counts mean nothing
+
+
+def _strip_prefix(exc: DurableWalError) -> str:
+    text = str(exc)
+    prefix = coordinates(**exc.where) + ": "
+    return text[len(prefix):] if exc.where and text.startswith(prefix) else text
+
+
+class Checker:
+    """One ``check`` pass over one namespace of a store."""
+
+    def __init__(self, store: LogStore) -> None:
+        self.store = store
+        self.report = CheckReport(store.namespace)
+        self.state: NamespaceState | None = None
+        self._full_replay: NamespaceState | None = None  # set while the log is whole
+
+    # -- problems -----------------------------------------------------------------
+
+    def problem(self, message: str, **where: Any) -> None:
+        self.report.problems.append(Problem({k: v for k, v in where.items() if v is not None},
+                                            message))
+
+    def problem_from(self, exc: DurableWalError, **where: Any) -> None:
+        """An error as a problem; the region and offset come first, found or given."""
+        found = {k: v for k, v in exc.where.items() if k != "namespace"}
+        if str(found.get("log", "")).startswith("region_"):
+            found.pop("log")
+        merged = {**where, **{k: v for k, v in found.items() if k not in where}}
+        if "offset" not in merged and (m := _EXPECTED_OFFSET.search(str(exc))):
+            merged["offset"] = int(m.group(1))  # the file log names it in its text
+        self.problem(_strip_prefix(exc), **merged)
+
+    # -- the pass -----------------------------------------------------------------
+
+    def run(self) -> CheckReport:
+        commits = self._check_commits_log()
+        if commits is not None:
+            self.state = self._check_snapshot(commits)
+        # without a recovered state, a replay of the whole log still names every step;
+        # without either, regions are still read for CRCs and keys
+        state = self.state if self.state is not None else self._full_replay
+        if state is not None:
+            self.report.tables = len(state.tables)
+            self._check_sequences(state)
+        self._check_regions(state)
+        return self.report
+
+    def _check_commits_log(self) -> Log | None:
+        """Read every commits-log record; replay them when the log is whole."""
+        try:
+            commits = self.store.open_log(COMMITS_LOG, create=False)
+            low, high = commits.low_watermark(), commits.high_watermark()
+        except DurableWalError as exc:
+            self.problem_from(exc, log=COMMITS_LOG)
+            return None
+        full = NamespaceState(self.store.namespace) if low == 0 else None
+        offset = low
+        try:
+            for entry in commits.read(low, high):
+                offset = entry.offset + 1
+                self.report.commit_records += 1
+                try:
+                    record = decode_meta(entry.value, namespace=self.store.namespace,
+                                         offset=entry.offset)
+                    if full is not None:
+                        full.apply(record, entry.offset)
+                        full.next_offset = entry.offset + 1
+                except DurableWalError as exc:
+                    self.problem_from(exc, log=COMMITS_LOG)
+                    full = None
+                except (KeyError, TypeError, ValueError) as exc:
+                    self.problem(f"commit-log record is malformed: {exc!r}", log=COMMITS_LOG,
+                                 offset=entry.offset)
+                    full = None
+        except DurableWalError as exc:
+            self.problem_from(exc, log=COMMITS_LOG, offset=offset)
+            return None
+        self._full_replay = full
+        return commits
+
+    def _check_snapshot(self, commits: Log) -> NamespaceState | None:
+        """Snapshot vs commits log: recoverable, and equal to a full replay if possible."""
+        low, high = commits.low_watermark(), commits.high_watermark()
+        raw = self.store.read_snapshot(SNAPSHOT_NAME)
+        reported = False
+        if raw is None:
+            if low > 0:
+                self.problem(f"the commits log was cleaned below offset {low} but there is no "
+                             "snapshot: the namespace cannot be recovered", log=COMMITS_LOG)
+                reported = True
+        else:
+            try:
+                snap = NamespaceState.from_snapshot(self.store.namespace, raw)
+                at = snap.snapshot_offset
+                self.report.snapshot_at = at
+                if at < low:
+                    self.problem(f"snapshot describes commits offset {at}, below the commits "
+                                 f"log's low watermark {low}: records in between are lost",
+                                 log=COMMITS_LOG, snapshot=SNAPSHOT_NAME)
+                    reported = True
+                elif at > high:
+                    self.problem(f"snapshot describes commits offset {at}, past the commits "
+                                 f"log's high watermark {high}", log=COMMITS_LOG,
+                                 snapshot=SNAPSHOT_NAME)
+            except DurableWalError as exc:
+                self.problem_from(exc, snapshot=SNAPSHOT_NAME)
+                reported = True
+        try:
+            state = NamespaceState.recover(self.store, commits)
+        except DurableWalError as exc:
+            if not reported:
+                self.problem_from(exc, log=COMMITS_LOG)
+            return None
+        if self._full_replay is not None and raw is not None:
+            self._compare(state, self._full_replay)
+        return state
+
+    def _compare(self, recovered: NamespaceState, full: NamespaceState) -> None:
+        facts = {
+            "namespace id": lambda s: s.namespace_id,
+            "next step": lambda s: s.next_step,
+            "expired before": lambda s: s.expired_before,
+            "next sequences": lambda s: dict(sorted(s.next_sequences.items())),
+            "marks": lambda s: dict(sorted(s.marks.items())),
+            "tables": lambda s: sorted(s.tables),
+            "committed (writer, writer_step) pairs": lambda s: len(s.pairs),
+            "indexed steps": lambda s: [(c.step, c.writer_id, c.writer_step, c.runs)
+                                        for c in s.index if c.step >= recovered.base_step],
+        }
+        for name, fact in facts.items():
+            a, b = fact(recovered), fact(full)
+            if a != b:
+                shown = (a, b) if len(repr(a)) + len(repr(b)) < 200 else ("...", "...")
+                self.problem(f"recovery from the snapshot disagrees with a replay of the whole "
+                             f"commits log on {name}: {shown[0]} vs {shown[1]}",
+                             snapshot=SNAPSHOT_NAME)
+
+    def _check_sequences(self, state: NamespaceState) -> None:
+        """Per table, indexed steps hold consecutive sequence ranges up to the next one."""
+        running: dict[int, int] = {}
+        for commit in state.index:
+            for table_id in commit.tables:
+                first = commit.first_sequences.get(table_id)
+                name = state.tables[table_id].name if table_id in state.tables else table_id
+                if first is None:
+                    self.problem("step has no first sequence for a table it writes",
+                                 step=commit.step, table=name)
+                    continue
+                if table_id in running and first != running[table_id]:
+                    self.problem(f"sequence gap: step starts at sequence {first}, the previous "
+                                 f"step of the table ended at {running[table_id]}",
+                                 step=commit.step, table=name)
+                running[table_id] = first + sum(r.entries for r in commit.runs
+                                                if r.table_id == table_id)
+        for table_id, end in running.items():
+            nxt = state.next_sequences.get(table_id)
+            if nxt != end:
+                name = state.tables[table_id].name if table_id in state.tables else table_id
+                self.problem(f"indexed steps end at sequence {end}, the table's next sequence "
+                             f"is {nxt}", table=name)
+        for table_id, mark in state.marks.items():
+            if mark > state.next_sequences.get(table_id, 0):
+                self.problem(f"marked deleted below {mark}, past the next sequence "
+                             f"{state.next_sequences.get(table_id, 0)}", table=table_id)
+
+    # -- regions --------------------------------------------------------------------
+
+    def _needed_runs(self, state: NamespaceState) -> dict[int, list[_RunCheck]]:
+        """Runs of the steps still needed (retained, or claimed by a table), by region."""
+        by_region: dict[int, list[_RunCheck]] = defaultdict(list)
+        for commit in state.index:
+            if not state.needed(commit):
+                continue  # expired and claimed by no table: the cleaner may delete it
+            self.report.steps += 1
+            for run in commit.runs:
+                info = state.tables.get(run.table_id)
+                if info is None:
+                    self.problem(f"step refers to unknown table id {run.table_id}",
+                                 step=commit.step, region=run.region_id)
+                    continue
+                if info.region_id != run.region_id:
+                    self.problem(f"step puts table {info.name} in region {run.region_id}, the "
+                                 f"table lives in region {info.region_id}", step=commit.step)
+                self.report.runs += 1
+                by_region[run.region_id].append(_RunCheck(commit, run))
+        return by_region
+
+    def _check_regions(self, state: NamespaceState | None) -> None:
+        runs = self._needed_runs(state) if state is not None else {}
+        existing = set(self.store.list_regions())
+        opened: list[tuple[int, Log, int, int]] = []
+        for region_id in sorted(existing | set(runs)):
+            if region_id not in existing:
+                steps = sorted({rc.commit.step for rc in runs[region_id]})
+                self.problem(f"region log is missing; steps {_steps_text(steps)} have entries "
+                             "in it", region=region_id)
+                continue
+            try:
+                region = self.store.open_region(region_id, create=False)
+                opened.append((region_id, region, region.low_watermark(),
+                               region.high_watermark()))
+            except DurableWalError as exc:
+                self.problem_from(exc, region=region_id)
+                self._not_verified(region_id, runs.get(region_id, []), None)
+        self.report.regions = len(existing)
+        total = sum(high - low for _, _, low, high in opened)
+        with Progress("check: reading regions", total) as progress:
+            for region_id, region, low, high in opened:
+                self._check_region(state, region_id, region, low, high,
+                                   sorted(runs.get(region_id, []), key=lambda rc: rc.run.start),
+                                   progress)
+
+    def _check_region(self, state: NamespaceState | None, region_id: int, region: Log, low: int,
+                      high: int, runs: list[_RunCheck], progress: Progress) -> None:
+        for before, after in itertools.pairwise(runs):
+            if after.run.start < before.run.end:
+                self.problem(f"offsets [{after.run.start}, {before.run.end}) are claimed by "
+                             f"steps {before.commit.step} and {after.commit.step}",
+                             region=region_id)
+        for rc in runs:
+            if rc.run.start < low:
+                self.problem(f"step {rc.commit.step} needs entries [{rc.run.start}, "
+                             f"{rc.run.end}) but the region was cleaned below {low}",
+                             region=region_id, offset=rc.run.start, step=rc.commit.step)
+                rc.settled = True
+            elif rc.run.end > high:
+                self.problem(f"step {rc.commit.step} needs entries [{rc.run.start}, "
+                             f"{rc.run.end}) but the region ends at {high}",
+                             region=region_id, offset=high, step=rc.commit.step)
+                rc.settled = True
+        pending = [rc for rc in runs if not rc.settled]
+        i, offset = 0, low
+        entries = iter(region.read(low, high)) if high > low else iter(())
+        while True:
+            try:
+                entry = next(entries)
+            except StopIteration:
+                break
+            except DurableWalError as exc:
+                self.problem_from(exc, region=region_id, offset=offset)
+                if offset < high:
+                    self.problem(f"reading stopped: entries [{offset}, {high}) were not "
+                                 "verified", region=region_id, offset=offset)
+                break
+            offset = entry.offset + 1
+            self.report.entries += 1
+            progress.advance()
+            table_id = self._check_entry(state, region_id, entry)
+            while i < len(pending) and pending[i].run.end <= entry.offset:
+                self._finish(pending[i], region_id)
+                i += 1
+            if i < len(pending) and pending[i].run.start <= entry.offset:
+                assert state is not None  # runs come from a state
+                self._check_run_entry(state, pending[i], region_id, entry, table_id)
+        reached = [rc for rc in pending[i:] if rc.run.start < offset]
+        for rc in reached:
+            self._finish(rc, region_id)
+        self._not_verified(region_id, [rc for rc in pending[i:] if rc.run.start >= offset],
+                           offset)
+
+    def _check_entry(self, state: NamespaceState | None, region_id: int,
+                     entry: Entry) -> int | None:
+        """Key and value version of any entry (committed or not); its table id."""
+        try:
+            ns_id = state.namespace_id if state is not None else None
+            key = decode_key(entry.key, expect_namespace_id=ns_id,
+                             expect_region_id=region_id, offset=entry.offset)
+            decode_value(entry.value, region_id=region_id, offset=entry.offset)
+            return key.table_id
+        except DurableWalError as exc:
+            self.problem_from(exc, region=region_id, offset=entry.offset)
+            return None
+
+    def _check_run_entry(self, state: NamespaceState, rc: _RunCheck, region_id: int,
+                         entry: Entry, table_id: int | None) -> None:
+        step = rc.commit.step
+        rc.entries += 1
+        raw = entry.header("a")
+        attempt = None if raw is None else raw.decode(errors="replace")
+        if attempt not in rc.commit.attempts:
+            self.problem(f"entry belongs to attempt {attempt!r}, which step {step} does not "
+                         f"name ({', '.join(rc.commit.attempts)})", region=region_id,
+                         offset=entry.offset, step=step)
+        if table_id is not None and table_id != rc.run.table_id:
+            found, said = _table_name(state, table_id), _table_name(state, rc.run.table_id)
+            self.problem(f"entry holds table {found}, step {step} says {said}",
+                         region=region_id, offset=entry.offset, step=step)
+            rc.mismatched = True
+            return
+        info = state.tables[rc.run.table_id]
+        try:
+            payload = decode_value(entry.value, region_id=region_id, offset=entry.offset)
+            batches = codec_for(info.payload_format, info.schema).decode(payload)
+            rc.rows += sum(b.num_rows for b in batches)
+        except Exception as exc:  # noqa: BLE001 - any decode failure is a finding here
+            self.problem(f"payload of table {info.name} does not decode: "
+                         f"{type(exc).__name__}: {exc}", region=region_id,
+                         offset=entry.offset, step=step)
+
+    def _finish(self, rc: _RunCheck, region_id: int) -> None:
+        run = rc.run
+        if rc.mismatched and rc.entries == run.entries:
+            pass  # already reported entry by entry
+        elif (rc.entries, rc.rows) != (run.entries, run.rows):
+            self.problem(f"run [{run.start}, {run.end}) read back {rc.entries} entries and "
+                         f"{rc.rows} rows, step {rc.commit.step} says {run.entries} entries "
+                         f"and {run.rows} rows", region=region_id, offset=run.start,
+                         step=rc.commit.step)
+        rc.settled = True
+
+    def _not_verified(self, region_id: int, runs: list[_RunCheck], offset: int | None) -> None:
+        if not runs:
+            return
+        steps = sorted({rc.commit.step for rc in runs})
+        self.problem(f"{len(runs)} runs of steps {_steps_text(steps)} could not be verified",
+                     region=region_id, offset=offset)
+
+
+def _table_name(state: NamespaceState, table_id: int) -> str:
+    info = state.tables.get(table_id)
+    return f"{info.name} (id {table_id})" if info is not None else f"id {table_id}"
+
+
+def _steps_text(steps: list[int]) -> str:
+    return ", ".join(map(str, steps[:10])) + (f" and {len(steps) - 10} more"
+                                               if len(steps) > 10 else "")
+
+
+def run_check(store: LogStore) -> CheckReport:
+    """Check the namespace of ``store``; see the module docstring."""
+    return Checker(store).run()

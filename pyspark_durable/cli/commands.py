@@ -1,0 +1,315 @@
+"""The subcommands of ``durablewal``: each reads a WAL and prints a table or JSON.
+
+Every handler takes the parsed arguments and returns the exit code. Handlers open
+namespaces through :mod:`pyspark_durable.cli.target` (never creating one) and close
+what they open; they raise :class:`CliError` or the package's own errors for the
+top level to print in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pyarrow as pa
+
+from pyspark_durable.errors import DurableWalError
+from pyspark_durable.wal import Cleaner, Namespace, StepCommit, TableInfo
+from pyspark_durable.wal.state import NamespaceState
+
+from .check import run_check
+from .render import Progress, emit_json, emit_text, format_table, iso_ms, span
+from .target import (
+    CliError,
+    list_namespaces,
+    open_existing_namespace,
+    open_existing_store,
+    open_listed_store,
+    target_from_args,
+)
+
+
+@contextmanager
+def _namespace(args: argparse.Namespace) -> Iterator[Namespace]:
+    ns = open_existing_namespace(target_from_args(args), args.namespace)
+    try:
+        yield ns
+    finally:
+        ns.close()
+
+
+def _output(args: argparse.Namespace, doc: Any, text: str) -> None:
+    if args.json:
+        emit_json(doc)
+    else:
+        emit_text(text)
+
+
+def _schema_text(info: TableInfo) -> str:
+    return ", ".join(f"{f.name}: {f.type}" for f in info.schema)
+
+
+def _table_name(state: NamespaceState, table_id: int) -> str:
+    info = state.tables.get(table_id)
+    return info.name if info is not None else str(table_id)
+
+
+# -- namespaces ---------------------------------------------------------------------
+
+
+def cmd_namespaces(args: argparse.Namespace) -> int:
+    """List namespaces, with a summary of each unless ``--names-only``."""
+    target = target_from_args(args)
+    names = list_namespaces(target)
+    found: list[dict[str, Any]] = []
+    with Progress("namespaces", len(names)) as progress:
+        for name in names:
+            progress.advance(label=f"namespace {name}")
+            if args.names_only:
+                found.append({"name": name})
+                continue
+            try:
+                store, state = open_existing_store(target, name, names)
+            except (DurableWalError, CliError) as exc:
+                found.append({"name": name, "error": str(exc)})
+                continue
+            try:
+                found.append({
+                    "name": name, "id": state.namespace_id, "regions": store.list_regions(),
+                    "tables": sorted(t.name for t in state.tables.values()),
+                    "first_step": state.expired_before, "next_step": state.next_step,
+                })
+            finally:
+                store.close()
+    doc = {"backend": target.backend, "where": target.where, "namespaces": found}
+    if args.names_only:
+        text = "\n".join(n["name"] for n in found) or f"no namespaces in {target.where}"
+    elif not found:
+        text = f"no namespaces in {target.where}"
+    else:
+        rows = [[n["name"], "-", "-", "-", "-", n["error"]] if "error" in n else
+                [n["name"], n["id"], len(n["regions"]), len(n["tables"]),
+                 span(n["first_step"], n["next_step"]), ""] for n in found]
+        text = format_table(["namespace", "id", "regions", "tables", "steps", "note"], rows)
+    _output(args, doc, text)
+    return 0
+
+
+# -- regions ------------------------------------------------------------------------
+
+
+def cmd_regions(args: argparse.Namespace) -> int:
+    """Regions with their watermarks and the tables living in each."""
+    with _namespace(args) as ns:
+        state = ns.refresh()
+        found = []
+        for region_id in ns.store.list_regions():
+            region = ns.store.open_region(region_id, create=False)
+            low, high = region.low_watermark(), region.high_watermark()
+            tables = sorted(t.name for t in state.tables.values() if t.region_id == region_id)
+            found.append({"region": region_id, "low_watermark": low, "high_watermark": high,
+                          "entries": high - low, "tables": tables})
+    doc = {"namespace": args.namespace, "regions": found}
+    rows = [[r["region"], r["low_watermark"], r["high_watermark"], r["entries"],
+             ", ".join(r["tables"]) or "-"] for r in found]
+    text = format_table(["region", "low", "high", "entries", "tables"], rows) if found \
+        else f"namespace {args.namespace!r} has no regions"
+    _output(args, doc, text)
+    return 0
+
+
+# -- tables -------------------------------------------------------------------------
+
+
+def cmd_tables(args: argparse.Namespace) -> int:
+    """Tables with schema, rows and sequence range of the retained steps."""
+    with _namespace(args) as ns:
+        state = ns.refresh()
+        rows_of: dict[int, int] = {}
+        bytes_of: dict[int, int] = {}
+        first_of: dict[int, int] = {}
+        for commit in state.index:
+            if commit.step < state.expired_before:
+                continue  # expired: no longer readable, not counted
+            for run in commit.runs:
+                rows_of[run.table_id] = rows_of.get(run.table_id, 0) + run.rows
+                bytes_of[run.table_id] = bytes_of.get(run.table_id, 0) + run.size_bytes
+                first_of.setdefault(run.table_id, commit.first_sequences[run.table_id])
+        found = []
+        for info in sorted(state.tables.values(), key=lambda t: t.name):
+            nxt = state.next_sequences.get(info.table_id, 0)
+            found.append({
+                "name": info.name, "id": info.table_id, "region": info.region_id,
+                "format": info.payload_format, "rows": rows_of.get(info.table_id, 0),
+                "bytes": bytes_of.get(info.table_id, 0),
+                "first_sequence": first_of.get(info.table_id, nxt), "next_sequence": nxt,
+                "marked_deleted_before": state.marks.get(info.table_id, 0),
+                "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable}
+                           for f in info.schema],
+            })
+            found[-1]["schema_text"] = _schema_text(info)
+    doc = {"namespace": args.namespace, "steps": [state.expired_before, state.next_step],
+           "tables": found}
+    rows = [[t["name"], t["id"], t["region"], t["format"], t["rows"],
+             span(t["first_sequence"], t["next_sequence"]), t["schema_text"]] for t in found]
+    text = format_table(["table", "id", "region", "format", "rows", "sequences", "schema"],
+                        rows) if found else f"namespace {args.namespace!r} has no tables"
+    _output(args, doc, text)
+    return 0
+
+
+# -- steps --------------------------------------------------------------------------
+
+
+def _step_range(args: argparse.Namespace, retained: range) -> range:
+    """Steps to list: ``--from``/``--to`` clamped to what is retained, then ``--limit``.
+
+    With ``--from`` the limit keeps the first steps; without it, the latest ones.
+    """
+    start = max(retained.start, args.start if args.start is not None else retained.start)
+    stop = min(retained.stop, args.stop if args.stop is not None else retained.stop)
+    chosen = range(start, max(start, stop))
+    if args.limit is not None and len(chosen) > args.limit:
+        chosen = chosen[: args.limit] if args.start is not None else \
+            chosen[len(chosen) - args.limit:]
+    return chosen
+
+
+def _step_doc(state: NamespaceState, c: StepCommit) -> dict[str, Any]:
+    return {"step": c.step, "writer_id": c.writer_id, "writer_step": c.writer_step,
+            "rows": c.rows, "bytes": c.size_bytes, "entries": sum(r.entries for r in c.runs),
+            "regions": c.regions, "tables": [_table_name(state, t) for t in c.tables],
+            "attempts": list(c.attempts), "commit_timestamp_ms": c.timestamp_ms,
+            "committed_at": iso_ms(c.timestamp_ms)}
+
+
+def cmd_steps(args: argparse.Namespace) -> int:
+    """Committed steps: writer id and step, rows, bytes, commit time."""
+    with _namespace(args) as ns:
+        state = ns.refresh()
+        retained = range(state.expired_before, state.next_step)
+        chosen = _step_range(args, retained)
+        found = [_step_doc(state, state.step(s)) for s in chosen]
+    doc = {"namespace": args.namespace, "retained": [retained.start, retained.stop],
+           "steps": found}
+    rows = [[s["step"], s["writer_id"], s["writer_step"], s["rows"], s["bytes"],
+             ", ".join(s["tables"]), s["committed_at"]] for s in found]
+    head = (f"namespace {args.namespace!r}: retained steps {span(retained.start, retained.stop)}"
+            f", showing {len(found)}")
+    text = head + ("\n" + format_table(["step", "writer", "writer_step", "rows", "bytes",
+                                        "tables", "committed"], rows) if found else "")
+    _output(args, doc, text)
+    return 0
+
+
+# -- tail ---------------------------------------------------------------------------
+
+
+def _tail_rows(ns: Namespace, info: TableInfo, n: int) -> pa.Table | None:
+    """The last ``n`` rows of a table: read back only the steps that hold them."""
+    state = ns.refresh()
+    chosen, missing = [], n
+    for step in reversed(ns.steps()):
+        if missing <= 0:
+            break
+        rows = sum(r.rows for r in state.step(step).runs if r.table_id == info.table_id)
+        if rows:
+            chosen.append(step)
+            missing -= rows
+    parts = []
+    with Progress(f"tail: reading {len(chosen)} steps", len(chosen)) as progress:
+        for step in reversed(chosen):
+            for sb in ns.read_step(step, tables={info.table_id}):
+                for batch in sb.batches:
+                    t = pa.Table.from_batches([batch])
+                    t = t.add_column(0, "_sequence", pa.array([sb.sequence_num] * t.num_rows,
+                                                              pa.int64()))
+                    t = t.add_column(0, "_step", pa.array([sb.step] * t.num_rows, pa.int64()))
+                    parts.append(t)
+            progress.advance()
+    if not parts:
+        return None
+    table = pa.concat_tables(parts)
+    return table.slice(max(0, table.num_rows - n))
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    """The last rows of one table, with the step and sequence each came from."""
+    with _namespace(args) as ns:
+        info = ns.table(args.table)
+        table = _tail_rows(ns, info, args.n) if args.n else None
+    columns = ["_step", "_sequence", *info.schema.names]
+    records = table.to_pylist() if table is not None else []
+    doc = {"namespace": args.namespace, "table": info.name, "columns": columns,
+           "rows": records}
+    text = format_table(columns, [[r[c] for c in columns] for r in records]) if records \
+        else f"table {info.name!r} has no rows in the retained steps"
+    _output(args, doc, text)
+    return 0
+
+
+# -- check and clean ------------------------------------------------------------------
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Verify the namespace; exit 1 with the list of problems when anything is wrong."""
+    store = open_listed_store(target_from_args(args), args.namespace)
+    try:
+        report = run_check(store)
+    finally:
+        store.close()
+    where = f"namespace {args.namespace!r}"
+    if report.ok:
+        text = f"OK: {where}: {report.summary()}"
+    else:
+        lines = [f"FAILED: {where}: {len(report.problems)} problem(s) (checked "
+                 f"{report.summary()}):"]
+        lines += [f"  {p.text()}" for p in report.problems]
+        text = "\n".join(lines)
+    _output(args, report.to_json(), text)
+    return 0 if report.ok else 1
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    """One cleaner pass: snapshot, then delete what no retained step or table needs."""
+    with _namespace(args) as ns, Progress("clean") as progress:
+        progress.show(f"cleaning namespace {args.namespace!r}")
+        report = Cleaner(ns, grace_ms=args.grace_ms).run_once()
+    regions = [{"region": r, "low_before": before, "low_after": after, "freed": after - before}
+               for r, (before, after) in sorted(report.regions.items())]
+    doc = {"namespace": args.namespace, "grace_ms": args.grace_ms,
+           "snapshot_at": report.snapshot_at, "first_retained_step": report.first_retained_step,
+           "freed_entries": report.freed_entries, "regions": regions,
+           "commits_low": {"before": report.commits_low[0], "after": report.commits_low[1]}}
+    lines = [
+        f"cleaned namespace {args.namespace!r} (grace {args.grace_ms} ms): "
+        f"{report.freed_entries} region entries freed",
+        f"snapshot at commits offset {report.snapshot_at}; first retained step "
+        f"{report.first_retained_step}",
+        f"commits log low watermark: {report.commits_low[0]} -> {report.commits_low[1]}",
+    ]
+    if regions:
+        lines.append(format_table(["region", "low_before", "low_after", "freed"],
+                                  [[r["region"], r["low_before"], r["low_after"], r["freed"]]
+                                   for r in regions]))
+    _output(args, doc, "\n".join(lines))
+    return 0
+
+
+# -- demo ---------------------------------------------------------------------------
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run :func:`pyspark_durable.demo.main` with every argument after ``demo``."""
+    try:
+        demo = importlib.import_module("pyspark_durable.demo")
+    except ModuleNotFoundError as exc:
+        if exc.name != "pyspark_durable.demo":
+            raise
+        raise CliError("the demo is not available in this installation "
+                       "(no module pyspark_durable.demo)") from None
+    result = demo.main(list(args.demo_args))
+    return result if isinstance(result, int) else 0

@@ -1,0 +1,144 @@
+"""Which WAL the CLI looks at, and opening it without ever creating anything.
+
+Opening a :class:`~pyspark_durable.wal.Namespace` creates the namespace when it does
+not exist (it appends the ``ns`` record). An inspection tool must not do that: a typo
+in ``--namespace`` would leave a new, empty namespace behind. So every command first
+checks that the namespace is listed by the backend and has a commits log that names
+its id, and only then opens it, with the id it was created with (a namespace created
+with id 7 cannot be opened as id 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark_durable.errors import DurableWalError
+from pyspark_durable.log import LogStore, open_store, store_class
+from pyspark_durable.wal import Namespace
+from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.state import NamespaceState
+
+
+class CliError(Exception):
+    """A user mistake the CLI reports in one line (exit code 2), never a traceback."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A backend name, its store options, and how to name it in messages."""
+
+    backend: str
+    options: dict[str, Any] = field(default_factory=dict)
+    where: str = ""
+
+
+def _kafka_key(key: str) -> str:
+    """The Kafka backend's spelling rule (``kafka.a.b`` == ``a_b``), without importing it."""
+    return key.removeprefix("kafka.").replace(".", "_").replace("-", "_")
+
+
+def target_from_args(args: argparse.Namespace) -> Target:
+    """The backend chosen on the command line: a WAL folder, or a Kafka broker."""
+    paths = [p for p in (args.path_arg, args.path) if p is not None]
+    if len(paths) > 1:
+        raise CliError("give the WAL folder once: as PATH or as --path, not both")
+    if args.bootstrap_servers is not None:
+        if paths:
+            raise CliError("give either a WAL folder (file backend) or --bootstrap-servers "
+                           "(kafka backend), not both")
+        options: dict[str, Any] = {"bootstrap_servers": args.bootstrap_servers}
+        for item in args.kafka_option:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise CliError(f"--kafka-option {item!r} is not key=value")
+            options[key.strip()] = value
+        if not any(_kafka_key(k) == "connect_timeout_ms" for k in options):
+            options["connect_timeout_ms"] = args.timeout_ms
+        return Target("kafka", options, f"Kafka broker {args.bootstrap_servers}")
+    if args.kafka_option:
+        raise CliError("--kafka-option needs --bootstrap-servers")
+    if not paths:
+        raise CliError("no WAL given: pass the WAL folder (PATH or --path) for the file "
+                       "backend, or --bootstrap-servers HOST:PORT for Kafka")
+    root = Path(paths[0])
+    if not root.exists():
+        raise CliError(f"path {root} does not exist (the WAL root folder)")
+    if not root.is_dir():
+        raise CliError(f"path {root} is not a folder (the WAL root folder)")
+    return Target("file", {"path": str(root)}, f"folder {root}")
+
+
+def _store_class(target: Target) -> type[LogStore]:
+    try:
+        return store_class(target.backend)
+    except ModuleNotFoundError as exc:
+        if target.backend == "kafka" and (exc.name or "").split(".")[0] == "kafka":
+            raise CliError("the kafka backend needs kafka-python: "
+                           "pip install 'pyspark_durable[kafka]'") from None
+        raise
+
+
+def list_namespaces(target: Target) -> list[str]:
+    return _store_class(target).list_namespaces(target.options)
+
+
+def _unknown_namespace(target: Target, namespace: str, names: list[str]) -> CliError:
+    msg = f"unknown namespace {namespace!r}; namespaces: {', '.join(names) or 'none'}"
+    if target.backend == "file":
+        root = Path(target.options["path"])
+        if (root / COMMITS_LOG).is_dir():  # the namespace folder was given, not its parent
+            msg += (f" ({root} looks like a namespace folder: pass {root.parent} "
+                    f"--namespace {root.name})")
+    return CliError(msg)
+
+
+def open_listed_store(target: Target, namespace: str,
+                      names: list[str] | None = None) -> LogStore:
+    """The store of a namespace the backend lists, which has a commits log; creates nothing.
+
+    Does not replay the commits log, so that ``check`` can report a damaged one.
+    ``names`` (the backend's namespace list) saves listing again when the caller has it.
+    """
+    if names is None:
+        names = list_namespaces(target)
+    if namespace not in names:
+        raise _unknown_namespace(target, namespace, names)
+    _store_class(target)
+    store = open_store(target.backend, namespace, **target.options)
+    try:
+        if COMMITS_LOG not in store.list_logs():
+            raise CliError(f"namespace {namespace!r} is not a WAL namespace (it has no "
+                           f"{COMMITS_LOG} log) in {target.where}")
+    except (DurableWalError, CliError):
+        store.close()
+        raise
+    return store
+
+
+def open_existing_store(target: Target, namespace: str,
+                        names: list[str] | None = None) -> tuple[LogStore, NamespaceState]:
+    """The store of an existing namespace and its recovered state; creates nothing."""
+    store = open_listed_store(target, namespace, names)
+    try:
+        state = NamespaceState.recover(store, store.open_log(COMMITS_LOG, create=False))
+        if state.namespace_id is None:
+            raise CliError(f"namespace {namespace!r} is empty: its commits log holds no "
+                           "namespace record yet (nothing was ever written)")
+    except (DurableWalError, CliError):
+        store.close()
+        raise
+    return store, state
+
+
+def open_existing_namespace(target: Target, namespace: str) -> Namespace:
+    """A :class:`Namespace` over an existing namespace, opened with its own id."""
+    store, state = open_existing_store(target, namespace)
+    try:
+        assert state.namespace_id is not None  # checked by open_existing_store
+        return Namespace(store, state.namespace_id)
+    except DurableWalError:
+        store.close()
+        raise

@@ -1,0 +1,404 @@
+"""The ``durablewal`` CLI, in-process (``main([...])``) and as a real subprocess.
+
+WAL content is built with the Python API; every command is run on the file backend
+with table and ``--json`` output, and the read commands on Kafka too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from pyspark_durable.cli import main
+from pyspark_durable.endpoint import open_namespace, write_step
+from pyspark_durable.wal import AttemptReceipt, Cleaner, Namespace, WrittenEntry
+
+NS = "shop"
+STEPS = 6
+ROWS_PER_STEP = 4
+
+
+def orders(step: int) -> pa.Table:
+    start = step * ROWS_PER_STEP
+    ids = list(range(start, start + ROWS_PER_STEP))
+    return pa.table({"id": pa.array(ids, pa.int64()),
+                     "item": pa.array([f"item-{i}" for i in ids], pa.string())})
+
+
+def fill(ns: Namespace) -> None:
+    """6 steps of 'orders' (region 0, arrow) and 'events' (region 1, avro), then one more."""
+    for step in range(STEPS):
+        write_step(ns, "loader", step, {"orders": orders(step)})
+        write_step(ns, "events-writer", step, {"events": [{"kind": f"e{step}", "n": step}]},
+                   region_id=1, payload_format="avro")
+
+
+def file_config(root: Path, namespace: str = NS) -> dict:
+    return {"backend": "file", "namespace": namespace,
+            "options": {"path": str(root), "segment_size_bytes": 1024}}
+
+
+@pytest.fixture
+def wal(tmp_path: Path) -> Path:
+    """A WAL folder with namespace 'shop' (12 steps) and namespace 'other' (1 step)."""
+    root = tmp_path / "wal"
+    ns = open_namespace(file_config(root))
+    fill(ns)
+    ns.close()
+    other = open_namespace({**file_config(root, "other"), "namespace_id": 7})
+    write_step(other, "w", 0, {"metrics": [{"v": 1.5}]})
+    other.close()
+    return root
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    code, out, err = cli(capsys, *argv, "--json")
+    assert (code, err) == (0, ""), err
+    return json.loads(out)
+
+
+def assert_one_line_error(code: int, out: str, err: str, *needles: str) -> None:
+    assert code == 2, (out, err)
+    assert out == ""
+    assert err.startswith("durablewal: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err, err
+
+
+def lines(text: str) -> list[list[str]]:
+    """Table output split into cells (the formatter separates columns by 2+ spaces)."""
+    import re
+
+    return [re.split(r"\s{2,}", line.strip()) for line in text.strip().splitlines()]
+
+
+# -- every command on the file backend ---------------------------------------------
+
+
+def test_namespaces_lists_summaries(wal, capsys):
+    """This tests that `namespaces` lists each namespace with id, regions, tables and steps."""
+    code, out, err = cli(capsys, "namespaces", wal)
+    assert (code, err) == (0, "")
+    rows = lines(out)
+    assert rows[0] == ["namespace", "id", "regions", "tables", "steps", "note"]
+    assert rows[2] == ["other", "7", "1", "1", "[0, 1)"]
+    assert rows[3] == ["shop", "0", "2", "2", "[0, 12)"]
+    doc = cli_json(capsys, "namespaces", "--path", wal)
+    shop = {n["name"]: n for n in doc["namespaces"]}["shop"]
+    assert (doc["backend"], shop["regions"], shop["tables"]) == ("file", [0, 1],
+                                                                 ["events", "orders"])
+    assert (shop["first_step"], shop["next_step"]) == (0, 12)
+    code, out, _ = cli(capsys, "namespaces", wal, "--names-only")
+    assert (code, out) == (0, "other\nshop\n")
+    (wal / "stray").mkdir()  # a folder that is no namespace: noted, and left untouched
+    code, out, _ = cli(capsys, "namespaces", wal)
+    assert code == 0 and lines(out)[4][0] == "stray" and "not a WAL namespace" in out
+    assert list((wal / "stray").iterdir()) == []
+
+
+def test_regions_show_watermarks_and_tables(wal, capsys):
+    """This tests that `regions` shows each region's watermarks, entry count and tables."""
+    code, out, err = cli(capsys, "regions", wal, "--namespace", NS)
+    assert (code, err) == (0, "")
+    assert lines(out)[2:] == [["0", "0", "6", "6", "orders"], ["1", "0", "6", "6", "events"]]
+    doc = cli_json(capsys, "regions", wal, "--namespace", NS)
+    assert doc["regions"] == [
+        {"region": 0, "low_watermark": 0, "high_watermark": 6, "entries": 6,
+         "tables": ["orders"]},
+        {"region": 1, "low_watermark": 0, "high_watermark": 6, "entries": 6,
+         "tables": ["events"]},
+    ]
+
+
+def test_tables_show_schema_rows_and_sequences(wal, capsys):
+    """This tests that `tables` shows schema, format, row count and sequence range per table."""
+    code, out, err = cli(capsys, "tables", wal, "--namespace", NS)
+    assert (code, err) == (0, "")
+    rows = {r[0]: r for r in lines(out)[2:]}
+    assert rows["orders"][2:] == ["0", "arrow", "24", "[0, 6)", "id: int64, item: string"]
+    assert rows["events"][2:] == ["1", "avro", "6", "[0, 6)", "kind: string, n: int64"]
+    doc = cli_json(capsys, "tables", wal, "--namespace", NS)
+    t = {x["name"]: x for x in doc["tables"]}["orders"]
+    assert (t["rows"], t["first_sequence"], t["next_sequence"]) == (24, 0, 6)
+    assert t["schema"] == [{"name": "id", "type": "int64", "nullable": True},
+                           {"name": "item", "type": "string", "nullable": True}]
+    assert doc["steps"] == [0, 12]
+
+
+def test_steps_list_writers_rows_and_ranges(wal, capsys):
+    """This tests that `steps` lists writer, writer step, rows and bytes, honouring --from/--to/--limit."""
+    code, out, err = cli(capsys, "steps", wal, "--namespace", NS)
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == "namespace 'shop': retained steps [0, 12), showing 12"
+    body = lines(out)[3:]
+    assert [r[:4] for r in body[:2]] == [["0", "loader", "0", "4"],
+                                         ["1", "events-writer", "0", "1"]]
+    assert body[1][5] == "events" and body[1][6].endswith("Z")
+    doc = cli_json(capsys, "steps", wal, "--namespace", NS, "--from", "2", "--to", "9",
+                   "--limit", "3")
+    assert [s["step"] for s in doc["steps"]] == [2, 3, 4]
+    assert [(s["writer_id"], s["writer_step"], s["rows"]) for s in doc["steps"]] == [
+        ("loader", 1, 4), ("events-writer", 1, 1), ("loader", 2, 4)]
+    assert all(s["bytes"] > 0 and s["commit_timestamp_ms"] > 0 for s in doc["steps"])
+    latest = cli_json(capsys, "steps", wal, "--namespace", NS, "--limit", "2")
+    assert [s["step"] for s in latest["steps"]] == [10, 11]
+    assert latest["retained"] == [0, 12]
+
+
+def test_tail_shows_last_rows_with_step_and_sequence(wal, capsys):
+    """This tests that `tail` shows the last N rows of a table, with their step and sequence."""
+    code, out, err = cli(capsys, "tail", wal, "--namespace", NS, "--table", "orders", "-n", "6")
+    assert (code, err) == (0, "")
+    rows = lines(out)
+    assert rows[0] == ["_step", "_sequence", "id", "item"]
+    assert rows[2:] == [["8", "4", "18", "item-18"], ["8", "4", "19", "item-19"]] + [
+        ["10", "5", str(i), f"item-{i}"] for i in range(20, 24)]
+    doc = cli_json(capsys, "tail", wal, "--namespace", NS, "--table", "events", "-n", "2")
+    assert doc["rows"] == [{"_step": 9, "_sequence": 4, "kind": "e4", "n": 4},
+                           {"_step": 11, "_sequence": 5, "kind": "e5", "n": 5}]
+    assert cli_json(capsys, "tail", wal, "--namespace", NS, "--table", "orders",
+                    "-n", "0")["rows"] == []
+
+
+def flip_middle_byte(root: Path, namespace: str = NS) -> Path:
+    segments = sorted((root / namespace / "region_0").glob("*.seg"),
+                      key=lambda p: p.stat().st_size)
+    seg = segments[-1]
+    data = bytearray(seg.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    return seg
+
+
+def test_check_passes_then_fails_on_a_flipped_byte(wal, capsys):
+    """This tests that `check` says OK on a healthy WAL and exits 1 naming region and offset
+    after one byte in the middle of a segment is flipped; other commands then fail in one line."""
+    code, out, err = cli(capsys, "check", wal, "--namespace", NS)
+    assert (code, err) == (0, "")
+    assert out.startswith("OK: namespace 'shop': ") and "12 entries" in out
+    assert cli_json(capsys, "check", wal, "--namespace", NS)["ok"] is True
+    seg = flip_middle_byte(wal)
+    code, out, err = cli(capsys, "check", wal, "--namespace", NS)
+    assert code == 1 and err == ""
+    assert out.startswith("FAILED: namespace 'shop': ")
+    problem = out.splitlines()[1]
+    assert "region=0 offset=" in problem and seg.name in problem, out
+    code, out, _ = cli(capsys, "check", wal, "--namespace", NS, "--json")
+    doc = json.loads(out)
+    assert code == 1 and doc["ok"] is False
+    assert doc["problems"][0]["where"]["region"] == 0
+    assert isinstance(doc["problems"][0]["where"]["offset"], int)
+    code, out, err = cli(capsys, "tail", wal, "--namespace", NS, "--table", "orders")
+    assert_one_line_error(code, out, err, "log=region_0", "durablewal check")
+    assert cli(capsys, "check", wal, "--namespace", "other")[0] == 0  # other namespace intact
+
+
+def test_check_reports_wrong_attempt_and_table_in_a_step(wal, capsys):
+    """This tests that `check` finds a step whose runs hold entries of an attempt the commit
+    does not name and of a table other than the one it says."""
+    ns = open_namespace(file_config(wal))
+    ghost = ns.begin("forger", 0)
+    ghost.write("orders", orders(99))
+    real = ghost.receipt()
+    other = ns.define_table("returns", 0, orders(0).schema)
+    forged = AttemptReceipt("not-the-writer", "forger", 0, tuple(
+        WrittenEntry(e.region_id, other.table_id, e.offset, e.rows, e.size_bytes)
+        for e in real.entries))
+    step = ns.commit("forger", 0, [forged])
+    ns.close()
+    code, out, _ = cli(capsys, "check", wal, "--namespace", NS)
+    assert code == 1
+    assert out.startswith("FAILED: namespace 'shop': 2 problem(s)")
+    assert f"region=0 offset=6 step={step}: entry belongs to attempt '{ghost.attempt_id}', " \
+        f"which step {step} does not name (not-the-writer)" in out
+    assert f"entry holds table orders (id {real.entries[0].table_id}), step {step} says " \
+        f"returns (id {other.table_id})" in out
+
+
+def test_check_reports_a_snapshot_behind_the_commits_log(wal, capsys):
+    """This tests that `check` fails when the snapshot describes commits below the log's low
+    watermark (records in between are gone: recovery from it would be wrong)."""
+    ns = open_namespace(file_config(wal))
+    ns.expire(4)
+    Cleaner(ns, grace_ms=0).run_once()
+    old = ns.store.read_snapshot("wal")
+    assert cli(capsys, "check", wal, "--namespace", NS)[0] == 0
+    ns.expire(10)
+    Cleaner(ns, grace_ms=0).run_once()
+    ns.store.write_snapshot("wal", old)
+    ns.close()
+    code, out, _ = cli(capsys, "check", wal, "--namespace", NS)
+    assert code == 1
+    assert "log=commits snapshot=wal: snapshot describes commits offset" in out
+    assert "below the commits log's low watermark" in out
+
+
+def test_clean_reports_what_it_freed(wal, capsys):
+    """This tests that `clean` frees nothing young by default and, after expire with no grace,
+    reports per-region low watermarks before/after, the commits log and the first step."""
+    code, out, err = cli(capsys, "clean", wal, "--namespace", NS)
+    assert (code, err) == (0, "")
+    assert "(grace 300000 ms): 0 region entries freed" in out
+    ns = open_namespace(file_config(wal))
+    ns.expire(8)  # steps 0..7: orders 0-3, events 0-3
+    ns.close()
+    segments_before = len(list((wal / NS / "region_0").glob("*.seg")))
+    code, out, err = cli(capsys, "clean", wal, "--namespace", NS, "--grace-ms", "0")
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == "cleaned namespace 'shop' (grace 0 ms): 8 region entries freed"
+    assert "first retained step 8" in out
+    assert lines(out)[-2:] == [["0", "0", "4", "4"], ["1", "0", "4", "4"]]
+    assert len(list((wal / NS / "region_0").glob("*.seg"))) < segments_before
+    doc = cli_json(capsys, "clean", wal, "--namespace", NS, "--grace-ms", "0")
+    assert (doc["freed_entries"], doc["first_retained_step"]) == (0, 8)
+    assert doc["regions"][0] == {"region": 0, "low_before": 4, "low_after": 4, "freed": 0}
+    assert doc["commits_low"]["before"] == doc["commits_low"]["after"] == doc["snapshot_at"] > 0
+    assert cli_json(capsys, "steps", wal, "--namespace", NS)["retained"] == [8, 12]
+    code, out, _ = cli(capsys, "check", wal, "--namespace", NS)
+    assert code == 0 and "snapshot at commits offset" in out
+
+
+# -- errors -----------------------------------------------------------------------
+
+
+def test_bad_input_is_one_line_exit_2(wal, tmp_path, capsys):
+    """This tests that a missing path, an unknown namespace or table and a bad backend choice
+    each fail with one line on stderr and exit 2, and create nothing."""
+    before = sorted(p.name for p in wal.iterdir())
+    assert_one_line_error(*cli(capsys, "tables", tmp_path / "nope"), "does not exist",
+                          str(tmp_path / "nope"))
+    assert_one_line_error(*cli(capsys, "tables", wal, "--namespace", "nope"),
+                          "unknown namespace 'nope'; namespaces: other, shop")
+    assert_one_line_error(*cli(capsys, "check", wal), "unknown namespace 'default'")
+    assert_one_line_error(*cli(capsys, "tail", wal, "--namespace", NS, "--table", "nope"),
+                          "unknown table 'nope'", "orders")
+    assert_one_line_error(*cli(capsys, "steps"), "no WAL given")
+    assert_one_line_error(*cli(capsys, "steps", wal, "--path", wal), "once")
+    assert_one_line_error(*cli(capsys, "steps", wal / NS, "--namespace", NS),
+                          f"pass {wal} --namespace {NS}")
+    assert sorted(p.name for p in wal.iterdir()) == before
+    with pytest.raises(SystemExit) as info:  # argparse: usage errors exit 2 as well
+        main(["tail", str(wal), "-n", "-3", "--table", "orders"])
+    assert info.value.code == 2
+    assert "-3 is negative" in capsys.readouterr().err
+
+
+def test_demo_passes_remaining_arguments_through(monkeypatch, capsys):
+    """This tests that `demo` imports pyspark_durable.demo lazily and hands it every argument."""
+    seen: list[list[str]] = []
+    fake = types.ModuleType("pyspark_durable.demo")
+    fake.main = lambda argv: seen.append(argv) or 3  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pyspark_durable.demo", fake)
+    assert main(["demo", "--rows", "5", "--path", "/x", "-v", "--json"]) == 3
+    assert seen == [["--rows", "5", "--path", "/x", "-v", "--json"]]
+
+
+def test_progress_goes_to_a_terminal_stderr_only(wal, monkeypatch, capsys):
+    """This tests that long commands draw progress on stderr when it is a TTY, and that
+    stdout stays the plain result."""
+    import io
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty = Tty()
+    monkeypatch.setattr(sys, "stderr", tty)
+    assert main(["check", str(wal), "--namespace", NS]) == 0
+    assert "check: reading regions: " in tty.getvalue() and tty.getvalue().endswith("\x1b[K")
+    assert capsys.readouterr().out.startswith("OK: ")
+
+
+def test_subprocess_python_m(wal):
+    """This tests that `python -m pyspark_durable` runs the CLI: JSON on stdout, exit codes,
+    and a one-line error without traceback."""
+    run = [sys.executable, "-m", "pyspark_durable"]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning"}
+    ok = subprocess.run([*run, "tables", str(wal), "--namespace", NS, "--json"],
+                        capture_output=True, text=True, env=env, timeout=120)
+    assert (ok.returncode, ok.stderr) == (0, "")
+    assert {t["name"]: t["rows"] for t in json.loads(ok.stdout)["tables"]} == {
+        "events": 6, "orders": 24}
+    bad = subprocess.run([*run, "steps", str(wal), "--namespace", "nope"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr == "durablewal: error: unknown namespace 'nope'; namespaces: other, shop\n"
+    with socket.socket() as s:  # kafka-python logs refused connections: none may show
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    down = subprocess.run([*run, "namespaces", "--bootstrap-servers", address,
+                           "--timeout-ms", "1000"], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert down.returncode == 2 and down.stdout == ""
+    assert down.stderr.startswith("durablewal: error: ") and down.stderr.count("\n") == 1
+    assert address in down.stderr
+
+
+# -- Kafka --------------------------------------------------------------------------
+
+
+@pytest.mark.kafka
+def test_kafka_namespaces_steps_tail_check(kafka_broker, namespace, capsys):
+    """This tests namespaces, steps, tail and check against a real Kafka-protocol broker,
+    and that an unknown namespace there is an error that creates nothing."""
+    config = {"backend": "kafka", "namespace": namespace,
+              "options": {"bootstrap_servers": kafka_broker}}
+    ns = open_namespace(config)
+    fill(ns)
+    ns.close()
+    broker = ["--bootstrap-servers", kafka_broker]
+    code, out, err = cli(capsys, "namespaces", *broker, "--names-only")
+    assert code == 0 and namespace in out.split()
+    doc = cli_json(capsys, "namespaces", *broker)
+    mine = {n["name"]: n for n in doc["namespaces"]}[namespace]
+    assert (mine["next_step"], mine["regions"], mine["tables"]) == (12, [0, 1],
+                                                                    ["events", "orders"])
+    code, out, err = cli(capsys, "steps", *broker, "--namespace", namespace, "--limit", "2")
+    assert (code, err) == (0, "")
+    assert [r[:4] for r in lines(out)[3:]] == [["10", "loader", "5", "4"],
+                                               ["11", "events-writer", "5", "1"]]
+    steps = cli_json(capsys, "steps", *broker, "--namespace", namespace)["steps"]
+    assert [s["rows"] for s in steps] == [4, 1] * STEPS
+    code, out, err = cli(capsys, "tail", *broker, "--namespace", namespace, "--table",
+                         "orders", "-n", "3")
+    assert (code, err) == (0, "")
+    assert [r[2:] for r in lines(out)[2:]] == [["21", "item-21"], ["22", "item-22"],
+                                               ["23", "item-23"]]
+    doc = cli_json(capsys, "tail", *broker, "--namespace", namespace, "--table", "events",
+                   "--kafka-option", "request.timeout.ms=20000")
+    assert [r["kind"] for r in doc["rows"]] == [f"e{i}" for i in range(STEPS)]
+    code, out, _ = cli(capsys, "check", *broker, "--namespace", namespace)
+    assert code == 0 and out.startswith(f"OK: namespace '{namespace}': ")
+    assert_one_line_error(*cli(capsys, "steps", *broker, "--namespace", namespace + "x"),
+                          f"unknown namespace '{namespace}x'")
+    code, out, _ = cli(capsys, "namespaces", *broker, "--names-only")
+    assert namespace + "x" not in out.split()
+
+
+@pytest.mark.kafka
+def test_kafka_unreachable_broker_fails_fast(capsys):
+    """This tests that a closed port fails within --timeout-ms with one line naming the address."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"  # closed once the block ends
+    for command in (["namespaces"], ["tail", "--table", "orders"]):
+        start = time.monotonic()
+        result = cli(capsys, *command, "--bootstrap-servers", address, "--timeout-ms", "1000")
+        assert time.monotonic() - start < 1.0 + 2.0
+        assert_one_line_error(*result, address)

@@ -27,7 +27,8 @@ setup(
             "pandas>=2",
             "ruff>=0.6",
         ],
-        "notebook": ["nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6", "matplotlib>=3.8"],
+        "notebook": ["nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6", "matplotlib>=3.8",
+                     "pandas>=2"],
     },
     entry_points={"console_scripts": ["durablewal=pyspark_durable.cli:main"]},
 )

@@ -17,7 +17,7 @@ from pyspark_durable.errors import ConfigError
 # canonical name -> (default shown in README, help)
 OPTIONS: dict[str, tuple[str, str]] = {
     "path": ("(none)", "root folder of the file log; `.load(path)`/`.start(path)`/`.save(path)`"),
-    "backend": ("file", "`file` | `kafka` | `memory`"),
+    "backend": ("file", "`file` | `kafka` (`memory` is refused: it cannot span Spark's workers)"),
     "namespace": ("default", "the WAL's namespace"),
     "namespaceId": ("0", "u8 id fixed when the namespace is created"),
     "region": ("0", "write: the region of every row"),
@@ -114,6 +114,11 @@ class WalOptions:
                     f"and {backend}.* for the {backend} backend")
         if backend not in ("file", "kafka", "memory"):
             raise ConfigError(f"option backend={backend!r}; valid: file, kafka, memory")
+        if backend == "memory":
+            raise ConfigError(
+                "option backend=memory: the memory backend lives inside one Python process, "
+                "and Spark runs readers and writers in separate Python worker processes, so "
+                "rows would vanish. Use backend=file with a temporary folder instead")
         store: dict[str, Any] = dict(passthrough)
         if raw.get("path"):
             store["path"] = raw["path"]

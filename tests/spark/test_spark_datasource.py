@@ -270,3 +270,10 @@ def test_sink_step_per_batch_with_query_id(spark, wal, tmp_path):
     commits = [ns.step_commit(s) for s in ns.steps()]
     assert [(c.writer_id, c.writer_step, c.rows) for c in commits] == [
         (f"query-{q.id}", b, 7) for b in range(3)]
+
+
+def test_memory_backend_is_refused_in_spark(spark, tmp_path):
+    """This tests that backend=memory fails clearly instead of losing rows across workers."""
+    with pytest.raises(PySparkException, match="memory backend lives inside one Python process"):
+        spark.range(3).write.format("durablewal").option("backend", "memory").mode("append") \
+            .save()

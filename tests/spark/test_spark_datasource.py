@@ -31,7 +31,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pyspark_durable.endpoint import open_namespace, write_step
+from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.wal import Cleaner
 
 pytestmark = pytest.mark.spark
@@ -277,3 +277,34 @@ def test_memory_backend_is_refused_in_spark(spark, tmp_path):
     with pytest.raises(PySparkException, match="memory backend lives inside one Python process"):
         spark.range(3).write.format("durablewal").option("backend", "memory").mode("append") \
             .save()
+
+
+def test_batch_replayed_after_driver_crash_adds_nothing(spark, wal, tmp_path):
+    """This tests the crash between the sink's commit and Spark's commit log: the replay is a no-op."""
+    src_dir = tmp_path / "json"
+    src_dir.mkdir()
+    for k in range(3):
+        (src_dir / f"{k:03d}.json").write_text(
+            "\n".join(json.dumps({"id": k * 100 + i}) for i in range(5)))
+    ckpt = tmp_path / "ck"
+
+    def run():
+        stream_in = (spark.readStream.schema("id long").option("maxFilesPerTrigger", 1)
+                     .json(str(src_dir)))
+        return run_stream(stream_in, wal, str(ckpt))
+
+    first = run()
+    ns = ns_of(wal)
+    assert ns.steps() == range(0, 3)
+    written = ns.store.open_region(0).high_watermark()
+    # the driver "died" after the sink committed batch 2 but before Spark logged it
+    (ckpt / "commits" / "2").unlink()
+    (ckpt / "commits" / ".2.crc").unlink(missing_ok=True)  # Hadoop's checksum of that file
+    second = run()
+    assert second.id == first.id
+    assert [p["batchId"] for p in second.recentProgress if p["numInputRows"]] == [2]
+    ns = ns_of(wal)
+    assert ns.steps() == range(0, 3), "the replayed batch must not become a new step"
+    assert ns.store.open_region(0).high_watermark() > written, "the replay wrote entries again"
+    ids = sorted(read_steps(ns, "default").column("id").to_pylist())
+    assert ids == sorted(k * 100 + i for k in range(3) for i in range(5))

@@ -37,6 +37,7 @@ from pyspark_durable.errors import (
     AttemptLost,
     ConfigError,
     CorruptEntryError,
+    OffsetOutOfRange,
     RoutingError,
     SchemaMismatch,
     StepExpired,
@@ -227,7 +228,10 @@ class Namespace:
         return range(s.expired_before, s.next_step)
 
     def step_commit(self, step: int) -> StepCommit:
-        s = self.refresh()
+        """The commit record of a step (a committed step never changes: no refresh needed)."""
+        s = self.state
+        if step >= s.next_step or step < s.expired_before:
+            s = self.refresh()
         if step < s.expired_before:
             raise StepExpired(
                 f"step {step} was expired; available steps are "
@@ -261,7 +265,12 @@ class Namespace:
             codec = codec_for(info.payload_format, info.schema)
             region = self.store.open_region(run.region_id, create=False)
             count = 0
-            for i, entry in enumerate(region.read(run.start, run.end)):
+            try:
+                entries = region.read(run.start, run.end)
+            except OffsetOutOfRange:
+                self.step_commit(commit.step)  # expired meanwhile: raises StepExpired
+                raise
+            for i, entry in enumerate(entries):
                 count += 1
                 if entry.header("a") not in attempts:
                     raise CorruptEntryError(

@@ -62,6 +62,80 @@ def median_rate(runs: list[tuple[float, int]], rows: int) -> tuple[float, float]
     return runs[0][1] / secs / 1e6, rows / secs
 
 
+def measure(address: str, records: list[Record], per_append: int,
+            reps: int) -> dict[str, list[tuple[float, int]]]:
+    """One warm-up + ``reps`` rounds of the four runs against the broker at ``address``:
+    {"ours_a", "raw_a", "ours_r", "raw_r"} -> [(seconds, bytes)] (warm-up excluded)."""
+    nbytes = sum(len(r.key) + len(r.value) for r in records)
+    store = KafkaLogStore(f"bench{uuid.uuid4().hex[:8]}", bootstrap_servers=address)
+    log = store.open_region(0)
+    clients = store.settings.clients
+    raw_topic = store.topic("raw_0")
+    store.admin.ensure(raw_topic, True, {})
+    producer = KafkaProducer(
+        bootstrap_servers=address, acks="all",
+        **{k: clients["producer"][k] for k in ("linger_ms", "batch_size", "max_request_size")},
+    )
+    tp = TopicPartition(raw_topic, 0)
+    consumer = KafkaConsumer(
+        bootstrap_servers=address, enable_auto_commit=False,
+        **{k: clients["consumer"][k] for k in ("max_partition_fetch_bytes",
+                                                "fetch_max_wait_ms")},
+    )
+    consumer.assign([tp])
+
+    def ours_append() -> int:
+        for i in range(0, len(records), per_append):
+            log.append(records[i : i + per_append])
+        return nbytes
+
+    def raw_append() -> int:
+        for i in range(0, len(records), per_append):
+            futures = [producer.send(raw_topic, value=r.value, key=r.key,
+                                     headers=list(r.headers), partition=0)
+                       for r in records[i : i + per_append]]
+            producer.flush()
+            for fut in futures:
+                fut.get()
+        return nbytes
+
+    def ours_read(start: int) -> int:
+        total = 0
+        for entry in log.read(start, start + len(records)):
+            total += len(entry.key) + len(entry.value)
+        return total
+
+    def raw_read(start: int) -> int:
+        consumer.seek(tp, start)
+        total, stop, offset = 0, start + len(records), start
+        while offset < stop:
+            for r in consumer.poll(timeout_ms=10_000).get(tp, ()):
+                if r.offset >= stop:
+                    break
+                total += len(r.key) + len(r.value)
+                offset = r.offset + 1
+        return total
+
+    results: dict[str, list[tuple[float, int]]] = {k: [] for k in
+                                                   ("ours_a", "raw_a", "ours_r", "raw_r")}
+    for rep in range(reps + 1):  # rep 0 is the warm-up
+        start = rep * len(records)
+        runs = [("ours_a", ours_append), ("raw_a", raw_append),
+                ("ours_r", lambda s=start: ours_read(s)),
+                ("raw_r", lambda s=start: raw_read(s))]
+        if rep % 2:
+            runs = [runs[1], runs[0], runs[3], runs[2]]  # alternate who goes first
+        for name, fn in runs:
+            secs, got = timed(fn)
+            assert got == nbytes, (name, got, nbytes)
+            if rep:
+                results[name].append((secs, got))
+    producer.close()
+    consumer.close()
+    store.close()
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entries", type=int, default=200, help="entries per repetition")
@@ -78,70 +152,7 @@ def main() -> None:
 
     broker = start_broker(Path(tempfile.mkdtemp(prefix="bench-tansu-")))
     try:
-        store = KafkaLogStore(f"bench{uuid.uuid4().hex[:8]}", bootstrap_servers=broker.address)
-        log = store.open_region(0)
-        clients = store.settings.clients
-        raw_topic = store.topic("raw_0")
-        store.admin.ensure(raw_topic, True, {})
-        producer = KafkaProducer(
-            bootstrap_servers=broker.address, acks="all",
-            **{k: clients["producer"][k] for k in ("linger_ms", "batch_size", "max_request_size")},
-        )
-        tp = TopicPartition(raw_topic, 0)
-        consumer = KafkaConsumer(
-            bootstrap_servers=broker.address, enable_auto_commit=False,
-            **{k: clients["consumer"][k] for k in ("max_partition_fetch_bytes",
-                                                    "fetch_max_wait_ms")},
-        )
-        consumer.assign([tp])
-
-        def ours_append() -> int:
-            for i in range(0, len(records), args.per_append):
-                log.append(records[i : i + args.per_append])
-            return nbytes
-
-        def raw_append() -> int:
-            for i in range(0, len(records), args.per_append):
-                futures = [producer.send(raw_topic, value=r.value, key=r.key,
-                                         headers=list(r.headers), partition=0)
-                           for r in records[i : i + args.per_append]]
-                producer.flush()
-                for fut in futures:
-                    fut.get()
-            return nbytes
-
-        def ours_read(start: int) -> int:
-            total = 0
-            for entry in log.read(start, start + len(records)):
-                total += len(entry.key) + len(entry.value)
-            return total
-
-        def raw_read(start: int) -> int:
-            consumer.seek(tp, start)
-            total, stop, offset = 0, start + len(records), start
-            while offset < stop:
-                for r in consumer.poll(timeout_ms=10_000).get(tp, ()):
-                    if r.offset >= stop:
-                        break
-                    total += len(r.key) + len(r.value)
-                    offset = r.offset + 1
-            return total
-
-        results: dict[str, list[tuple[float, int]]] = {k: [] for k in
-                                                       ("ours_a", "raw_a", "ours_r", "raw_r")}
-        for rep in range(args.reps + 1):  # rep 0 is the warm-up
-            start = rep * len(records)
-            runs = [("ours_a", ours_append), ("raw_a", raw_append),
-                    ("ours_r", lambda s=start: ours_read(s)),
-                    ("raw_r", lambda s=start: raw_read(s))]
-            if rep % 2:
-                runs = [runs[1], runs[0], runs[3], runs[2]]  # alternate who goes first
-            for name, fn in runs:
-                secs, got = timed(fn)
-                assert got == nbytes, (name, got, nbytes)
-                if rep:
-                    results[name].append((secs, got))
-
+        results = measure(broker.address, records, args.per_append, args.reps)
         print(f"{'':8s} {'ours MB/s':>10s} {'raw MB/s':>10s} {'ours rows/s':>12s} "
               f"{'raw rows/s':>12s} {'ours/raw':>9s} {'paired':>7s}")
         for label, ours, raw in (("append", "ours_a", "raw_a"), ("read", "ours_r", "raw_r")):
@@ -155,9 +166,6 @@ def main() -> None:
                   f"{o_mb / r_mb:9.2f} {paired:7.2f}")
         print("ours/raw: ratio of the medians; paired: median of per-repetition ratios "
               "(target >= 0.8)")
-        producer.close()
-        consumer.close()
-        store.close()
     finally:
         stop_broker(broker)
 

@@ -1,0 +1,145 @@
+"""Shared pieces of the benchmark: results, timing, row generation, WAL prefill."""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from pyspark_durable.endpoint import open_namespace
+
+ROW_BYTES = 100  # id (8 bytes) + payload (92 bytes)
+PAYLOAD_BYTES = ROW_BYTES - 8
+OUT = Path(__file__).resolve().parent / "out"
+
+
+@dataclass
+class Result:
+    """One row of the results table."""
+
+    pair: str
+    ours: float | None
+    peer: float | None
+    unit: str
+    target: str = ""          # e.g. ">= 0.7", "<= 0.5 s", "~1"
+    ratio: float | None = None
+    met: bool | None = None
+    note: str = ""
+    samples: dict[str, list[float]] = field(default_factory=dict)
+
+    def ratio_str(self) -> str:
+        return "" if self.ratio is None else f"{self.ratio:.2f}"
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def higher_is_better(pair: str, ours: list[float], peer: list[float], unit: str,
+                     target: float, note: str = "") -> Result:
+    """ratio = median(ours) / median(peer), met when >= target."""
+    o, p = median(ours), median(peer)
+    ratio = o / p if p else None
+    return Result(pair, o, p, unit, f">= {target}", ratio,
+                  None if ratio is None else ratio >= target, note,
+                  {"ours": ours, "peer": peer})
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+WARMUPS = [1]  # set by run.py --warmups
+
+
+def repeat(fns: dict[str, Callable[[], float]], reps: int) -> dict[str, list[float]]:
+    """``WARMUPS`` warm-up rounds, then ``reps`` rounds; the order alternates every round."""
+    out: dict[str, list[float]] = {k: [] for k in fns}
+    names = list(fns)
+    for rep in range(reps + WARMUPS[0]):
+        order = names if rep % 2 == 0 else names[::-1]
+        for name in order:
+            value = fns[name]()
+            if rep >= WARMUPS[0]:
+                out[name].append(value)
+    return out
+
+
+def uid(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:8]}"
+
+
+_PAYLOAD_CACHE: dict[int, pa.Array] = {}
+
+
+def make_rows(start: int, n: int) -> pa.Table:
+    """``n`` rows of ~100 bytes: an int64 id and a 92-byte binary payload."""
+    payload = _PAYLOAD_CACHE.get(n)
+    if payload is None:
+        rng = np.random.default_rng(n)
+        raw = rng.integers(97, 123, size=n * PAYLOAD_BYTES, dtype=np.uint8).tobytes()
+        offsets = np.arange(0, (n + 1) * PAYLOAD_BYTES, PAYLOAD_BYTES, dtype=np.int32)
+        payload = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
+                                                         pa.py_buffer(raw)])
+        _PAYLOAD_CACHE[n] = payload
+    ids = pa.array(np.arange(start, start + n, dtype=np.int64))
+    return pa.table({"id": ids, "payload": payload})
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a namespace lives: a file root or a Kafka broker."""
+
+    backend: str
+    namespace: str
+    path: str | None = None
+    bootstrap: str | None = None
+
+    def config(self) -> dict:
+        opts = {"path": self.path} if self.backend == "file" else \
+            {"bootstrap_servers": self.bootstrap}
+        return {"backend": self.backend, "namespace": self.namespace, "options": opts}
+
+    def spark_options(self) -> dict[str, str]:
+        opts = {"backend": self.backend, "namespace": self.namespace}
+        if self.backend == "file":
+            opts["path"] = str(self.path)
+        else:
+            opts["kafka.bootstrap.servers"] = str(self.bootstrap)
+        return opts
+
+    def with_namespace(self, namespace: str) -> Target:
+        return Target(self.backend, namespace, self.path, self.bootstrap)
+
+
+def prefill(target: Target, total_rows: int, rows_per_step: int, regions: int = 2) -> int:
+    """Commit ``total_rows`` rows as steps of ``rows_per_step`` rows spread over ``regions``
+    (table ``t{r}`` in region ``r``, so a Spark read has one partition per region).
+    Returns the bytes of row data written."""
+    ns = open_namespace(target.config())
+    try:
+        written, step, nbytes = 0, 0, 0
+        while written < total_rows:
+            n = min(rows_per_step, total_rows - written)
+            attempt = ns.begin("prefill", step)
+            per = -(-n // regions)
+            for r in range(regions):
+                part = min(per, n - r * per)
+                if part > 0:
+                    rows = make_rows(written + r * per, part)
+                    nbytes += rows.nbytes
+                    attempt.write(f"t{r}", rows, r)
+            attempt.commit()
+            written += n
+            step += 1
+        return nbytes
+    finally:
+        ns.close()

@@ -1,0 +1,106 @@
+"""Writes bench/RESULTS.md and bench/results.png; prints the table."""
+
+from __future__ import annotations
+
+import platform
+import re
+from pathlib import Path
+
+from common import Result
+
+HERE = Path(__file__).resolve().parent
+
+
+def _num(value: float | None, unit: str) -> str:
+    if value is None:
+        return "—"
+    if unit in ("rows/s",):
+        return f"{value:,.0f}"
+    if unit.startswith("s"):
+        return f"{value:.3f}"
+    return f"{value:,.1f}"
+
+
+def _met(r: Result) -> str:
+    return "—" if r.met is None else ("yes" if r.met else "**NO**")
+
+
+def table(results: list[Result]) -> str:
+    lines = ["| pair | ours | peer | unit | ratio | target | met? | note |",
+             "|---|---:|---:|---|---:|---|---|---|"]
+    for r in results:
+        ratio = "—" if r.ratio is None else (
+            f"{r.ratio:+.3f} s" if r.target.startswith("<= +") else f"{r.ratio:.2f}")
+        lines.append(f"| {r.pair} | {_num(r.ours, r.unit)} | {_num(r.peer, r.unit)} | "
+                     f"{r.unit} | {ratio} | {r.target or '—'} | {_met(r)} | {r.note} |")
+    return "\n".join(lines)
+
+
+def write(results: list[Result], args_line: str, elapsed_s: float, tag: str = "") -> Path:
+    suffix = f"-{tag}" if tag else ""
+    md = HERE / f"RESULTS{suffix}.md"
+    png = HERE / f"results{suffix}.png"
+    text = [
+        "# Benchmark results",
+        "",
+        f"`python bench/run.py {args_line}` — {elapsed_s / 60:.1f} min, "
+        f"{platform.node()}, Python {platform.python_version()}. Values are medians of the "
+        "repetitions after one warm-up; ratio = ours / peer (for latency: ours - peer in "
+        "seconds). See `bench/README.md` for what each pair measures.",
+        "",
+        table(results),
+        "",
+        f"![ratios vs targets]({png.name})",
+        "",
+        "Samples (every repetition):",
+        "",
+    ]
+    for r in results:
+        if r.samples:
+            parts = "; ".join(f"{k}: " + ", ".join(f"{v:.4g}" for v in vals)
+                              for k, vals in r.samples.items())
+            text.append(f"- {r.pair}: {parts}")
+    md.write_text("\n".join(text) + "\n")
+    chart(results, png)
+    return md
+
+
+def chart(results: list[Result], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ratios = [r for r in results if r.ratio is not None and r.target.startswith((">=", "~"))]
+    lat = [r for r in results if r.ratio is not None and r.target.startswith("<= +")]
+    fig, axes = plt.subplots(2, 1, figsize=(11, 0.45 * (len(ratios) + len(lat)) + 3.5),
+                             gridspec_kw={"height_ratios": [max(len(ratios), 1),
+                                                            max(len(lat), 1)]})
+    ax = axes[0]
+    labels = [r.pair for r in ratios]
+    ys = range(len(ratios))
+    colors = ["tab:green" if r.met else "tab:red" for r in ratios]
+    ax.barh(list(ys), [r.ratio for r in ratios], color=colors)
+    for y, r in zip(ys, ratios, strict=True):
+        m = re.search(r"[\d.]+", r.target)
+        goal = 1.0 if r.target.startswith("~") else float(m.group()) if m else None
+        if goal is not None:
+            ax.plot([goal, goal], [y - 0.4, y + 0.4], color="black", lw=2)
+        ax.text(r.ratio, y, f" {r.ratio:.2f}", va="center", fontsize=8)
+    ax.set_yticks(list(ys), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ratio (ours / peer); black tick = target")
+    ax.set_title("throughput / memory ratios")
+    ax = axes[1]
+    ax.barh(range(len(lat)), [r.ratio for r in lat],
+            color=["tab:green" if r.met else "tab:red" for r in lat])
+    ax.axvline(0.5, color="black", lw=2)
+    ax.set_xlim(min([0.0] + [r.ratio for r in lat]) - 0.05,
+                max([0.6] + [r.ratio + 0.1 for r in lat]))
+    ax.set_yticks(list(range(len(lat))), [r.pair for r in lat], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds per 10-row batch above rate→noop (black line = 0.5 s target)")
+    ax.set_title("per-batch latency over the JVM floor")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,134 @@
+"""The project benchmark: durablewal vs its peers, side by side in one process.
+
+    python bench/run.py [--scale small|full] [--backends file,kafka] [--reps 3]
+                        [--pairs 1,2,3,4,5,6,7] [--warmups 1] [--tag NAME]
+
+One SparkSession (``local_session()``) for the whole run; a Tansu broker is started
+for the Kafka backend (tests/kafka_broker.py) and stopped by its PID at the end.
+Each measurement has one warm-up and ``--reps`` repetitions; medians and ratios go
+to bench/RESULTS.md and bench/results.png. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(HERE), str(ROOT), str(ROOT / "tests")]
+
+import report  # noqa: E402
+from common import OUT, WARMUPS, Result, Target  # noqa: E402
+from kafka_broker import start_broker, stop_broker  # noqa: E402
+from log_pairs import file_append_pair, kafka_log_pairs  # noqa: E402
+from memory import memory_pair, recovery_pair  # noqa: E402
+from spark_pairs import (  # noqa: E402
+    ProgressWaiter,
+    kafka_connector_jars,
+    latency_pairs,
+    restart_pair,
+    source_sink_pairs,
+    spark_kafka_pairs,
+)
+
+SCALES = {
+    "small": {"rows": 100_000, "latency_batches": 8, "memory_mb": (100, 400),
+              "log_entries": 100, "log_threads": 4, "kafka_entries": 100},
+    "full": {"rows": 1_000_000, "latency_batches": 20, "memory_mb": (1000, 4000),
+             "log_entries": 500, "log_threads": 4, "kafka_entries": 200},
+}
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", choices=sorted(SCALES), default="small")
+    parser.add_argument("--backends", default="file,kafka")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--pairs", default="1,2,3,4,5,6,7", help="which pairs to run")
+    parser.add_argument("--warmups", type=int, default=1,
+                        help="warm-up rounds of the Spark pairs 1-3 (the JIT keeps improving)")
+    parser.add_argument("--tag", default="", help="write RESULTS-TAG.md / results-TAG.png")
+    args = parser.parse_args()
+    if args.reps < 1:
+        parser.error("--reps must be >= 1")
+    WARMUPS[0] = max(0, args.warmups)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    pairs = {p.strip() for p in args.pairs.split(",")}
+    scale = SCALES[args.scale]
+    logging.basicConfig(level=logging.ERROR)
+    OUT.mkdir(exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"run-{args.scale}-", dir=OUT))
+    began = time.perf_counter()
+    results: list[Result] = []
+    broker = None
+    spark = None
+    try:
+        if "kafka" in backends:
+            broker = start_broker(work / "tansu")
+            say(f"Tansu broker on {broker.address} (pid {broker.process.pid})")
+        from pyspark_durable.session import local_session
+
+        jars = kafka_connector_jars()
+        spark = local_session("durablewal-bench", **({"spark.jars": ",".join(jars)}
+                                                     if jars else {}))
+        waiter = ProgressWaiter()
+        spark.streams.addListener(waiter)
+        for backend in backends:
+            base = Target(backend, "x", path=str(work / "wal") if backend == "file" else None,
+                          bootstrap=broker.address if backend == "kafka" and broker else None)
+            n = scale["rows"]
+            if pairs & {"1", "2"}:
+                say(f"[{backend}] pairs 1, 2: source / sink, {n:,} rows")
+                results += source_sink_pairs(spark, base, n, args.reps, say)
+            if "3" in pairs:
+                say(f"[{backend}] pair 3: per-batch latency")
+                results += latency_pairs(spark, base, scale["latency_batches"], args.reps,
+                                         waiter, say)
+            if "4" in pairs:
+                say(f"[{backend}] pair 4: log layer")
+                if backend == "file":
+                    results.append(file_append_pair(scale["log_entries"], scale["log_threads"],
+                                                    args.reps, say))
+                else:
+                    results += kafka_log_pairs(broker.address, scale["kafka_entries"], 20,
+                                               args.reps, say)
+            if "5" in pairs and backend == "file":
+                say(f"[{backend}] pair 5: memory over {scale['memory_mb']} MB namespaces")
+                mem, small_ns = memory_pair(spark, base, scale["memory_mb"], args.reps, say)
+                results.append(mem)
+                if "6" in pairs:
+                    results.append(recovery_pair(small_ns, args.reps, say))
+            if "6" in pairs:
+                say(f"[{backend}] pair 6: restart from checkpoint")
+                results.append(restart_pair(spark, base, n, args.reps, say))
+        if "7" in pairs:
+            kbase = Target("kafka", "x", bootstrap=broker.address) if broker else None
+            results += spark_kafka_pairs(spark, kbase, scale["rows"], args.reps, say)
+    finally:
+        if spark is not None:
+            for q in spark.streams.active:
+                q.stop()
+            spark.stop()
+        if broker is not None:
+            stop_broker(broker)
+        shutil.rmtree(work, ignore_errors=True)
+    elapsed = time.perf_counter() - began
+    argv = " ".join(sys.argv[1:]) or "(defaults)"
+    md = report.write(results, argv, elapsed, args.tag)
+    say("")
+    say(report.table(results))
+    say(f"\nwrote {md} and its chart in {elapsed / 60:.1f} min")
+
+
+if __name__ == "__main__":
+    main()

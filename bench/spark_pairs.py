@@ -1,0 +1,277 @@
+"""Spark pairs: source and sink throughput, per-batch latency floor, restart, Kafka peer.
+
+Every query runs with its own fresh checkpoint. Throughput is rows divided by the
+sum of ``durationMs.triggerExecution`` of the query's progress events (query start
+and stop excluded, the same for both sides of a pair); the wall time from
+``start()`` to termination is kept as well.
+"""
+
+from __future__ import annotations
+
+import glob
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from common import OUT, Result, Target, higher_is_better, median, prefill, repeat, uid
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+
+ROOT = Path(__file__).resolve().parents[1]
+# rate rows get the same ~100-byte shape as the WAL's rows: id + 92-byte payload
+PAYLOAD_EXPR = ("cast(concat(lpad(cast(value as string), 20, '0'), repeat('x', 72)) "
+                "as binary) as payload")
+QUERY_TIMEOUT_S = 1800
+
+
+class ProgressWaiter(StreamingQueryListener):
+    """Counts non-empty micro-batches per query; lets the driver wait without polling."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.batches: dict[str, int] = {}
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        p = event.progress
+        if p.numInputRows > 0:
+            with self.cond:
+                key = str(p.id)
+                self.batches[key] = self.batches.get(key, 0) + 1
+                self.cond.notify_all()
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        with self.cond:
+            self.batches[str(event.id)] = 1 << 30
+            self.cond.notify_all()
+
+    def wait_batches(self, query: StreamingQuery, n: int, timeout_s: float) -> bool:
+        key = str(query.id)
+        with self.cond:
+            return self.cond.wait_for(lambda: self.batches.get(key, 0) >= n, timeout_s)
+
+
+def checkpoint() -> str:
+    return tempfile.mkdtemp(prefix="ckpt-", dir=OUT)
+
+
+def run_available_now(df: DataFrame, fmt: str, opts: dict[str, str] | None = None,
+                      ckpt: str | None = None) -> tuple[float, float, list]:
+    """Run ``df`` → ``fmt`` with trigger(availableNow); (trigger seconds, wall s, progress)."""
+    writer = df.writeStream.format(fmt).options(**(opts or {})) \
+        .option("checkpointLocation", ckpt or checkpoint()).trigger(availableNow=True)
+    start = time.perf_counter()
+    q = writer.start()
+    if not q.awaitTermination(QUERY_TIMEOUT_S):
+        q.stop()
+        raise TimeoutError(f"query into {fmt} did not finish in {QUERY_TIMEOUT_S}s")
+    wall = time.perf_counter() - start
+    if q.exception():
+        raise RuntimeError(str(q.exception()))
+    progress = q.recentProgress
+    trig = sum(p.durationMs.get("triggerExecution", 0) for p in progress) / 1000
+    return trig, wall, progress
+
+
+LAST_DURATIONS: dict[str, dict] = {}
+
+
+def durations(progress: list) -> dict[str, int]:
+    """durationMs of the query's progress events, summed per phase."""
+    out: dict[str, int] = {}
+    for p in progress:
+        for k, v in p.durationMs.items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+def rows_of(progress: list) -> int:
+    return sum(p.numInputRows for p in progress)
+
+
+def rate_df(spark: SparkSession, rows_per_batch: int) -> DataFrame:
+    return (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
+            .option("numPartitions", 2).load().selectExpr("value as id", PAYLOAD_EXPR))
+
+
+def wal_df(spark: SparkSession, target: Target, **extra: str) -> DataFrame:
+    return spark.readStream.format("durablewal").options(**target.spark_options()) \
+        .options(**extra).load()
+
+
+def rate_fn(spark: SparkSession, n: int, fmt: str,
+            opts: Callable[[], dict[str, str]] | None = None) -> Callable[[], float]:
+    def run() -> float:
+        secs, _, progress = run_available_now(rate_df(spark, n), fmt, opts() if opts else None)
+        assert rows_of(progress) == n, (fmt, rows_of(progress), n)
+        LAST_DURATIONS[f"rate→{fmt}"] = durations(progress)
+        return n / secs
+    return run
+
+
+def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
+                      log: Callable[[str], None]) -> list[Result]:
+    """Pairs 1 and 2, and durablewal → durablewal."""
+    b = base.backend
+    src = base.with_namespace(uid("src"))
+    t0 = time.perf_counter()
+    prefill(src, n, rows_per_step=min(n, 50_000))
+    log(f"  prefilled {n:,} rows in {time.perf_counter() - t0:.1f}s")
+
+    def wal_source() -> float:
+        secs, _, progress = run_available_now(wal_df(spark, src), "noop")
+        assert rows_of(progress) == n, (rows_of(progress), n)
+        LAST_DURATIONS["durablewal→noop"] = durations(progress)
+        return n / secs
+
+    runs = repeat({"ours": wal_source, "peer": rate_fn(spark, n, "noop")}, reps)
+    out = [higher_is_better(f"1 source [{b}]: durablewal→noop vs rate→noop", runs["ours"],
+                            runs["peer"], "rows/s", 0.7, f"{n:,} rows")]
+    log(f"  source: {runs}")
+
+    sink_ns = base.with_namespace(uid("sink"))
+    runs = repeat({"ours": rate_fn(spark, n, "durablewal", sink_ns.spark_options),
+                   "peer": rate_fn(spark, n, "noop")}, reps)
+    out.append(higher_is_better(f"2 sink [{b}]: rate→durablewal vs rate→noop", runs["ours"],
+                                runs["peer"], "rows/s", 0.5, f"{n:,} rows"))
+    log(f"  sink: {runs}")
+    for k, v in LAST_DURATIONS.items():
+        log(f"  durationMs of the last {k}: {v}")
+
+    def wal_to_wal() -> float:
+        dst = base.with_namespace(uid("w2w"))
+        secs, _, progress = run_available_now(wal_df(spark, src), "durablewal",
+                                              dst.spark_options())
+        assert rows_of(progress) == n
+        return n / secs
+
+    w2w = repeat({"ours": wal_to_wal}, reps)["ours"]
+    out.append(Result(f"2b end to end [{b}]: durablewal→durablewal", median(w2w), None,
+                      "rows/s", note=f"{n:,} rows; no peer", samples={"ours": w2w}))
+    log(f"  wal→wal: {w2w}")
+    return out
+
+
+def batch_times(progress: list) -> list[float]:
+    return [p.durationMs["triggerExecution"] / 1000 for p in progress if p.numInputRows > 0]
+
+
+def latency_pairs(spark: SparkSession, base: Target, batches: int, reps: int,
+                  waiter: ProgressWaiter, log: Callable[[str], None]) -> list[Result]:
+    """Pair 3: median seconds per 10-row micro-batch, ours vs the JVM floor rate→noop."""
+    b = base.backend
+    src = base.with_namespace(uid("lat"))
+    prefill(src, 10 * batches, rows_per_step=10, regions=1)
+
+    def wal_source() -> float:
+        _, _, progress = run_available_now(wal_df(spark, src, maxStepsPerTrigger="1"), "noop")
+        times = batch_times(progress)
+        assert len(times) == batches, (len(times), batches)
+        return median(times)
+
+    def rate_into(fmt: str, opts: Callable[[], dict[str, str]] | None = None) -> Callable:
+        def run() -> float:
+            # a 1 s trigger interval leaves the query idle between batches, so stop()
+            # never interrupts a running batch; triggerExecution excludes the idle time
+            q = (rate_df(spark, 10).writeStream.format(fmt).options(**(opts() if opts else {}))
+                 .option("checkpointLocation", checkpoint())
+                 .trigger(processingTime="1 second").start())
+            ok = waiter.wait_batches(q, batches, QUERY_TIMEOUT_S)
+            q.stop()
+            if not ok:
+                raise TimeoutError(f"rate→{fmt} made fewer than {batches} batches")
+            return median(batch_times(q.recentProgress)[:batches])
+        return run
+
+    sink_ns = base.with_namespace(uid("latsink"))
+    runs = repeat({"src": wal_source, "sink": rate_into("durablewal", sink_ns.spark_options),
+                   "floor": rate_into("noop")}, reps)
+    log(f"  latency: {runs}")
+    floor = median(runs["floor"])
+    out = []
+    for key, label in (("src", "durablewal→noop"), ("sink", "rate→durablewal")):
+        ours = median(runs[key])
+        out.append(Result(f"3 batch latency [{b}]: {label} vs rate→noop", ours, floor,
+                          "s/batch", "<= +0.5 s", ours - floor, ours - floor <= 0.5,
+                          f"10-row batches x {batches}; ratio column = difference in s",
+                          {"ours": runs[key], "peer": runs["floor"]}))
+    return out
+
+
+def restart_pair(spark: SparkSession, base: Target, n: int, reps: int,
+                 log: Callable[[str], None]) -> Result:
+    """Pair 6b: restart an availableNow query over a fully processed source, vs the same
+    with Spark's (JVM) parquet file source over the same rows."""
+    src = base.with_namespace(uid("rst"))
+    prefill(src, n, rows_per_step=min(n, 50_000))
+    folder = tempfile.mkdtemp(prefix="parquet-", dir=OUT)
+    spark.range(n, numPartitions=2).selectExpr("id", PAYLOAD_EXPR.replace("value", "id")) \
+        .write.mode("overwrite").parquet(folder)
+    schema = spark.read.parquet(folder).schema
+    sources = {"ours": lambda: wal_df(spark, src),
+               "peer": lambda: spark.readStream.schema(schema).parquet(folder)}
+    walls: dict[str, dict[str, list[float]]] = {k: {"first": [], "restart": []}
+                                                for k in sources}
+    for rep in range(reps + 1):
+        for key, make in sources.items():
+            ckpt = checkpoint()
+            _, first, progress = run_available_now(make(), "noop", ckpt=ckpt)
+            assert rows_of(progress) == n
+            _, again, progress = run_available_now(make(), "noop", ckpt=ckpt)
+            assert rows_of(progress) == 0
+            if rep:
+                walls[key]["first"].append(first)
+                walls[key]["restart"].append(again)
+    log(f"  restart wall s: {walls}")
+    ours, peer = walls["ours"]["restart"], walls["peer"]["restart"]
+    return Result(f"6b restart [{base.backend}]: restarted durablewal query vs restarted "
+                  "parquet file-source query", median(ours), median(peer), "s (wall)",
+                  "report", median(ours) / median(peer), None,
+                  f"start()→terminated, all {n:,} rows already processed; first starts: "
+                  f"ours {median(walls['ours']['first']):.2f}s, "
+                  f"parquet {median(walls['peer']['first']):.2f}s",
+                  {"ours": ours, "peer": peer})
+
+
+def kafka_connector_jars() -> list[str]:
+    return [j for j in glob.glob(str(ROOT / "jars" / "*.jar")) if "spark-sql-kafka" in j]
+
+
+def spark_kafka_pairs(spark: SparkSession, base: Target | None, n: int, reps: int,
+                      log: Callable[[str], None]) -> list[Result]:
+    """Pair 7: Spark's own Kafka source/sink on the same broker, when its jar is there."""
+    if not kafka_connector_jars() or base is None or base.backend != "kafka":
+        why = "no spark-sql-kafka jar in jars/" if not kafka_connector_jars() else \
+            "Kafka backend not run"
+        return [Result("7 Spark Kafka connector source/sink", None, None, "rows/s",
+                       "report", note=f"not available: {why}")]
+    topic = uid("sparkkafka")
+    servers = str(base.bootstrap)
+
+    def kafka_sink() -> float:
+        df = rate_df(spark, n).selectExpr("cast(id as string) as key", "payload as value")
+        secs, _, _ = run_available_now(df, "kafka", {"kafka.bootstrap.servers": servers,
+                                                     "topic": topic})
+        return n / secs
+
+    def kafka_source() -> float:
+        df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", servers)
+              .option("subscribe", topic).option("startingOffsets", "earliest").load())
+        secs, _, progress = run_available_now(df, "noop")
+        return rows_of(progress) / secs
+
+    sink = repeat({"peer": kafka_sink}, reps)["peer"]
+    source = repeat({"peer": kafka_source}, reps)["peer"]
+    log(f"  spark kafka: sink {sink} source {source}")
+    return [Result("7 Spark Kafka connector sink (rate→kafka)", None, median(sink), "rows/s",
+                   "report", note="compare with pair 2 [kafka]", samples={"peer": sink}),
+            Result("7 Spark Kafka connector source (kafka→noop)", None, median(source),
+                   "rows/s", "report", note="compare with pair 1 [kafka]",
+                   samples={"peer": source})]

@@ -14,7 +14,6 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -41,6 +40,7 @@ METADATA_FIELDS = (
     pa.field("_commit_timestamp", pa.timestamp("us", tz="UTC")),
 )
 PARTITION_ROWS = 1_000_000
+UTC_US = pa.timestamp("us", tz="UTC")
 
 
 @dataclass
@@ -108,14 +108,13 @@ class ReadPlan:
                         continue
                     cols = [batch.column(f.name) for f in payload]
                     if self.with_metadata:
+                        # built directly in their final types: no cast per batch
                         cols += [
-                            pa.array(np.full(n, sb.region_id, np.int64)),
-                            pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), [name])
-                            .cast(pa.string()),
-                            pa.array(np.full(n, sb.sequence_num, np.int64)),
-                            pa.array(np.full(n, sb.step, np.int64)),
-                            pa.array(np.full(n, sb.commit_timestamp_ms * 1000, np.int64))
-                            .cast(pa.timestamp("us", tz="UTC")),
+                            pa.repeat(pa.scalar(sb.region_id, pa.int64()), n),
+                            pa.repeat(pa.scalar(name, pa.string()), n),
+                            pa.repeat(pa.scalar(sb.sequence_num, pa.int64()), n),
+                            pa.repeat(pa.scalar(sb.step, pa.int64()), n),
+                            pa.repeat(pa.scalar(sb.commit_timestamp_ms * 1000, UTC_US), n),
                         ]
                     out = pa.RecordBatch.from_arrays(
                         cols, names=self.arrow_schema.names)

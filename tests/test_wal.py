@@ -187,14 +187,19 @@ def test_mark_deleted_table_claims_keep_data(open_ns):
         reopened.mark_deleted("kept", 9)
 
 
-def test_attempt_older_than_cleaning_cannot_commit(open_ns):
-    """This tests that an attempt whose entries were cleaned fails to commit with AttemptLost."""
-    ns = open_ns()
+def clean_around_slow_attempt(ns: Namespace, grace_ms: float):
+    """An attempt writes, another step commits and expires, the cleaner runs: the slow one."""
     slow = ns.begin("slow", 0)
     slow.write("t", rows("slow", 3))
     write_step(ns, "w", 0, {"t": rows("fast", 3)})
     ns.expire(1)
-    Cleaner(ns, grace_ms=0).run_once()
+    Cleaner(ns, grace_ms=grace_ms).run_once()
+    return slow
+
+
+def test_attempt_older_than_cleaning_cannot_commit(open_ns):
+    """This tests that an attempt whose entries were cleaned fails to commit with AttemptLost."""
+    slow = clean_around_slow_attempt(open_ns(), grace_ms=0)
     with pytest.raises(AttemptLost, match="write the step again"):
         slow.commit()
 
@@ -202,11 +207,7 @@ def test_attempt_older_than_cleaning_cannot_commit(open_ns):
 def test_grace_period_keeps_in_flight_attempts(open_ns):
     """This tests that the cleaner's grace period keeps recent uncommitted entries for their commit."""
     ns = open_ns()
-    slow = ns.begin("slow", 0)
-    slow.write("t", rows("slow", 3))
-    write_step(ns, "w", 0, {"t": rows("fast", 3)})
-    ns.expire(1)
-    Cleaner(ns, grace_ms=60_000).run_once()
+    slow = clean_around_slow_attempt(ns, grace_ms=60_000)
     assert slow.commit() == 1
     assert ns.read_step_table(1).column("tag").to_pylist() == ["slow-0", "slow-1", "slow-2"]
 

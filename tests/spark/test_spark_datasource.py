@@ -98,6 +98,17 @@ def write(df, opts: dict, **extra) -> None:
     w.save()
 
 
+def json_stream(spark, tmp_path, files: int, rows: int):
+    """A file stream of ``files`` JSON files (ids k*100+i), one file per micro-batch."""
+    src_dir = tmp_path / "json"
+    if not src_dir.exists():
+        src_dir.mkdir()
+        for k in range(files):
+            (src_dir / f"{k:03d}.json").write_text(
+                "\n".join(json.dumps({"id": k * 100 + i}) for i in range(rows)))
+    return spark.readStream.schema("id long").option("maxFilesPerTrigger", 1).json(str(src_dir))
+
+
 def run_stream(df, opts: dict, checkpoint: str, **extra):
     w = df.writeStream.format("durablewal").option("checkpointLocation", checkpoint)
     for k, v in {**opts, **extra}.items():
@@ -258,14 +269,7 @@ def test_expired_steps_fail_or_skip(spark, wal):
 
 def test_sink_step_per_batch_with_query_id(spark, wal, tmp_path):
     """This tests that each micro-batch becomes one step named (query id, batchId)."""
-    src_dir = tmp_path / "json"
-    src_dir.mkdir()
-    for k in range(3):
-        (src_dir / f"{k:03d}.json").write_text(
-            "\n".join(json.dumps({"id": k * 100 + i}) for i in range(7)))
-    stream_in = (spark.readStream.schema("id long").option("maxFilesPerTrigger", 1)
-                 .json(str(src_dir)))
-    q = run_stream(stream_in, wal, str(tmp_path / "ck"))
+    q = run_stream(json_stream(spark, tmp_path, files=3, rows=7), wal, str(tmp_path / "ck"))
     ns = ns_of(wal)
     commits = [ns.step_commit(s) for s in ns.steps()]
     assert [(c.writer_id, c.writer_step, c.rows) for c in commits] == [
@@ -281,17 +285,10 @@ def test_memory_backend_is_refused_in_spark(spark, tmp_path):
 
 def test_batch_replayed_after_driver_crash_adds_nothing(spark, wal, tmp_path):
     """This tests the crash between the sink's commit and Spark's commit log: the replay is a no-op."""
-    src_dir = tmp_path / "json"
-    src_dir.mkdir()
-    for k in range(3):
-        (src_dir / f"{k:03d}.json").write_text(
-            "\n".join(json.dumps({"id": k * 100 + i}) for i in range(5)))
     ckpt = tmp_path / "ck"
 
     def run():
-        stream_in = (spark.readStream.schema("id long").option("maxFilesPerTrigger", 1)
-                     .json(str(src_dir)))
-        return run_stream(stream_in, wal, str(ckpt))
+        return run_stream(json_stream(spark, tmp_path, files=3, rows=5), wal, str(ckpt))
 
     first = run()
     ns = ns_of(wal)

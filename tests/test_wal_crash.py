@@ -28,19 +28,27 @@ TOTAL_STEPS = 300
 
 
 def run_child(backend: str, config: dict, namespace: str, mode: str, steps: int,
-              kill_after_s: float | None) -> tuple[list[tuple[int, int]], bool]:
-    """Run the child; SIGKILL it ``kill_after_s`` after its first ack. Return acks, finished."""
+              kill: tuple[int, float] | None) -> tuple[list[tuple[int, int]], bool]:
+    """Run the child; with ``kill=(n, s)``, SIGKILL it ``s`` seconds after its n-th ack.
+
+    Counting acks bounds the progress of one run whatever the machine's speed; the
+    random delay after them lands the kill anywhere inside the following steps.
+    """
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
     proc = subprocess.Popen(
         [sys.executable, CHILD, backend, json.dumps(config), namespace, mode, str(steps)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    lines = [proc.stdout.readline()]  # blocks until the child acknowledged a step (or exited)
-    if kill_after_s is not None and lines[0].startswith("ACK"):
-        time.sleep(kill_after_s)  # the random moment of the kill is the point of the test
-        os.kill(proc.pid, signal.SIGKILL)
+    lines: list[str] = []
+    if kill is not None:
+        for line in proc.stdout:  # blocks on the child's acknowledgements
+            lines.append(line)
+            if line.startswith("ACK") and sum(ln.startswith("ACK") for ln in lines) >= kill[0]:
+                time.sleep(kill[1])  # the random moment of the kill is the point of the test
+                os.kill(proc.pid, signal.SIGKILL)
+                break
     out, err = proc.communicate(timeout=120)
     lines += out.splitlines()
-    if kill_after_s is None or proc.returncode != -signal.SIGKILL:
+    if kill is None or proc.returncode != -signal.SIGKILL:
         assert proc.returncode in (0, -signal.SIGKILL), err
     acks = [(int(p[1]), int(p[2])) for p in (ln.split() for ln in lines) if p and p[0] == "ACK"]
     return acks, any(ln.strip() == "DONE" for ln in lines)
@@ -91,7 +99,7 @@ def test_writer_killed_at_random_points(make_store, store_config, namespace, mod
         if kills >= KILLS[backend]:
             break
         acks, done = run_child(backend, config, namespace, mode, TOTAL_STEPS,
-                               rng.uniform(0.0, 0.2))
+                               (rng.randint(1, 6), rng.uniform(0.0, 0.05)))
         for ws, step in acks:
             assert acked.setdefault(ws, step) == step, f"ws={ws} acknowledged as two steps"
         if done:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
+import zlib
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 pytestmark = [pytest.mark.spark, pytest.mark.crash]
 HERE = Path(__file__).parent
 KILLS = 5
-FILES = 20
+FILES = 30
 ROWS_PER_FILE = 40
 
 
@@ -82,7 +83,7 @@ def wal(request, tmp_path) -> tuple[dict, dict]:
 
 
 def crash_loop(mode: str, wal: dict, tmp_path: Path) -> int:
-    rng = random.Random(hash(mode) & 0xFFFF)
+    rng = random.Random(zlib.crc32(mode.encode()))
     in_dir, out_dir, ckpt = (str(tmp_path / n) for n in ("in", "out", "ckpt"))
     kills = 0
     for _ in range(KILLS * 3):

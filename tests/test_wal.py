@@ -290,3 +290,55 @@ def test_exhaustive_recovery(make_store, store_config):
                 if seek + replay <= len(STEP_SIZES):
                     straight_tail = [r for r in straight if r[0] >= seek + replay]
                     assert tail[: len(straight_tail)] == straight_tail
+
+
+def test_attempt_hands_entries_over_and_receipt_waits_for_durability(open_ns, monkeypatch):
+    """This tests that ``Attempt.write`` returns before its entries are durable, that a
+    commit waits for them, and that an append that fails after ``write`` returned
+    surfaces as the log's typed error at commit, with no step committed."""
+    from concurrent.futures import Future
+
+    from pyspark_durable.errors import BackendUnavailable
+
+    ns = open_ns()
+    region = ns.store.open_region(0)
+    handed: list[tuple[list, Future]] = []
+    real_append = region.append_async
+
+    def deferred(records):  # the log accepts the records but is not done yet
+        fut: Future = Future()
+        handed.append((records, fut))
+        return fut
+
+    monkeypatch.setattr(region, "append_async", deferred)
+    ok = ns.begin("w", 0)
+    ok.write("t", rows("ok", 30))
+    assert len(handed) == 1 and not handed[0][1].done()
+    # the log finishes in the background: the commit sees the offsets it acknowledged
+    threading.Timer(0.05, lambda: handed[0][1].set_result(
+        real_append(handed[0][0]).result())).start()
+    assert ok.commit() == 0
+    assert ids(ns.read_step_table(0)) == list(range(30))
+
+    bad = ns.begin("w", 1)
+    bad.write("t", rows("bad", 5))
+    handed[1][1].set_exception(BackendUnavailable("disk went away", namespace=ns.name))
+    with pytest.raises(BackendUnavailable, match="disk went away"):
+        bad.commit()
+    assert ns.steps() == range(0, 1) and ns.committed_step("w", 1) is None
+
+
+def test_attempt_bounds_the_bytes_in_flight(open_ns, monkeypatch):
+    """This tests that an attempt waits for its oldest entries once more than
+    INFLIGHT_BYTES_MAX are in flight, so a fast producer cannot fill memory, and that
+    every entry still reads back in order."""
+    import pyspark_durable.wal.namespace as namespace_module
+
+    monkeypatch.setattr(namespace_module, "INFLIGHT_BYTES_MAX", 1)
+    ns = open_ns()
+    a = ns.begin("w", 0)
+    for i in range(6):
+        a.write("t", rows("b", 10, start=10 * i))
+        assert len(a._inflight) == 1  # the newest only: older ones were waited for
+    a.commit()
+    assert ids(ns.read_step_table(0)) == list(range(60))

@@ -10,6 +10,9 @@ The contract, which every backend passes (``tests/test_log_contract.py``):
 
 * ``append`` returns the offsets of its records only once they are durable
   (file: fsync'd; Kafka: acks=all). Offsets of a log are dense: 0, 1, 2, ...
+* ``append_async`` hands records over and returns a future of the same offsets,
+  resolved only once they are durable; appends of one thread keep their order.
+  A writer with many entries keeps the log busy instead of waiting for each one.
 * ``read(start, end)`` yields entries in offset order, in bounded memory, up to the
   high watermark seen when it started; ``start`` below the low watermark raises
   :class:`OffsetOutOfRange`, ``start`` equal to the high watermark yields nothing.
@@ -24,10 +27,11 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pyspark_durable.errors import ConfigError, OffsetOutOfRange
+from pyspark_durable.errors import ConfigError, DurableWalError, OffsetOutOfRange
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
 REGION_PREFIX = "region_"
@@ -86,6 +90,19 @@ class Log(ABC):
     @abstractmethod
     def append(self, records: Sequence[Record]) -> list[int]:
         """Append records; return their offsets once they are durable."""
+
+    def append_async(self, records: Sequence[Record]) -> Future[list[int]]:
+        """Start an append; the future gives its offsets once the records are durable.
+
+        Backends that can overlap work override it (file: appends share a group
+        commit; Kafka: they share produce requests). This default appends in place.
+        """
+        fut: Future[list[int]] = Future()
+        try:
+            fut.set_result(self.append(records))
+        except DurableWalError as exc:
+            fut.set_exception(exc)
+        return fut
 
     @abstractmethod
     def read(self, start: int, end: int | None = None) -> Iterator[Entry]:

@@ -55,7 +55,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pyspark_durable.errors import (
     BackendUnavailable,
@@ -75,6 +75,7 @@ MIN_BODY = BODY_HEAD.size
 MAX_BODY = 1 << 30
 SEGMENT_SUFFIX = ".seg"
 READ_CHUNK_BYTES = 1 << 20
+IOV_MAX = 1024  # buffers per writev(2) (Linux' UIO_MAXIOV)
 
 
 def fsync_dir(path: Path) -> None:
@@ -97,31 +98,72 @@ def write_atomic(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-def encode_frame(offset: int, timestamp_ms: int, record: Record) -> bytes:
+def frame_parts(offset: int, timestamp_ms: int, record: Record) -> tuple[bytes, bytes]:
+    """One frame as (everything before the value, the value): the value is not copied."""
     key = bytes(record.key)
     parts = [BODY_HEAD.pack(offset, timestamp_ms, len(key), len(record.headers)), key]
     for name, value in record.headers:
         raw = name.encode()
         parts += [HEADER_HEAD.pack(len(raw), len(value)), raw, bytes(value)]
-    parts.append(bytes(record.value))
-    body = b"".join(parts)
-    return FRAME_HEAD.pack(len(body), zlib.crc32(body)) + body
+    head = b"".join(parts)
+    value = record.value
+    crc = zlib.crc32(value, zlib.crc32(head))
+    return FRAME_HEAD.pack(len(head) + len(value), crc) + head, value
 
 
-def decode_body(body: bytes | memoryview) -> Entry:
-    offset, ts, key_len, n_headers = BODY_HEAD.unpack_from(body, 0)
-    pos = BODY_HEAD.size
-    key = bytes(body[pos : pos + key_len])
-    pos += key_len
-    headers = []
+def encode_frame(offset: int, timestamp_ms: int, record: Record) -> bytes:
+    head, value = frame_parts(offset, timestamp_ms, record)
+    return head + bytes(value)
+
+
+def write_all(fd: int, buffers: list) -> None:
+    """``writev`` every buffer, in order, resuming after partial writes."""
+    buffers = [b for b in buffers if len(b)]  # an empty one would make no progress
+    i = 0
+    while i < len(buffers):
+        written = os.writev(fd, buffers[i : i + IOV_MAX])
+        while written:
+            size = len(buffers[i])
+            if written < size:
+                buffers[i] = memoryview(buffers[i])[written:]
+                break
+            written -= size
+            i += 1
+
+
+def read_body(f: BinaryIO, length: int, crc: int) -> Entry | None:
+    """Read a frame body of ``length`` bytes as an Entry, or None if it is damaged.
+
+    The body is read piece by piece (CRC carried along), so the value, nearly all
+    of it, lands in its own ``bytes`` straight from the file with no second copy.
+    """
+    left, seen = length, 0
+
+    def take(n: int) -> bytes | None:
+        nonlocal left, seen
+        data = f.read(n) if 0 <= n <= left else b""
+        if len(data) != n:
+            return None
+        left -= n
+        seen = zlib.crc32(data, seen)
+        return data
+
+    head = take(BODY_HEAD.size)
+    if head is None:
+        return None
+    offset, ts, key_len, n_headers = BODY_HEAD.unpack(head)
+    key = take(key_len)
+    raw_headers = []
     for _ in range(n_headers):
-        name_len, value_len = HEADER_HEAD.unpack_from(body, pos)
-        pos += HEADER_HEAD.size
-        name = bytes(body[pos : pos + name_len]).decode()
-        pos += name_len
-        headers.append((name, bytes(body[pos : pos + value_len])))
-        pos += value_len
-    return Entry(offset, key, bytes(body[pos:]), tuple(headers), ts)
+        sizes = take(HEADER_HEAD.size)
+        if sizes is None:
+            return None
+        name_len, value_len = HEADER_HEAD.unpack(sizes)
+        raw_headers.append((take(name_len), take(value_len)))
+    value = take(left)
+    if key is None or value is None or seen != crc:
+        return None
+    return Entry(offset, key, value, tuple((n.decode(), v) for n, v in raw_headers), ts)
 
 
 @dataclass
@@ -292,9 +334,13 @@ class FileLog(Log):
     # -- appending ------------------------------------------------------------
 
     def append(self, records: Sequence[Record]) -> list[int]:
+        return self.append_async(records).result()
+
+    def append_async(self, records: Sequence[Record]) -> Future[list[int]]:
+        fut: Future[list[int]] = Future()
         if not records:
-            return []
-        fut: Future = Future()
+            fut.set_result([])
+            return fut
         with self._cond:
             if self._closed:
                 raise BackendUnavailable("log is closed", namespace=self.namespace, log=self.name)
@@ -305,7 +351,7 @@ class FileLog(Log):
                 )
                 self._writer.start()
             self._cond.notify()
-        return fut.result()
+        return fut
 
     def _write_loop(self) -> None:
         while True:
@@ -337,29 +383,29 @@ class FileLog(Log):
             if seg.end >= self.segment_size_bytes and seg.count:
                 seg = self._roll(next_offset)
             now = int(time.time() * 1000)
-            out, result, positions, pos = bytearray(), [], [], seg.end
+            buffers: list = []
+            result, positions, end = [], [], seg.end
             for records in groups:
                 offs = []
                 for record in records:
-                    frame = encode_frame(next_offset, now, record)
-                    positions.append(pos + len(out))
-                    out += frame
+                    head, value = frame_parts(next_offset, now, record)
+                    positions.append(end)
+                    buffers += (head, value)
+                    end += len(head) + len(value)
                     offs.append(next_offset)
                     next_offset += 1
                 result.append(offs)
             fd = os.open(seg.path, os.O_WRONLY)
             try:
                 os.lseek(fd, seg.end, os.SEEK_SET)
-                view = memoryview(out)
-                while view:
-                    view = view[os.write(fd, view):]
+                write_all(fd, buffers)
                 os.fdatasync(fd)
             finally:
                 os.close(fd)
             self._last_sync = time.monotonic()
             with self._state:
                 seg.positions.extend(positions)
-                seg.end = pos + len(out)
+                seg.end = end
         return result
 
     def _roll(self, base: int) -> _Segment:
@@ -425,13 +471,13 @@ class FileLog(Log):
                 limit = seg.positions[nxt] if nxt < len(seg.positions) else seg.end
                 head = f.read(FRAME_HEAD.size)
                 length, crc = FRAME_HEAD.unpack(head) if len(head) == FRAME_HEAD.size else (-1, 0)
-                body = f.read(length) if 0 <= length <= limit - pos - FRAME_HEAD.size else b""
-                if len(body) != length or zlib.crc32(body) != crc:
+                fits = 0 <= length <= limit - pos - FRAME_HEAD.size
+                entry = read_body(f, length, crc) if fits else None
+                if entry is None:
                     raise CorruptEntryError(
                         f"CRC or length mismatch at byte {pos} of segment {seg.path.name}",
                         namespace=self.namespace, log=self.name, offset=offset,
                     )
-                entry = decode_body(body)
                 if entry.offset != offset:
                     raise CorruptEntryError(
                         f"frame at byte {pos} of segment {seg.path.name} holds offset "

@@ -48,6 +48,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from typing import Any
 
@@ -84,34 +86,62 @@ class KafkaLog(Log):
     # -- appending ------------------------------------------------------------
 
     def append(self, records: Sequence[Record]) -> list[int]:
+        fut = self.append_async(records)
+        wait_s = self.store.settings.wait_s
+        try:
+            return fut.result(timeout=wait_s)
+        except FutureTimeout:
+            raise BackendUnavailable(
+                f"append to topic {self.topic} on Kafka broker "
+                f"{self.store.settings.bootstrap_servers} was not acknowledged within "
+                f"{wait_s:.0f}s (the records may or may not be stored)", **self._where(),
+            ) from None
+
+    def append_async(self, records: Sequence[Record]) -> Future[list[int]]:
+        """Send every record now; the future resolves when all are acknowledged.
+
+        The producer batches records of many calls into shared requests, so a writer
+        that does not wait between entries keeps the broker busy (linger_ms, batch_size).
+        """
+        out: Future[list[int]] = Future()
         if not records:
-            return []
+            out.set_result([])
+            return out
         producer = self.store.producer()
         address = self.store.settings.bootstrap_servers
+        offsets: list[int | None] = [None] * len(records)
+        left = [len(records)]
+        lock = threading.Lock()
+
+        def acked(i: int, meta: Any) -> None:
+            with lock:
+                offsets[i] = meta.offset
+                left[0] -= 1
+                if left[0] or out.done():
+                    return
+            with self._lock:
+                self._known_high = max(self._known_high, max(offsets) + 1)  # type: ignore[type-var]
+            out.set_result(offsets)  # type: ignore[arg-type]
+
+        def failed(exc: BaseException) -> None:
+            with lock:
+                if out.done():
+                    return
+                done = sum(o is not None for o in offsets)
+                out.set_exception(BackendUnavailable(
+                    f"append to topic {self.topic} on Kafka broker {address} failed: {done} "
+                    f"of {len(records)} records acknowledged (the rest may or may not be "
+                    f"stored): {type(exc).__name__}: {exc}", **self._where()))
+
         with translated("append", address, **self._where()):
             send = producer.send
-            futures = [
-                send(self.topic, value=r.value if type(r.value) is bytes else bytes(r.value),
-                     key=r.key if type(r.key) is bytes else bytes(r.key),
-                     headers=[(k, bytes(v)) for k, v in r.headers] or None, partition=0)
-                for r in records
-            ]
-            producer.flush(timeout=self.store.settings.wait_s)
-            offsets, failed = [], None
-            for fut in futures:
-                try:
-                    offsets.append(fut.get(timeout=self.store.settings.wait_s).offset)
-                except Exception as exc:  # noqa: BLE001 - re-raised typed below
-                    failed = failed or exc
-            if failed is not None:
-                raise BackendUnavailable(
-                    f"append to topic {self.topic} on Kafka broker {address} failed: "
-                    f"{len(offsets)} of {len(records)} records acknowledged (the rest may or "
-                    f"may not be stored): {type(failed).__name__}: {failed}", **self._where(),
-                ) from failed
-        with self._lock:
-            self._known_high = max(self._known_high, offsets[-1] + 1)
-        return offsets
+            for i, r in enumerate(records):
+                fut = send(self.topic, value=r.value if type(r.value) is bytes else bytes(r.value),
+                           key=r.key if type(r.key) is bytes else bytes(r.key),
+                           headers=[(k, bytes(v)) for k, v in r.headers] or None, partition=0)
+                fut.add_callback(acked, i)
+                fut.add_errback(failed)
+        return out
 
     # -- consumers and bounds -----------------------------------------------------
 

@@ -26,7 +26,9 @@ import logging
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -60,6 +62,7 @@ COMMITS_LOG = "commits"
 DEFAULT_TABLE = "default"
 ENTRY_MAX_BYTES = 900 * 1024  # below Kafka's default message.max.bytes (1 MiB)
 HIGH_BIT = 1 << 63
+INFLIGHT_BYTES_MAX = 32 << 20  # per attempt: bounds a writer's memory, keeps the log busy
 
 
 def table_id_for_name(name: str) -> int:
@@ -325,8 +328,25 @@ class Namespace:
         self.store.close()
 
 
+@dataclass(slots=True)
+class _InFlight:
+    """Entries handed to a region log whose durability the attempt has not seen yet."""
+
+    future: Future[list[int]]
+    region_id: int
+    table_id: int
+    stats: list[tuple[int, int]]  # (rows, value bytes) per entry
+    size_bytes: int
+
+
 class Attempt:
-    """One writer attempt: appends durable, invisible entries until its step commits."""
+    """One writer attempt: appends durable, invisible entries until its step commits.
+
+    ``write`` hands entries to the region log without waiting for them to be durable
+    (at most ``INFLIGHT_BYTES_MAX`` at a time), so encoding the next rows overlaps
+    the log's writes and fsyncs; :meth:`receipt` waits until every entry is durable,
+    and only a receipt can make entries visible, so nothing is acknowledged early.
+    """
 
     def __init__(self, ns: Namespace, writer_id: str, writer_step: int, attempt_id: str) -> None:
         self.ns = ns
@@ -334,6 +354,9 @@ class Attempt:
         self.writer_step = writer_step
         self.attempt_id = attempt_id
         self._entries: list[WrittenEntry] = []
+        self._inflight: deque[_InFlight] = deque()
+        self._inflight_bytes = 0
+        self._next_index = 0  # attempt-local entry index, the key's sequence field
         self._headers = (("a", attempt_id.encode()), ("w", writer_id.encode()),
                          ("s", str(writer_step).encode()))
 
@@ -349,16 +372,30 @@ class Attempt:
         for start in range(0, data.num_rows, chunk_rows):
             part = data.slice(start, chunk_rows)
             key = EntryKey(self.ns.namespace_id, info.region_id, info.table_id,
-                           len(self._entries) + len(records))
+                           self._next_index + len(records))
             value = encode_value(codec.encode(part))
             records.append(Record(key.encode(), value, self._headers))
             stats.append((part.num_rows, len(value)))
-        offsets = self.ns.store.open_region(info.region_id).append(records)
-        for off, (rows, size) in zip(offsets, stats, strict=False):
-            self._entries.append(WrittenEntry(info.region_id, info.table_id, off, rows, size))
+        future = self.ns.store.open_region(info.region_id).append_async(records)
+        self._next_index += len(records)
+        size = sum(n for _, n in stats)
+        self._inflight.append(_InFlight(future, info.region_id, info.table_id, stats, size))
+        self._inflight_bytes += size
+        while self._inflight_bytes > INFLIGHT_BYTES_MAX and len(self._inflight) > 1:
+            self._settle_oldest()
         return data.num_rows
 
+    def _settle_oldest(self) -> None:
+        done = self._inflight.popleft()
+        self._inflight_bytes -= done.size_bytes
+        offsets = done.future.result()  # the log's typed error, if the append failed
+        for off, (rows, size) in zip(offsets, done.stats, strict=True):
+            self._entries.append(WrittenEntry(done.region_id, done.table_id, off, rows, size))
+
     def receipt(self) -> AttemptReceipt:
+        """What this attempt wrote, once every entry of it is durable."""
+        while self._inflight:
+            self._settle_oldest()
         return AttemptReceipt(self.attempt_id, self.writer_id, self.writer_step,
                               tuple(self._entries))
 

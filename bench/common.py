@@ -51,6 +51,14 @@ def higher_is_better(pair: str, ours: list[float], peer: list[float], unit: str,
                   {"ours": ours, "peer": peer})
 
 
+def reported(pair: str, ours: list[float], peer: list[float], unit: str,
+             note: str = "") -> Result:
+    """A ratio that explains the others (no target of its own)."""
+    o, p = median(ours), median(peer)
+    return Result(pair, o, p, unit, "report", o / p if p else None, None, note,
+                  {"ours": ours, "peer": peer})
+
+
 def timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()

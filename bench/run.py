@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -78,9 +79,15 @@ def main() -> None:
             say(f"Tansu broker on {broker.address} (pid {broker.process.pid})")
         from pyspark_durable.session import local_session
 
+        # Spark's Python workers import bench/python_floor.py (the pyfloor source/sink)
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
         jars = kafka_connector_jars()
         spark = local_session("durablewal-bench", **({"spark.jars": ",".join(jars)}
                                                      if jars else {}))
+        from python_floor import PythonFloor
+
+        spark.dataSource.register(PythonFloor)
         waiter = ProgressWaiter()
         spark.streams.addListener(waiter)
         for backend in backends:

@@ -15,7 +15,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from common import OUT, Result, Target, higher_is_better, median, prefill, repeat, uid
+from common import (
+    OUT,
+    Result,
+    Target,
+    higher_is_better,
+    median,
+    prefill,
+    repeat,
+    reported,
+    uid,
+)
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
@@ -116,31 +126,65 @@ def rate_fn(spark: SparkSession, n: int, fmt: str,
     return run
 
 
+def floor_df(spark: SparkSession, n: int) -> DataFrame:
+    return spark.readStream.format("pyfloor").option("rows", n).load()
+
+
 def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
                       log: Callable[[str], None]) -> list[Result]:
-    """Pairs 1 and 2, and durablewal → durablewal."""
+    """Pairs 1 and 2, each also against the Python Data Source floor; durablewal → durablewal."""
     b = base.backend
     src = base.with_namespace(uid("src"))
     t0 = time.perf_counter()
     prefill(src, n, rows_per_step=min(n, 50_000))
     log(f"  prefilled {n:,} rows in {time.perf_counter() - t0:.1f}s")
 
-    def wal_source() -> float:
-        secs, _, progress = run_available_now(wal_df(spark, src), "noop")
-        assert rows_of(progress) == n, (rows_of(progress), n)
-        LAST_DURATIONS["durablewal→noop"] = durations(progress)
-        return n / secs
+    def read_into_noop(key: str, make: Callable[[], DataFrame]) -> Callable[[], float]:
+        def run() -> float:
+            secs, _, progress = run_available_now(make(), "noop")
+            assert rows_of(progress) == n, (key, rows_of(progress), n)
+            LAST_DURATIONS[key] = durations(progress)
+            return n / secs
+        return run
 
-    runs = repeat({"ours": wal_source, "peer": rate_fn(spark, n, "noop")}, reps)
-    out = [higher_is_better(f"1 source [{b}]: durablewal→noop vs rate→noop", runs["ours"],
-                            runs["peer"], "rows/s", 0.7, f"{n:,} rows")]
+    payload_only = "id long, payload binary"
+    runs = repeat({
+        "ours": read_into_noop("durablewal→noop", lambda: wal_df(spark, src)),
+        "payload": read_into_noop("durablewal(payload schema)→noop",
+                                  lambda: spark.readStream.format("durablewal")
+                                  .options(**src.spark_options()).schema(payload_only).load()),
+        "pyfloor": read_into_noop("pyfloor→noop", lambda: floor_df(spark, n)),
+        "peer": rate_fn(spark, n, "noop")}, reps)
     log(f"  source: {runs}")
+    note = f"{n:,} rows"
+    out = [
+        higher_is_better(f"1 source [{b}]: durablewal→noop vs rate→noop", runs["ours"],
+                         runs["peer"], "rows/s", 0.7, note),
+        reported(f"1 source [{b}]: durablewal→noop vs Python floor (in-memory "
+                 "Python source, same columns)→noop", runs["ours"], runs["pyfloor"],
+                 "rows/s", f"{note}; the share of the Python ceiling reached"),
+        reported(f"1 source floor [{b} run]: in-memory Python source→noop vs "
+                 "rate→noop", runs["pyfloor"], runs["peer"], "rows/s",
+                 f"{note}; no I/O at all: the most any Python source reaches"),
+        higher_is_better(f"1b source [{b}]: durablewal, payload columns only (user "
+                         "schema)→noop vs rate→noop", runs["payload"], runs["peer"], "rows/s",
+                         0.7, f"{note}; without the 5 metadata columns"),
+    ]
 
     sink_ns = base.with_namespace(uid("sink"))
     runs = repeat({"ours": rate_fn(spark, n, "durablewal", sink_ns.spark_options),
+                   "pyfloor": rate_fn(spark, n, "pyfloor"),
                    "peer": rate_fn(spark, n, "noop")}, reps)
-    out.append(higher_is_better(f"2 sink [{b}]: rate→durablewal vs rate→noop", runs["ours"],
-                                runs["peer"], "rows/s", 0.5, f"{n:,} rows"))
+    out += [
+        higher_is_better(f"2 sink [{b}]: rate→durablewal vs rate→noop", runs["ours"],
+                         runs["peer"], "rows/s", 0.5, note),
+        reported(f"2 sink [{b}]: rate→durablewal vs rate→Python floor (Arrow "
+                 "sink that discards)", runs["ours"], runs["pyfloor"], "rows/s",
+                 f"{note}; the share of the Python ceiling reached"),
+        reported(f"2 sink floor [{b} run]: rate→Python discarding sink vs "
+                 "rate→noop", runs["pyfloor"], runs["peer"], "rows/s",
+                 f"{note}; no I/O at all: the most any Python sink reaches"),
+    ]
     log(f"  sink: {runs}")
     for k, v in LAST_DURATIONS.items():
         log(f"  durationMs of the last {k}: {v}")

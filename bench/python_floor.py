@@ -1,0 +1,122 @@
+"""The Python Data Source floor: what any Python source or sink costs in Spark.
+
+``pyfloor`` is a Python data source that does no I/O at all: its stream reader yields
+the same prebuilt ``pyarrow.RecordBatch`` (the durablewal read schema, 10,000 rows
+of ~100 bytes plus the five metadata columns) from memory, and its stream writer
+(``DataSourceStreamArrowWriter``) counts the Arrow batches Spark hands it and keeps
+nothing. Measured side by side with ``rate`` → ``noop`` it shows how much of the JVM
+floor PySpark's Python data source path (Arrow IPC over a socket to a Python worker,
+and back) leaves to any Python source or sink; durablewal against it shows the share
+of that ceiling the WAL reaches. Workers import this module, so ``bench/`` must be
+on their ``PYTHONPATH`` (``bench/run.py`` sets it before starting Spark).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+BATCH_ROWS = 10_000
+PAYLOAD_BYTES = 92
+SCHEMA = pa.schema([
+    ("id", pa.int64()), ("payload", pa.binary()), ("_region", pa.int64()),
+    ("_table", pa.string()), ("_sequence", pa.int64()), ("_step", pa.int64()),
+    ("_commit_timestamp", pa.timestamp("us", tz="UTC")),
+])
+DDL = ("id long, payload binary, _region long, _table string, _sequence long, _step long, "
+       "_commit_timestamp timestamp")
+
+
+def floor_batch(region: int) -> pa.RecordBatch:
+    """One batch shaped like a durablewal read of the benchmark's rows."""
+    n = BATCH_ROWS
+    raw = np.random.default_rng(region).integers(97, 123, n * PAYLOAD_BYTES, np.uint8)
+    offsets = np.arange(0, (n + 1) * PAYLOAD_BYTES, PAYLOAD_BYTES, dtype=np.int32)
+    payload = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
+                                                     pa.py_buffer(raw.tobytes())])
+    return pa.RecordBatch.from_arrays([
+        pa.array(np.arange(n, dtype=np.int64)), payload,
+        pa.repeat(pa.scalar(region, pa.int64()), n),
+        pa.repeat(pa.scalar(f"t{region}", pa.string()), n),
+        pa.repeat(pa.scalar(7, pa.int64()), n), pa.repeat(pa.scalar(3, pa.int64()), n),
+        pa.repeat(pa.scalar(1_700_000_000_000_000, SCHEMA.field("_commit_timestamp").type), n),
+    ], schema=SCHEMA)
+
+
+@dataclass
+class FloorPartition(InputPartition):
+    region: int
+    batches: int
+
+
+class FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """One micro-batch of ``rows`` rows over two partitions, then nothing."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def initialOffset(self) -> dict:
+        return {"done": 0}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        pass
+
+    def latestOffset(self, start: dict, limit: object) -> dict:
+        return {"done": 1}
+
+    def partitions(self, start: dict, end: dict) -> list[FloorPartition]:
+        if start["done"] >= end["done"]:
+            return []
+        per = self.rows // 2 // BATCH_ROWS
+        return [FloorPartition(0, per), FloorPartition(1, per)]
+
+    def read(self, partition: FloorPartition) -> Iterator[pa.RecordBatch]:
+        batch = floor_batch(partition.region)
+        for _ in range(partition.batches):
+            yield batch
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class DiscardWriter(DataSourceStreamArrowWriter):
+    """Takes every Arrow batch Spark hands a Python sink and keeps nothing."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        for _ in iterator:
+            pass
+        return WriterCommitMessage()
+
+    def commit(self, messages: list, batchId: int) -> None:
+        pass
+
+    def abort(self, messages: list, batchId: int) -> None:
+        pass
+
+
+class PythonFloor(DataSource):
+    """``format("pyfloor")``: the do-nothing Python source and sink."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pyfloor"
+
+    def schema(self) -> str:
+        return DDL
+
+    def streamReader(self, schema: object) -> FloorReader:
+        return FloorReader(int(self.options.get("rows", "1000000")))
+
+    def streamWriter(self, schema: object, overwrite: bool) -> DiscardWriter:
+        return DiscardWriter()

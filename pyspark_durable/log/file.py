@@ -161,7 +161,8 @@ def read_body(f: BinaryIO, length: int, crc: int) -> Entry | None:
         name_len, value_len = HEADER_HEAD.unpack(sizes)
         raw_headers.append((take(name_len), take(value_len)))
     value = take(left)
-    if key is None or value is None or seen != crc:
+    pieces = [key, value, *(p for pair in raw_headers for p in pair)]
+    if seen != crc or any(p is None for p in pieces):
         return None
     return Entry(offset, key, value, tuple((n.decode(), v) for n, v in raw_headers), ts)
 

@@ -336,7 +336,10 @@ class _InFlight:
     region_id: int
     table_id: int
     stats: list[tuple[int, int]]  # (rows, value bytes) per entry
-    size_bytes: int
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(size for _, size in self.stats)
 
 
 class Attempt:
@@ -378,9 +381,8 @@ class Attempt:
             stats.append((part.num_rows, len(value)))
         future = self.ns.store.open_region(info.region_id).append_async(records)
         self._next_index += len(records)
-        size = sum(n for _, n in stats)
-        self._inflight.append(_InFlight(future, info.region_id, info.table_id, stats, size))
-        self._inflight_bytes += size
+        self._inflight.append(_InFlight(future, info.region_id, info.table_id, stats))
+        self._inflight_bytes += self._inflight[-1].size_bytes
         while self._inflight_bytes > INFLIGHT_BYTES_MAX and len(self._inflight) > 1:
             self._settle_oldest()
         return data.num_rows

@@ -6,7 +6,7 @@ import platform
 import re
 from pathlib import Path
 
-from common import Result
+from common import WARMUPS, Result
 
 HERE = Path(__file__).resolve().parent
 
@@ -45,7 +45,7 @@ def write(results: list[Result], args_line: str, elapsed_s: float, tag: str = ""
         "",
         f"`python bench/run.py {args_line}` — {elapsed_s / 60:.1f} min, "
         f"{platform.node()}, Python {platform.python_version()}. Values are medians of the "
-        "repetitions after one warm-up; ratio = ours / peer (for latency: ours - peer in "
+        f"repetitions after {WARMUPS[0]} warm-up round(s); ratio = ours / peer (for latency: ours - peer in "
         "seconds). See `bench/README.md` for what each pair measures.",
         "",
         table(results),

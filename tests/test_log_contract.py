@@ -121,15 +121,25 @@ def test_bad_names_are_rejected(make_store):
         store.open_region(-1)
 
 
-def test_snapshots_latest_wins(make_store):
-    """This tests that the latest snapshot of a name is returned, and None when there is none."""
+def test_snapshots_highest_version_wins(make_store):
+    """This tests that the highest stored version of a snapshot is returned whatever the
+    order of the writes (a slow writer of an older version never hides a newer one),
+    that versions are listed and pruned, and None is returned when there is none."""
     store = make_store()
     assert store.read_snapshot("meta") is None
-    store.write_snapshot("meta", b"one")
-    store.write_snapshot("meta", b"two" * 1000)
-    store.write_snapshot("other", b"x")
-    assert make_store().read_snapshot("meta") == b"two" * 1000
-    assert store.read_snapshot("other") == b"x"
+    store.write_snapshot("meta", 7, b"seven" * 1000)
+    store.write_snapshot("meta", 3, b"three")  # late, older: must not win
+    store.write_snapshot("other", 1, b"x")
+    reopened = make_store()
+    assert reopened.read_snapshot("meta") == (7, b"seven" * 1000)
+    assert reopened.snapshot_versions("meta") == [3, 7]
+    assert reopened.read_snapshot_version("meta", 3) == b"three"
+    assert store.read_snapshot("other") == (1, b"x")
+    store.write_snapshot("meta", 9, b"nine")
+    store.prune_snapshots("meta", keep=2)
+    assert make_store().snapshot_versions("meta") == [7, 9]
+    store.delete_snapshot("meta", 9)
+    assert make_store().read_snapshot("meta") == (7, b"seven" * 1000)
 
 
 def test_concurrent_appenders(make_store):

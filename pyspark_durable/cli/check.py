@@ -135,7 +135,8 @@ class Checker:
     def _check_snapshot(self, commits: Log) -> NamespaceState | None:
         """Snapshot vs commits log: recoverable, and equal to a full replay if possible."""
         low, high = commits.low_watermark(), commits.high_watermark()
-        raw = self.store.read_snapshot(SNAPSHOT_NAME)
+        found = self.store.read_snapshot(SNAPSHOT_NAME)
+        raw = None if found is None else found[1]
         reported = False
         if raw is None:
             if low > 0:
@@ -178,6 +179,9 @@ class Checker:
             "marks": lambda s: dict(sorted(s.marks.items())),
             "tables": lambda s: sorted(s.tables),
             "committed (writer, writer_step) pairs": lambda s: len(s.pairs),
+            "clean bounds": lambda s: dict(sorted(s.clean_bounds.items())),
+            "readers": lambda s: dict(sorted(s.readers.items())),
+            "retention policy": lambda s: s.retention,
             "indexed steps": lambda s: [(c.step, c.writer_id, c.writer_step, c.runs)
                                         for c in s.index if c.step >= recovered.base_step],
         }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Protocol, runtime_checkable
 
@@ -10,6 +9,7 @@ import pyarrow as pa
 
 from pyspark_durable.errors import ConfigError, StepNotCommitted
 from pyspark_durable.wal import DEFAULT_TABLE, Attempt, Namespace, StepBatch
+from pyspark_durable.wal.namespace import check_step_arg
 
 log = logging.getLogger(__name__)
 
@@ -27,11 +27,13 @@ class DurableInputEndpoint:
     """Reads committed steps of a namespace (optionally some tables or regions only)."""
 
     def __init__(self, ns: Namespace, reader_id: str | None = None,
-                 tables: set[int] | None = None, regions: set[int] | None = None) -> None:
+                 tables: set[int] | None = None, regions: set[int] | None = None,
+                 hold_retention: bool = False) -> None:
         self.ns = ns
         self.reader_id = reader_id
         self.tables = tables
         self.regions = regions
+        self.hold_retention = hold_retention
 
     def steps(self) -> range:
         """Committed steps readable without blocking."""
@@ -44,20 +46,24 @@ class DurableInputEndpoint:
         consumer.eoi()
 
     def commit(self, step: int) -> None:
-        """The consumer has durably processed ``step``: record it for this reader."""
+        """The consumer has durably processed ``step``: record it for this reader.
+
+        With ``hold_retention``, the namespace's retention policy keeps every step
+        after ``step`` until this reader commits it (see :meth:`Namespace.commit_reader`).
+        """
+        check_step_arg("step", step, self.ns.name)
         if step >= self.ns.steps().stop:
             raise StepNotCommitted(f"cannot commit step {step}: it is not committed yet",
                                    namespace=self.ns.name, step=step)
         if self.reader_id is not None:
-            self.ns.store.write_snapshot(
-                f"reader-{self.reader_id}", json.dumps({"committed": step}).encode())
+            self.ns.commit_reader(self.reader_id, step + 1, self.hold_retention)
 
     def committed(self) -> int | None:
         """The last step this reader committed, or None (needs a ``reader_id``)."""
         if self.reader_id is None:
             return None
-        raw = self.ns.store.read_snapshot(f"reader-{self.reader_id}")
-        return None if raw is None else json.loads(raw)["committed"]
+        position = self.ns.refresh().readers.get(self.reader_id)
+        return None if position is None else position.next_step - 1
 
     def expire(self, step: int) -> None:
         """Steps below ``step`` are no longer needed; the cleaner may delete them."""

@@ -3,8 +3,8 @@
 A :class:`LogStore` holds the logs of one namespace. Each log is named; region logs
 are named ``region_{id}`` (the Kafka backend maps that to the topic
 ``{namespace}_region_{id}``), and the WAL layer keeps a few logs of its own
-(``commits``, ``catalog``) next to them. A store also keeps small named snapshots
-(the last one written wins), which is where region metadata snapshots go.
+(``commits``, ``catalog``) next to them. A store also keeps small named, *versioned*
+snapshots, which is where region metadata snapshots go.
 
 The contract, which every backend passes (``tests/test_log_contract.py``):
 
@@ -18,6 +18,10 @@ The contract, which every backend passes (``tests/test_log_contract.py``):
   :class:`OffsetOutOfRange`, ``start`` equal to the high watermark yields nothing.
 * ``delete_before(offset)`` moves the low watermark up (never the high one);
   entries below it are never returned again.
+* ``write_snapshot(name, version, data)`` stores one version durably and atomically;
+  ``read_snapshot(name)`` returns the highest version stored, so snapshots never go
+  backwards however writers race (a slow writer of an older version cannot hide a
+  newer one). ``delete_snapshot`` removes one version (pruning old ones).
 
 This layer knows nothing of steps, tables or Spark.
 """
@@ -46,6 +50,13 @@ def check_name(kind: str, name: str) -> str:
             f"{kind} name {name!r} is invalid: use 1-200 letters, digits, '_' or '-'"
         )
     return name
+
+
+def check_version(version: int) -> int:
+    """Snapshot versions are u64 integers (the WAL uses commits-log offsets)."""
+    if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version < 1 << 64:
+        raise ConfigError(f"snapshot version {version!r} is not a non-negative integer")
+    return version
 
 
 def region_log_name(region_id: int) -> str:
@@ -167,12 +178,37 @@ class LogStore(ABC):
         """Open a log by name, creating it when asked (else :class:`LogNotFound`)."""
 
     @abstractmethod
-    def write_snapshot(self, name: str, data: bytes) -> None:
-        """Store ``data`` as the latest snapshot ``name``, durably and atomically."""
+    def write_snapshot(self, name: str, version: int, data: bytes) -> None:
+        """Store ``data`` as version ``version`` of snapshot ``name``, durably and atomically."""
 
     @abstractmethod
-    def read_snapshot(self, name: str) -> bytes | None:
-        """The latest snapshot ``name``, or None if none was ever written."""
+    def snapshot_versions(self, name: str) -> list[int]:
+        """The stored versions of snapshot ``name``, ascending."""
+
+    @abstractmethod
+    def read_snapshot_version(self, name: str, version: int) -> bytes | None:
+        """One stored version of snapshot ``name`` (None if it was deleted meanwhile)."""
+
+    @abstractmethod
+    def delete_snapshot(self, name: str, version: int) -> None:
+        """Remove one version of snapshot ``name`` (no error if it is gone)."""
+
+    def read_snapshot(self, name: str) -> tuple[int, bytes] | None:
+        """The highest stored version of snapshot ``name`` as ``(version, data)``, or None.
+
+        A version deleted between listing and reading (a racing pruner) is skipped.
+        """
+        for version in reversed(self.snapshot_versions(name)):
+            data = self.read_snapshot_version(name, version)
+            if data is not None:
+                return version, data
+        return None
+
+    def prune_snapshots(self, name: str, keep: int) -> None:
+        """Delete every version of ``name`` but the ``keep`` highest ones."""
+        versions = self.snapshot_versions(name)
+        for version in versions[: max(0, len(versions) - keep)]:
+            self.delete_snapshot(name, version)
 
     def close(self) -> None:  # noqa: B027 - backends with resources override it
         """Close every log opened through this store."""

@@ -10,7 +10,8 @@ Layout (one folder per namespace, one per log)::
           lock                         flock(2) target, serializes processes
           low_watermark                decimal, replaced atomically
         commits/ ...                   the WAL's own logs look the same
-        snapshots/{name}               latest snapshot, replaced atomically
+        snapshots/{name}.{version:020d}   snapshot versions, each written atomically;
+                                       the highest one is the snapshot
 
 Frame of one entry (big-endian)::
 
@@ -64,7 +65,7 @@ from pyspark_durable.errors import (
     LogNotFound,
     OffsetOutOfRange,
 )
-from pyspark_durable.log.base import Entry, Log, LogStore, Record, check_name
+from pyspark_durable.log.base import Entry, Log, LogStore, Record, check_name, check_version
 
 log = logging.getLogger(__name__)
 
@@ -605,19 +606,36 @@ class FileLogStore(LogStore):
             folder.mkdir(exist_ok=True)
             fsync_dir(folder.parent)
 
-    def write_snapshot(self, name: str, data: bytes) -> None:
+    def _snapshot_path(self, name: str, version: int) -> Path:
+        check_name("snapshot", name)
+        return self.folder / "snapshots" / f"{name}.{check_version(version):020d}"
+
+    def write_snapshot(self, name: str, version: int, data: bytes) -> None:
+        path = self._snapshot_path(name, version)
+        if not path.parent.is_dir():
+            self._mkdirs(path.parent)
+        write_atomic(path, data)
+
+    def snapshot_versions(self, name: str) -> list[int]:
         check_name("snapshot", name)
         folder = self.folder / "snapshots"
         if not folder.is_dir():
-            self._mkdirs(folder)
-        write_atomic(folder / name, data)
+            return []
+        prefix = name + "."
+        return sorted(int(p.name[len(prefix):]) for p in folder.iterdir()
+                      if p.name.startswith(prefix) and p.name[len(prefix):].isdigit())
 
-    def read_snapshot(self, name: str) -> bytes | None:
-        check_name("snapshot", name)
+    def read_snapshot_version(self, name: str, version: int) -> bytes | None:
         try:
-            return (self.folder / "snapshots" / name).read_bytes()
+            return self._snapshot_path(name, version).read_bytes()
         except FileNotFoundError:
             return None
+
+    def delete_snapshot(self, name: str, version: int) -> None:
+        path = self._snapshot_path(name, version)
+        if path.exists():
+            path.unlink(missing_ok=True)
+            fsync_dir(path.parent)
 
     def close(self) -> None:
         with self._lock:

@@ -6,7 +6,8 @@ Mapping (one namespace)::
                                are {namespace}_region_{id}, the WAL's own logs
                                {namespace}_commits, {namespace}_catalog, ...
     {namespace}_snapshots      the namespace's small state, compacted, keyed by
-                               "snapshot/{name}"  write_snapshot / read_snapshot
+                               "snapshot/{name}/{version:020d}"  snapshot versions
+                                                  (an empty value: deleted)
                                "log/{name}"       registry of the namespace's logs
                                "lowwater/{name}"  logical low watermark of a log
 
@@ -57,7 +58,15 @@ import kafka.errors as kerr
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from pyspark_durable.errors import BackendUnavailable, ConfigError, LogNotFound
-from pyspark_durable.log.base import NAME_RE, Entry, Log, LogStore, Record, check_name
+from pyspark_durable.log.base import (
+    NAME_RE,
+    Entry,
+    Log,
+    LogStore,
+    Record,
+    check_name,
+    check_version,
+)
 from pyspark_durable.log.kafka_admin import KafkaSettings, TopicAdmin, translated
 
 log = logging.getLogger(__name__)
@@ -398,13 +407,28 @@ class KafkaLogStore(LogStore):
         assert meta_log is not None
         meta_log.append([Record(key, value)])
 
-    def write_snapshot(self, name: str, data: bytes) -> None:
+    @staticmethod
+    def _snapshot_key(name: str, version: int) -> bytes:
         check_name("snapshot", name)
-        self._put_meta(b"snapshot/" + name.encode(), bytes(data))
+        return f"snapshot/{name}/{check_version(version):020d}".encode()
 
-    def read_snapshot(self, name: str) -> bytes | None:
-        check_name("snapshot", name)
-        return self._meta_snapshot().get(b"snapshot/" + name.encode())
+    def write_snapshot(self, name: str, version: int, data: bytes) -> None:
+        if not data:
+            raise ConfigError("an empty snapshot cannot be stored (empty means deleted)",
+                              namespace=self.namespace, snapshot=name)
+        self._put_meta(self._snapshot_key(name, version), bytes(data))
+
+    def snapshot_versions(self, name: str) -> list[int]:
+        prefix = f"snapshot/{check_name('snapshot', name)}/".encode()
+        return sorted(int(k[len(prefix):]) for k, v in self._meta_snapshot().items()
+                      if k.startswith(prefix) and k[len(prefix):].isdigit() and v)
+
+    def read_snapshot_version(self, name: str, version: int) -> bytes | None:
+        return self._meta_snapshot().get(self._snapshot_key(name, version)) or None
+
+    def delete_snapshot(self, name: str, version: int) -> None:
+        if self._meta_snapshot().get(self._snapshot_key(name, version)):
+            self._put_meta(self._snapshot_key(name, version), b"")
 
     def logical_low(self, name: str) -> int:
         value = self._meta_snapshot().get(b"lowwater/" + name.encode())

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from pyspark_durable.errors import ConfigError, LogNotFound
-from pyspark_durable.log.base import Entry, Log, LogStore, Record, check_name
+from pyspark_durable.log.base import Entry, Log, LogStore, Record, check_name, check_version
 
 _REGISTRY: dict[str, _Namespace] = {}
 _REGISTRY_LOCK = threading.Lock()
@@ -21,7 +21,7 @@ _REGISTRY_LOCK = threading.Lock()
 class _Namespace:
     def __init__(self) -> None:
         self.logs: dict[str, MemoryLog] = {}
-        self.snapshots: dict[str, bytes] = {}
+        self.snapshots: dict[str, dict[int, bytes]] = {}
 
 
 class MemoryLog(Log):
@@ -94,11 +94,20 @@ class MemoryLogStore(LogStore):
                 log = self._ns.logs[name] = MemoryLog(self.namespace, name)
             return log
 
-    def write_snapshot(self, name: str, data: bytes) -> None:
+    def write_snapshot(self, name: str, version: int, data: bytes) -> None:
         check_name("snapshot", name)
+        check_version(version)
         with _REGISTRY_LOCK:
-            self._ns.snapshots[name] = bytes(data)
+            self._ns.snapshots.setdefault(name, {})[version] = bytes(data)
 
-    def read_snapshot(self, name: str) -> bytes | None:
+    def snapshot_versions(self, name: str) -> list[int]:
         with _REGISTRY_LOCK:
-            return self._ns.snapshots.get(name)
+            return sorted(self._ns.snapshots.get(name, {}))
+
+    def read_snapshot_version(self, name: str, version: int) -> bytes | None:
+        with _REGISTRY_LOCK:
+            return self._ns.snapshots.get(name, {}).get(version)
+
+    def delete_snapshot(self, name: str, version: int) -> None:
+        with _REGISTRY_LOCK:
+            self._ns.snapshots.get(name, {}).pop(version, None)

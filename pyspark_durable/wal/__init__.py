@@ -13,6 +13,7 @@ from pyspark_durable.wal.namespace import (
     table_id_for_name,
 )
 from pyspark_durable.wal.records import AttemptReceipt, Run, StepCommit, TableInfo, WrittenEntry
+from pyspark_durable.wal.retention import RetentionPolicy
 
 __all__ = [
     "DEFAULT_TABLE",
@@ -21,6 +22,7 @@ __all__ = [
     "CleanReport",
     "Cleaner",
     "Namespace",
+    "RetentionPolicy",
     "Run",
     "StepBatch",
     "StepCommit",

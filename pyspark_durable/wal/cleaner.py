@@ -1,14 +1,23 @@
-"""The cleaner: snapshot first, then delete what nothing needs any more.
+"""The cleaner: apply the retention policy, record a bound, delete below it, snapshot.
 
-Order matters for crash safety: (1) write the namespace snapshot as of the first
-needed step's commit offset, (2) delete region entries below what any needed step
-or claiming table still refers to, (3) delete the commits log below the snapshot.
-A crash between any two steps leaves a snapshot that recovery can replay from.
+A pass, in this order (rules 5-8 of the protocol in :mod:`pyspark_durable.wal.namespace`):
 
-Entries of attempts still in flight are referred to by no step yet; a grace period
-(``grace_ms``, by entry timestamp) keeps recent entries so that a slow attempt can
-still commit. An attempt older than that whose entries were cleaned fails to commit
-with :class:`AttemptLost` (retriable: the writer writes the step again).
+1. replay the commits log; apply the retention policy (an ``expire`` record);
+2. propose per region a bound: the first offset a needed step refers to, and no
+   entry younger than ``grace_ms`` (an attempt in flight may still commit it);
+3. append one ``clean`` record with the bounds that move (and the pass's time);
+4. replay to the end of the log, then delete each region below
+   ``min(bound, first offset a needed step refers to)``;
+5. write a snapshot versioned by its commits-log offset, then delete the commits
+   log below it, then prune all but the newest :data:`SNAPSHOTS_KEPT` snapshots.
+
+Any number of passes may run at once in any processes: each one only deletes what
+its own replay proves unneeded, and a crash between any two steps leaves a
+namespace that recovers (a recorded bound without a deletion only refuses late
+commits of old attempts, which were going to be cleaned anyway).
+
+An attempt older than ``grace_ms`` whose entries fall below a bound fails to
+commit with :class:`AttemptLost` (retriable: the writer writes the step again).
 """
 
 from __future__ import annotations
@@ -18,11 +27,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from pyspark_durable.errors import OffsetOutOfRange
 from pyspark_durable.log import Log
+from pyspark_durable.wal import failpoints
 from pyspark_durable.wal.namespace import COMMITS_LOG, Namespace
-from pyspark_durable.wal.state import SNAPSHOT_NAME, NamespaceState
+from pyspark_durable.wal.state import SNAPSHOT_NAME
 
 log = logging.getLogger(__name__)
+
+SNAPSHOTS_KEPT = 2  # the newest, and one before it while a reader may still load it
+DEFAULT_GRACE_MS = 300_000
 
 
 @dataclass
@@ -33,6 +47,7 @@ class CleanReport:
     first_retained_step: int
     regions: dict[int, tuple[int, int]] = field(default_factory=dict)  # region -> (before, after)
     commits_low: tuple[int, int] = (0, 0)
+    expired_before: tuple[int, int] = (0, 0)  # by the retention policy: (before, after)
 
     @property
     def freed_entries(self) -> int:
@@ -40,14 +55,21 @@ class CleanReport:
 
 
 def _recent_bound(region: Log, grace_ms: float, low: int, high: int) -> int:
-    """First offset whose entry is younger than ``grace_ms`` (binary search by timestamp)."""
+    """First offset whose entry is younger than ``grace_ms`` (binary search by timestamp).
+
+    An entry another cleaner deleted meanwhile counts as old: it is gone either way.
+    """
     if grace_ms <= 0 or low >= high:
         return high
     cutoff = time.time() * 1000 - grace_ms
     lo, hi = low, high
     while lo < hi:
         mid = (lo + hi) // 2
-        entry = next(iter(region.read(mid, mid + 1)))
+        try:
+            entry = next(iter(region.read(mid, mid + 1)))
+        except OffsetOutOfRange:
+            lo = max(mid + 1, min(hi, region.low_watermark()))
+            continue
         if entry.timestamp_ms >= cutoff:
             hi = mid
         else:
@@ -58,7 +80,7 @@ def _recent_bound(region: Log, grace_ms: float, low: int, high: int) -> int:
 class Cleaner:
     """Runs cleaner passes on one namespace, on demand or in a background thread."""
 
-    def __init__(self, ns: Namespace, grace_ms: float = 300_000) -> None:
+    def __init__(self, ns: Namespace, grace_ms: float = DEFAULT_GRACE_MS) -> None:
         self.ns = ns
         self.grace_ms = grace_ms
         self._stop = threading.Event()
@@ -68,31 +90,51 @@ class Cleaner:
         ns = self.ns
         with ns._lock:
             state = ns.refresh()
-            pos = state.first_needed_position()
-            at, raw = state.snapshot()
-            previous = ns.store.read_snapshot(SNAPSHOT_NAME)
-            if previous is None or NamespaceState.from_snapshot(ns.name, previous).next_offset <= at:
-                ns.store.write_snapshot(SNAPSHOT_NAME, raw)
-            needed: dict[int, int] = {}
-            for commit in state.index[pos:]:
-                for run in commit.runs:
-                    needed[run.region_id] = min(needed.get(run.region_id, run.start), run.start)
-            first_step = state.index[pos].step if pos < len(state.index) else state.next_step
-            report = CleanReport(at, first_step)
+            expired = state.expired_before
+            target = ns.retention().expire_target(state, int(time.time() * 1000))
+            if target > expired:
+                ns.expire(target)
+            state = ns.refresh()
+            needed = state.needed_starts()
+            proposed: dict[int, int] = {}
+            regions: dict[int, tuple[Log, int, int]] = {}
             for region_id in ns.store.list_regions():
                 region = ns.store.open_region(region_id)
                 low, high = region.low_watermark(), region.high_watermark()
+                regions[region_id] = (region, low, high)
                 bound = min(needed.get(region_id, high),
                             _recent_bound(region, self.grace_ms, low, high))
+                if bound > state.clean_bounds.get(region_id, 0):
+                    proposed[region_id] = bound
+            failpoints.reached("clean.proposed")
+            ns._append_meta({"k": "clean", "ts": int(time.time() * 1000),
+                             "regions": {str(r): b for r, b in proposed.items()}})
+            failpoints.reached("clean.recorded")
+            state = ns.refresh()  # every step ordered before our bound is in this replay
+            needed = state.needed_starts()
+            pos = state.first_needed_position()
+            first_step = state.index[pos].step if pos < len(state.index) else state.next_step
+            report = CleanReport(0, first_step, expired_before=(expired, state.expired_before))
+            for region_id, (region, low, _) in regions.items():
+                bound = min(state.clean_bounds.get(region_id, 0), needed.get(region_id, 1 << 64))
                 if bound > low:
                     region.delete_before(bound)
                 report.regions[region_id] = (low, max(low, bound))
+            failpoints.reached("clean.deleted")
+            at, raw = state.snapshot()
+            report.snapshot_at = at
+            failpoints.reached("clean.snapshot")
+            newest = ns.store.snapshot_versions(SNAPSHOT_NAME)
+            if not newest or newest[-1] < at:
+                ns.store.write_snapshot(SNAPSHOT_NAME, at, raw)
+            failpoints.reached("clean.snapshotted")
             commits = ns.store.open_log(COMMITS_LOG)
             before = commits.low_watermark()
             if at > before:
                 commits.delete_before(at)
             report.commits_low = (before, max(before, at))
-            state.trim(pos)
+            ns.store.prune_snapshots(SNAPSHOT_NAME, SNAPSHOTS_KEPT)
+            state.trim(pos, at)
         log.info("namespace=%s: cleaned; snapshot at commits offset %d, first retained step %d, "
                  "%d region entries freed", ns.name, at, first_step, report.freed_entries)
         return report

@@ -16,6 +16,25 @@ Protocol (how steps stay atomic and exactly-once with many writer processes):
 4. Entries no step refers to (failed, aborted, superseded attempts) are never read;
    the cleaner deletes them with the rest of the segments below what is needed.
 
+Retention is ordered through the same log (the rule that makes cleaning safe):
+
+5. Before a cleaner deletes anything in a region, it appends a ``clean`` record with
+   the region's *bound*; only entries below a recorded bound are ever deleted.
+6. A ``step`` record with a run that starts below a bound recorded *before it* in
+   the log is no step (replay refuses it, in every process alike). The committer
+   replays past its own record before it answers: an accepted record is the
+   acknowledgement, a refused one is :class:`AttemptLost` (retriable). So no step
+   whose entries may have been cleaned is ever acknowledged.
+7. After its ``clean`` record, the cleaner replays to the end of the log and deletes
+   a region only below ``min(bound, first offset of any step still needed)``: steps
+   ordered before the bound are in that replay, steps ordered after it start at or
+   above it. So no cleaner deletes what an acknowledged, needed step refers to,
+   however many cleaners and committers interleave, in any processes.
+8. A cleaner writes a snapshot (versioned by its commits-log offset) before it
+   cleans the commits log below that offset; recovery takes the highest version, so
+   snapshots never go backwards. A handle that finds the log cleaned under it
+   recovers again from the newest snapshot (it heals), in every process.
+
 Recovery is the latest snapshot (state as of a commits-log offset) plus a replay of
 the commits log after it; region logs are never scanned to recover.
 """
@@ -46,6 +65,7 @@ from pyspark_durable.errors import (
     StepNotCommitted,
 )
 from pyspark_durable.log import LogStore, Record
+from pyspark_durable.wal import failpoints
 from pyspark_durable.wal.records import (
     AttemptReceipt,
     StepCommit,
@@ -54,7 +74,8 @@ from pyspark_durable.wal.records import (
     build_runs,
     encode_meta,
 )
-from pyspark_durable.wal.state import NamespaceState
+from pyspark_durable.wal.retention import RetentionPolicy
+from pyspark_durable.wal.state import NamespaceState, ReaderPosition
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +84,23 @@ DEFAULT_TABLE = "default"
 ENTRY_MAX_BYTES = 900 * 1024  # below Kafka's default message.max.bytes (1 MiB)
 HIGH_BIT = 1 << 63
 INFLIGHT_BYTES_MAX = 32 << 20  # per attempt: bounds a writer's memory, keeps the log busy
+
+
+def check_writer(writer_id: object, writer_step: object, namespace: str) -> None:
+    """Writer ids are non-empty strings and writer steps integers >= 0 (typed errors)."""
+    if not isinstance(writer_id, str) or not writer_id:
+        raise ConfigError(f"writer id {writer_id!r} is not a non-empty string",
+                          namespace=namespace)
+    if not isinstance(writer_step, int) or isinstance(writer_step, bool) or writer_step < 0:
+        raise ConfigError(f"writer step {writer_step!r} is not an integer >= 0",
+                          namespace=namespace, writer=writer_id)
+
+
+def check_step_arg(name: str, value: object, namespace: str) -> int:
+    """Step and sequence arguments are integers >= 0 (typed errors, never a silent no-op)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"{name} {value!r} is not an integer >= 0", namespace=namespace)
+    return value
 
 
 def table_id_for_name(name: str) -> int:
@@ -114,9 +152,18 @@ class Namespace:
     # -- state ----------------------------------------------------------------
 
     def refresh(self) -> NamespaceState:
-        """Replay what any process appended to the commits log since we last looked."""
+        """Replay what any process appended to the commits log since we last looked.
+
+        If a cleaner cleaned the log below where we are, the handle heals: it
+        recovers again from the newest snapshot (rule 8 of the protocol).
+        """
         with self._lock:
-            self.state.replay(self._commits)
+            try:
+                self.state.replay(self._commits)
+            except OffsetOutOfRange:
+                log.info("namespace=%s: commits log cleaned below offset %d under this handle; "
+                         "recovering from the newest snapshot", self.name, self.state.next_offset)
+                self.state = NamespaceState.recover(self.store, self._commits)
             return self.state
 
     def _append_meta(self, record: dict) -> int:
@@ -189,14 +236,20 @@ class Namespace:
 
     def begin(self, writer_id: str, writer_step: int, attempt_id: str | None = None) -> Attempt:
         """Start a writer attempt for ``(writer_id, writer_step)``."""
+        check_writer(writer_id, writer_step, self.name)
         return Attempt(self, writer_id, writer_step, attempt_id or uuid.uuid4().hex)
 
     def committed_step(self, writer_id: str, writer_step: int) -> int | None:
         """The step that committed ``(writer_id, writer_step)``, or None."""
+        check_writer(writer_id, writer_step, self.name)
         return self.refresh().pairs.get((writer_id, writer_step))
 
     def commit(self, writer_id: str, writer_step: int, receipts: list[AttemptReceipt]) -> int:
-        """Commit the attempts' entries as one step; idempotent per (writer, step)."""
+        """Commit the attempts' entries as one step; idempotent per (writer, step).
+
+        Raises :class:`AttemptLost` (retriable) when a cleaner's bound was ordered
+        before this step's record and covers its entries: nothing is acknowledged.
+        """
         done = self.committed_step(writer_id, writer_step)
         if done is not None:
             log.info("namespace=%s writer=%s writer_step=%s: already committed as step %d",
@@ -207,21 +260,28 @@ class Namespace:
                 raise ConfigError(
                     f"attempt {r.attempt_id} belongs to ({r.writer_id}, {r.writer_step}), "
                     f"not ({writer_id}, {writer_step})", namespace=self.name)
-        runs = build_runs(receipts)
-        for region_id in {r.region_id for r in runs}:
-            low = self.store.open_region(region_id).low_watermark()
-            first = min(r.start for r in runs if r.region_id == region_id)
-            if first < low:
-                raise AttemptLost(
-                    f"entries from offset {first} were cleaned (low watermark {low}) before "
-                    "the step committed; write the step again", namespace=self.name,
-                    region=region_id, writer=writer_id, writer_step=writer_step)
-        commit = StepCommit(writer_id, writer_step, tuple(r.attempt_id for r in receipts), runs,
-                            int(time.time() * 1000))
-        self._append_meta(commit.to_json())
+        commit = StepCommit(writer_id, writer_step, tuple(r.attempt_id for r in receipts),
+                            build_runs(receipts), int(time.time() * 1000))
+        self._raise_if_lost(commit)  # cheap early answer; the replay below decides
+        failpoints.reached("commit.checked")
+        offset = self._append_meta(commit.to_json())
+        failpoints.reached("commit.appended")
         step = self.committed_step(writer_id, writer_step)
-        assert step is not None, "a commit that returned must be visible to its writer"
+        if step is None:  # replay refused our record: a clean bound was ordered before it
+            self._raise_if_lost(commit)
+            raise AttemptLost(  # pragma: no cover - only a bound can refuse a new pair
+                f"step record at commits offset {offset} was refused", namespace=self.name,
+                writer=writer_id, writer_step=writer_step)
         return step
+
+    def _raise_if_lost(self, commit: StepCommit) -> None:
+        run = self.state.lost_run(commit)
+        if run is not None:
+            raise AttemptLost(
+                f"entries from offset {run.start} may have been cleaned (a cleaner recorded "
+                f"bound {self.state.clean_bounds[run.region_id]} before the step committed); "
+                "write the step again", namespace=self.name, region=run.region_id,
+                writer=commit.writer_id, writer_step=commit.writer_step)
 
     # -- reading --------------------------------------------------------------
 
@@ -304,6 +364,7 @@ class Namespace:
 
     def expire(self, step: int) -> None:
         """Steps below ``step`` are no longer needed by step readers."""
+        check_step_arg("expire step", step, self.name)
         s = self.refresh()
         if step > s.next_step:
             raise StepNotCommitted(f"cannot expire up to {step}: only steps below "
@@ -314,6 +375,7 @@ class Namespace:
 
     def mark_deleted(self, table: int | str, sequence: int) -> None:
         """Entries of ``table`` with sequence below ``sequence`` are no longer needed."""
+        check_step_arg("sequence", sequence, self.name)
         info = self.table(table)
         current = self.state.marks.get(info.table_id, 0)
         limit = self.state.next_sequences.get(info.table_id, 0)
@@ -323,6 +385,41 @@ class Namespace:
         if sequence > current:
             self._append_meta({"k": "mark", "table": info.table_id, "seq": sequence})
             self.refresh()
+
+    # -- readers and the retention policy ------------------------------------------
+
+    def commit_reader(self, reader_id: str, next_step: int, hold: bool = False) -> None:
+        """Record that reader ``reader_id`` needs steps from ``next_step`` on.
+
+        With ``hold``, the retention policy never expires a step this reader still
+        needs (an abandoned reader then holds retention until :meth:`drop_reader`).
+        """
+        if not isinstance(reader_id, str) or not reader_id:
+            raise ConfigError(f"reader id {reader_id!r} is not a non-empty string",
+                              namespace=self.name)
+        check_step_arg("reader next step", next_step, self.name)
+        s = self.refresh()
+        if next_step > s.next_step:
+            raise StepNotCommitted(f"reader {reader_id!r} cannot have read up to step {next_step}"
+                                   f": committed steps end at {s.next_step}", namespace=self.name)
+        if s.readers.get(reader_id) != ReaderPosition(next_step, hold):
+            self._append_meta({"k": "reader", "id": reader_id, "next": next_step, "hold": hold})
+            self.refresh()
+
+    def drop_reader(self, reader_id: str) -> None:
+        """Forget a reader (it no longer holds retention)."""
+        if reader_id in self.refresh().readers:
+            self._append_meta({"k": "reader", "id": reader_id, "drop": True})
+            self.refresh()
+
+    def set_retention(self, policy: RetentionPolicy) -> None:
+        """Keep ``policy`` with the namespace (every cleaner applies it); no-op if unchanged."""
+        if self.refresh().retention != policy.to_json():
+            self._append_meta({"k": "retention", "policy": policy.to_json()})
+            self.refresh()
+
+    def retention(self) -> RetentionPolicy:
+        return RetentionPolicy.from_json(self.refresh().retention)
 
     def close(self) -> None:
         self.store.close()

@@ -2,9 +2,16 @@
 
 Per table it holds HoraeDB's region metadata: ``next_sequence_num``,
 ``latest_marked_deleted`` and (through the step index) the sequence -> offset
-mapping; per namespace the step index, the committed (writer, writer_step) pairs
-and the expiry point. A snapshot is this state *as of a commits-log offset*, so
-recovery is: load the snapshot, replay the commits log from that offset.
+mapping; per namespace the step index, the committed (writer, writer_step) pairs,
+the expiry point, the clean bound of every region, reader positions and the
+retention policy. A snapshot is this state *as of a commits-log offset*, so
+recovery is: load the newest snapshot, replay the commits log from that offset.
+
+Replay is a pure function of the records in log order: whether a ``step`` record
+becomes a step depends only on records before it (the pairs committed so far and
+the clean bounds recorded so far), so every process, whatever snapshot it started
+from, numbers the same steps. That is why a snapshot keeps the clean bounds *as of
+its offset*, not the newest ones.
 """
 
 from __future__ import annotations
@@ -16,10 +23,19 @@ from typing import Any
 
 from pyspark_durable.errors import CorruptEntryError, DecodeError, OffsetOutOfRange
 from pyspark_durable.log import Log, LogStore
-from pyspark_durable.wal.records import StepCommit, TableInfo, decode_meta
+from pyspark_durable.wal.records import Run, StepCommit, TableInfo, decode_meta
 
 SNAPSHOT_NAME = "wal"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+RECOVER_ATTEMPTS = 8  # snapshot then replay, retried while cleaners race ahead of us
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderPosition:
+    """A registered reader: the next step it needs, and whether it holds retention."""
+
+    next_step: int
+    hold: bool
 
 
 @dataclass
@@ -36,23 +52,41 @@ class NamespaceState:
     marks: dict[int, int] = field(default_factory=dict)
     next_offset: int = 0  # where replay of the commits log continues
     snapshot_offset: int = 0  # the commits-log offset the loaded snapshot describes
+    clean_bounds: dict[int, int] = field(default_factory=dict)  # region -> bound, newest
+    base_bounds: dict[int, int] = field(default_factory=dict)  # as of snapshot_offset
+    bound_history: list[tuple[int, dict[int, int]]] = field(default_factory=list)
+    last_clean_ms: int = 0
+    readers: dict[str, ReaderPosition] = field(default_factory=dict)
+    retention: dict[str, Any] = field(default_factory=dict)
+    rejected: int = 0  # step records refused because a cleaner got there first
 
     # -- replay -----------------------------------------------------------------
 
     @classmethod
     def recover(cls, store: LogStore, commits: Log) -> NamespaceState:
-        raw = store.read_snapshot(SNAPSHOT_NAME)
-        state = cls(store.namespace) if raw is None else cls.from_snapshot(store.namespace, raw)
+        """The newest snapshot plus a replay of the log after it.
+
+        A cleaner in another process may write a newer snapshot and clean the log
+        between our reading the snapshot and the log; then we start over. Cleaners
+        write a snapshot before they clean the log below it, so a retry finds one.
+        """
+        for _ in range(RECOVER_ATTEMPTS):
+            found = store.read_snapshot(SNAPSHOT_NAME)
+            state = cls(store.namespace) if found is None else \
+                cls.from_snapshot(store.namespace, found[1])
+            try:
+                state.replay(commits)
+                return state
+            except OffsetOutOfRange:
+                continue
         low = commits.low_watermark()
-        if state.next_offset < low:
-            raise CorruptEntryError(
-                f"snapshot describes commits-log offset {state.next_offset} but the log starts "
-                f"at {low}: the snapshot is older than the cleaned log",
-                namespace=store.namespace, log="commits")
-        state.replay(commits)
-        return state
+        raise CorruptEntryError(
+            f"snapshot describes commits-log offset {state.next_offset} but the log starts "
+            f"at {low}: the snapshot is older than the cleaned log",
+            namespace=store.namespace, log="commits")
 
     def replay(self, commits: Log) -> None:
+        """Apply the records after ``next_offset``; OffsetOutOfRange if they were cleaned."""
         high = commits.high_watermark()
         if high <= self.next_offset:
             return
@@ -73,6 +107,9 @@ class NamespaceState:
             pair = (commit.writer_id, commit.writer_step)
             if pair in self.pairs:
                 return  # a duplicate commit of a pair: never a second step
+            if self.lost_run(commit) is not None:
+                self.rejected += 1
+                return  # a cleaner recorded its bound first: the entries may be gone
             commit.step, commit.commit_offset = self.next_step, offset
             for table_id in commit.tables:
                 first = self.next_sequences.get(table_id, 0)
@@ -86,9 +123,30 @@ class NamespaceState:
             self.expired_before = max(self.expired_before, d["before"])
         elif kind == "mark":
             self.marks[d["table"]] = max(self.marks.get(d["table"], 0), d["seq"])
+        elif kind == "clean":
+            bounds = {int(r): b for r, b in d["regions"].items()}
+            for region_id, bound in bounds.items():
+                self.clean_bounds[region_id] = max(self.clean_bounds.get(region_id, 0), bound)
+            if bounds:
+                self.bound_history.append((offset, bounds))
+            self.last_clean_ms = max(self.last_clean_ms, d["ts"])
+        elif kind == "reader":
+            if d.get("drop"):
+                self.readers.pop(d["id"], None)
+            else:
+                self.readers[d["id"]] = ReaderPosition(d["next"], bool(d["hold"]))
+        elif kind == "retention":
+            self.retention = dict(d["policy"])
         else:
             raise DecodeError(f"unknown commit-log record kind {kind!r}",
                               namespace=self.namespace, log="commits", offset=offset)
+
+    def lost_run(self, commit: StepCommit) -> Run | None:
+        """A run of ``commit`` starting below its region's clean bound, if any."""
+        for run in commit.runs:
+            if run.start < self.clean_bounds.get(run.region_id, 0):
+                return run
+        return None
 
     def step(self, step: int) -> StepCommit:
         if step < self.base_step:
@@ -113,6 +171,25 @@ class NamespaceState:
             if last > mark:
                 return True
         return False
+
+    def needed_starts(self) -> dict[int, int]:
+        """Per region, the first offset a needed step refers to."""
+        starts: dict[int, int] = {}
+        for commit in self.index:
+            if self.needed(commit):
+                for run in commit.runs:
+                    starts[run.region_id] = min(starts.get(run.region_id, run.start), run.start)
+        return starts
+
+    def bounds_at(self, offset: int) -> dict[int, int]:
+        """The clean bounds as replay knew them just before commits-log ``offset``."""
+        bounds = dict(self.base_bounds)
+        for at, recorded in self.bound_history:
+            if at >= offset:
+                break
+            for region_id, bound in recorded.items():
+                bounds[region_id] = max(bounds.get(region_id, 0), bound)
+        return bounds
 
     def first_needed_position(self) -> int:
         """Index position of the first step still needed (len(index) if none)."""
@@ -155,6 +232,12 @@ class NamespaceState:
             "next_sequences": {str(k): v for k, v in next_seq.items()},
             "marks": {str(k): v for k, v in self.marks.items()},
             "pairs": pairs,
+            # what replay after `at` must see exactly as the first replay did
+            "bounds": {str(k): v for k, v in self.bounds_at(at).items()},
+            # latest-wins facts: replaying their older records after `at` ends the same
+            "last_clean_ms": self.last_clean_ms,
+            "readers": {r: [p.next_step, p.hold] for r, p in self.readers.items()},
+            "retention": self.retention,
         }
         return at, json.dumps(doc, separators=(",", ":")).encode()
 
@@ -176,12 +259,21 @@ class NamespaceState:
                     for i in range(count):
                         state.pairs[(writer, wstep + i)] = step + i
             state.next_offset = state.snapshot_offset = doc["at"]
+            state.base_bounds = {int(k): v for k, v in doc["bounds"].items()}
+            state.clean_bounds = dict(state.base_bounds)
+            state.last_clean_ms = doc["last_clean_ms"]
+            state.readers = {r: ReaderPosition(n, bool(h)) for r, (n, h) in doc["readers"].items()}
+            state.retention = dict(doc["retention"])
             return state
         except (ValueError, KeyError, TypeError) as exc:
             raise DecodeError(f"snapshot is unreadable: {exc!r}", namespace=namespace) from exc
 
-    def trim(self, pos: int) -> None:
-        """Forget indexed steps before ``pos`` (after a snapshot made them unneeded)."""
+    def trim(self, pos: int, at: int) -> None:
+        """Forget indexed steps before ``pos`` (after a snapshot at ``at`` made them unneeded)."""
         if pos > 0:
             self.base_step = self.index[pos].step if pos < len(self.index) else self.next_step
             del self.index[:pos]
+        if at > self.snapshot_offset:
+            self.base_bounds = self.bounds_at(at)
+            self.bound_history = [(o, b) for o, b in self.bound_history if o >= at]
+            self.snapshot_offset = at

@@ -36,6 +36,14 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "minRowsPerTrigger": ("(none)", "stream read: wait until this many rows are committed"),
     "failOnDataLoss": ("true", "read: an expired step fails the query (false: skip, warn)"),
     "readerId": ("(none)", "stream read: record committed steps under this reader id"),
+    "holdRetention": ("false", "stream read (with readerId): retention never expires a step "
+                      "this reader has not committed"),
+    "retentionMs": ("(none)", "write: keep steps this long (sets the namespace's policy)"),
+    "retentionSteps": ("(none)", "write: keep at most this many newest steps (namespace policy)"),
+    "autoClean": ("true", "write: the query's driver runs the cleaner every cleanIntervalMs"),
+    "cleanIntervalMs": ("60000", "write: time between the driver's cleaner passes"),
+    "cleanGraceMs": ("300000", "write: the cleaner keeps uncommitted entries younger than this "
+                     "(set it above your longest micro-batch)"),
     "checkpointLocation": ("(none)", "Spark's own option, accepted and ignored here"),
 }
 _CANONICAL = {k.lower(): k for k in OPTIONS}
@@ -93,6 +101,12 @@ class WalOptions:
     min_rows_per_trigger: int | None = None
     fail_on_data_loss: bool = True
     reader_id: str | None = None
+    hold_retention: bool = False
+    retention_ms: int | None = None
+    retention_steps: int | None = None
+    auto_clean: bool = True
+    clean_interval_ms: int = 60_000
+    clean_grace_ms: int = 300_000
 
     @staticmethod
     def parse(options: Mapping[str, str]) -> WalOptions:
@@ -135,6 +149,10 @@ class WalOptions:
         if fmt not in ("arrow", "avro"):
             raise ConfigError(f"option payloadFormat={fmt!r}; valid: arrow, avro")
         regions = _list(raw.get("regions"))
+        hold = _bool("holdRetention", raw.get("holdRetention"), False)
+        if hold and not raw.get("readerId"):
+            raise ConfigError("option holdRetention=true needs a readerId: retention is held "
+                              "at the position recorded under that id")
         return WalOptions(
             backend=backend,
             namespace=str(raw.get("namespace", "default")),
@@ -160,6 +178,12 @@ class WalOptions:
                                       minimum=1),
             fail_on_data_loss=_bool("failOnDataLoss", raw.get("failOnDataLoss"), True),
             reader_id=raw.get("readerId"),
+            hold_retention=hold,
+            retention_ms=_int("retentionMs", raw.get("retentionMs")),
+            retention_steps=_int("retentionSteps", raw.get("retentionSteps")),
+            auto_clean=_bool("autoClean", raw.get("autoClean"), True),
+            clean_interval_ms=_int("cleanIntervalMs", raw.get("cleanIntervalMs"), 60_000),
+            clean_grace_ms=_int("cleanGraceMs", raw.get("cleanGraceMs"), 300_000),
         )
 
     def key(self) -> tuple:

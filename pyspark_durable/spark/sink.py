@@ -12,6 +12,7 @@ the WAL turns into a no-op.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,10 +26,10 @@ from pyspark.sql.datasource import (
 )
 
 from pyspark_durable.codec.keys import U64_MAX
-from pyspark_durable.errors import ConfigError, RoutingError
+from pyspark_durable.errors import ConfigError, DurableWalError, RoutingError
 from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.session_cache import namespace_for
-from pyspark_durable.wal import AttemptReceipt
+from pyspark_durable.wal import AttemptReceipt, Cleaner, RetentionPolicy
 
 log = logging.getLogger(__name__)
 METADATA_NAMES = frozenset({"_region", "_table", "_sequence", "_step", "_commit_timestamp"})
@@ -146,6 +147,32 @@ def commit_receipts(opts: WalOptions, messages: list, writer_id: str | None,
     return step
 
 
+def keep_retention(opts: WalOptions) -> None:
+    """The driver's retention duties after a commit: the policy, and a due cleaner pass.
+
+    The time of the last pass is the newest ``clean`` record's, kept in the
+    namespace, so every driver writing to it (each commit may run in a fresh Python
+    process) shares one schedule. A failed pass does not undo the committed step: it
+    is logged with its typed error and tried again at the next commit.
+    """
+    ns = namespace_for(opts)
+    if opts.retention_ms is not None or opts.retention_steps is not None:
+        ns.set_retention(RetentionPolicy(opts.retention_ms, opts.retention_steps))
+    if not opts.auto_clean:
+        return
+    now_ms = time.time() * 1000
+    if now_ms - ns.refresh().last_clean_ms < opts.clean_interval_ms:
+        return
+    try:
+        report = Cleaner(ns, grace_ms=opts.clean_grace_ms).run_once()
+    except DurableWalError as exc:
+        log.warning("namespace=%s: the driver's cleaner pass failed, retried at the next "
+                    "commit: %s", opts.namespace, exc)
+        return
+    log.info("namespace=%s: driver's cleaner pass freed %d entries; first retained step %d",
+             opts.namespace, report.freed_entries, report.first_retained_step)
+
+
 class WalStreamWriter(DataSourceStreamArrowWriter):
     """Streaming sink; Arrow batches in, one step per micro-batch."""
 
@@ -161,6 +188,7 @@ class WalStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         commit_receipts(self.opts, messages, None, batchId)
+        keep_retention(self.opts)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.warning("namespace=%s: micro-batch %d aborted; its rows stay invisible",

@@ -211,7 +211,8 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         step = int(end["step"]) - 1
         if step >= 0:
-            DurableInputEndpoint(namespace_for(self.opts), self.opts.reader_id).commit(step)
+            DurableInputEndpoint(namespace_for(self.opts), self.opts.reader_id,
+                                 hold_retention=self.opts.hold_retention).commit(step)
 
 
 class WalBatchReader(DataSourceReader):

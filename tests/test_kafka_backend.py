@@ -47,7 +47,7 @@ def test_topics_have_one_partition_and_expected_names(make_kafka, kafka_broker, 
     store = make_kafka()
     store.open_region(0).append([Record(b"k", b"v")])
     store.open_log("commits")
-    store.write_snapshot("meta", b"m")
+    store.write_snapshot("meta", 0, b"m")
     names = [f"{namespace}_region_0", f"{namespace}_commits", f"{namespace}_snapshots"]
     assert describe(kafka_broker, names) == dict.fromkeys(names, 1)
     assert store.list_logs() == ["commits", "region_0"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pyarrow as pa
@@ -10,12 +11,13 @@ import pytest
 from pyspark_durable.endpoint import DurableInputEndpoint, OutputEndpoint, read_steps, write_step
 from pyspark_durable.errors import (
     AttemptLost,
+    ConfigError,
     RoutingError,
     SchemaMismatch,
     StepExpired,
     StepNotCommitted,
 )
-from pyspark_durable.wal import Cleaner, Namespace
+from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy
 
 
 def rows(tag: str, n: int, start: int = 0) -> pa.Table:
@@ -342,3 +344,71 @@ def test_attempt_bounds_the_bytes_in_flight(open_ns, monkeypatch):
         assert len(a._inflight) == 1  # the newest only: older ones were waited for
     a.commit()
     assert ids(ns.read_step_table(0)) == list(range(60))
+
+
+def test_retention_policy_is_kept_and_applied_by_any_cleaner(open_ns):
+    """This tests that a retention policy kept with the namespace (newest N steps, and an
+    age limit) is applied by a cleaner of any handle, expiring and freeing old steps."""
+    ns = open_ns()
+    for ws in range(6):
+        write_step(ns, "w", ws, {"t": rows(f"s{ws}", 4)})
+    ns.set_retention(RetentionPolicy(max_steps=2))
+    other = open_ns()
+    assert other.retention() == RetentionPolicy(max_steps=2)
+    report = Cleaner(other, grace_ms=0).run_once()
+    assert report.expired_before == (0, 4)
+    assert open_ns().steps() == range(4, 6)
+    assert ns.store.open_region(0).low_watermark() == 4
+    ns.set_retention(RetentionPolicy(max_age_ms=0))  # every committed step is too old
+    Cleaner(open_ns(), grace_ms=0).run_once()
+    assert open_ns().steps() == range(6, 6)
+    with pytest.raises(ConfigError, match="max_steps=-1"):
+        RetentionPolicy(max_steps=-1)
+
+
+def test_holding_reader_keeps_steps_until_it_commits_them(open_ns):
+    """This tests that a reader registered with hold keeps every step it has not committed
+    from the retention policy, that a reader without hold does not, and that its
+    position survives reopen, cleaning and a dropped holder."""
+    ns = open_ns()
+    for ws in range(5):
+        write_step(ns, "w", ws, {"t": rows(f"s{ws}", 2)})
+    ns.set_retention(RetentionPolicy(max_steps=1))
+    holder = DurableInputEndpoint(open_ns(), reader_id="slow", hold_retention=True)
+    DurableInputEndpoint(open_ns(), reader_id="free").commit(0)
+    holder.commit(1)  # read steps 0 and 1: needs 2 onwards
+    Cleaner(open_ns(), grace_ms=0).run_once()
+    assert open_ns().steps() == range(2, 5)
+    assert DurableInputEndpoint(open_ns(), reader_id="slow").committed() == 1
+    holder.commit(3)
+    Cleaner(open_ns(), grace_ms=0).run_once()
+    assert open_ns().steps() == range(4, 5)
+    open_ns().drop_reader("slow")
+    write_step(ns, "w", 5, {"t": rows("s5", 2)})
+    Cleaner(open_ns(), grace_ms=0).run_once()
+    assert open_ns().steps() == range(5, 6)
+    assert DurableInputEndpoint(open_ns(), reader_id="free").committed() == 0
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda ns: ns.begin("", 0), "writer id '' is not a non-empty string"),
+    (lambda ns: ns.begin(None, 0), "writer id None is not a non-empty string"),
+    (lambda ns: write_step(ns, "odd", "abc", {"t": rows("x", 1)}),
+     "writer=odd: writer step 'abc' is not an integer >= 0"),
+    (lambda ns: write_step(ns, "odd", -1, {"t": rows("x", 1)}), "writer step -1 is not"),
+    (lambda ns: write_step(ns, "odd", True, {"t": rows("x", 1)}), "writer step True is not"),
+    (lambda ns: ns.expire(-3), "expire step -3 is not an integer >= 0"),
+    (lambda ns: ns.mark_deleted("t", -4), "sequence -4 is not an integer >= 0"),
+    (lambda ns: DurableInputEndpoint(ns).commit(-1), "step -1 is not an integer >= 0"),
+    (lambda ns: ns.commit_reader("", 0), "reader id '' is not a non-empty string"),
+])
+def test_writer_and_step_arguments_are_validated(open_ns, call, message):
+    """This tests that bad writer ids, writer steps and step arguments are typed errors
+    naming the value, and that the namespace stays readable and cleanable after them."""
+    ns = open_ns()
+    write_step(ns, "w", 0, {"t": rows("ok", 1)})
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        call(ns)
+    ns.expire(1)
+    Cleaner(ns, grace_ms=0).run_once()
+    assert open_ns().steps() == range(1, 1)

@@ -240,7 +240,7 @@ def test_check_reports_a_snapshot_behind_the_commits_log(wal, capsys):
     assert cli(capsys, "check", wal, "--namespace", NS)[0] == 0
     ns.expire(10)
     Cleaner(ns, grace_ms=0).run_once()
-    old, new = ns.store.snapshot_versions("wal")
+    _old, new = ns.store.snapshot_versions("wal")
     ns.store.delete_snapshot("wal", new)
     ns.close()
     code, out, _ = cli(capsys, "check", wal, "--namespace", NS)

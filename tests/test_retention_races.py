@@ -23,7 +23,6 @@ import pytest
 
 from pyspark_durable.cli.check import Checker
 from pyspark_durable.errors import AttemptLost
-from pyspark_durable.log import open_store
 from pyspark_durable.wal import Cleaner, Namespace
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -402,3 +402,23 @@ def test_kafka_unreachable_broker_fails_fast(capsys):
         result = cli(capsys, *command, "--bootstrap-servers", address, "--timeout-ms", "1000")
         assert time.monotonic() - start < 1.0 + 2.0
         assert_one_line_error(*result, address)
+
+
+def test_retention_shows_and_sets_the_policy_and_readers(wal, capsys):
+    """This tests that `retention` sets the namespace's policy, which `clean` then applies,
+    lists readers with their position and hold, and drops a reader by name."""
+    ns = open_namespace(file_config(wal))
+    ns.commit_reader("dash", 3, hold=True)
+    ns.close()
+    doc = cli_json(capsys, "retention", wal, "--namespace", NS, "--max-steps", "2")
+    assert doc["policy"] == {"max_steps": 2}
+    assert doc["readers"] == [{"reader": "dash", "next_step": 3, "holds_retention": True}]
+    doc = cli_json(capsys, "clean", wal, "--namespace", NS, "--grace-ms", "0")
+    assert doc["expired_before"] == {"before": 0, "after": 3}  # the holding reader wins
+    code, out, err = cli(capsys, "retention", wal, "--namespace", NS, "--drop-reader", "dash")
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == "retention policy: max_steps=2"
+    assert "retained steps: [3, 12)" in out
+    assert cli_json(capsys, "clean", wal, "--namespace", NS)["expired_before"]["after"] == 10
+    code, _, err = cli(capsys, "retention", wal, "--namespace", NS, "--drop-reader", "nope")
+    assert code == 2 and "unknown reader 'nope'; readers: none" in err

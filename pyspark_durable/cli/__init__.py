@@ -8,10 +8,11 @@
     durablewal tail /data/wal --table orders -n 10
     durablewal check /data/wal --namespace orders        # exit 1 lists every problem
     durablewal clean /data/wal --grace-ms 0 --json
+    durablewal retention /data/wal --namespace orders --max-steps 1000
 
 The WAL is a folder (file backend: ``PATH`` or ``--path``) or a Kafka cluster
-(``--bootstrap-servers``). Commands only read, except ``clean``; none creates a
-namespace. ``--json`` prints one JSON document instead of tables.
+(``--bootstrap-servers``). Commands only read, except ``clean`` and ``retention``
+with a setting; none creates a namespace. ``--json`` prints one JSON document instead of tables.
 
 Exit codes: 0 done, 1 ``check`` found problems, 2 bad input or an error (one line
 on stderr: a missing folder, an unknown namespace or table, an unreachable broker,
@@ -117,6 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grace-ms", type=_count, default=DEFAULT_GRACE_MS,
                    help="keep entries younger than this, for attempts still in flight "
                         "(default %(default)s)")
+    p = add("retention", commands.cmd_retention,
+            "show or set the retention policy every cleaner applies, and the readers")
+    p.add_argument("--max-steps", type=_count, metavar="N", help="keep at most N newest steps")
+    p.add_argument("--max-age-ms", type=_count, metavar="MS",
+                   help="expire steps committed longer ago than MS")
+    p.add_argument("--clear", action="store_true", help="keep everything (no limits)")
+    p.add_argument("--drop-reader", action="append", metavar="ID",
+                   help="forget a reader, so it no longer holds retention (repeatable)")
     p = sub.add_parser("demo", add_help=False, help="run the demo (arguments pass through)",
                        description="Run pyspark_durable.demo; every argument passes through.")
     p.set_defaults(handler=commands.cmd_demo)

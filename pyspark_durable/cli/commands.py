@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from pyspark_durable.errors import DurableWalError
-from pyspark_durable.wal import Cleaner, Namespace, StepCommit, TableInfo
+from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy, StepCommit, TableInfo
 from pyspark_durable.wal.state import NamespaceState
 
 from .check import run_check
@@ -283,10 +283,14 @@ def cmd_clean(args: argparse.Namespace) -> int:
     doc = {"namespace": args.namespace, "grace_ms": args.grace_ms,
            "snapshot_at": report.snapshot_at, "first_retained_step": report.first_retained_step,
            "freed_entries": report.freed_entries, "regions": regions,
-           "commits_low": {"before": report.commits_low[0], "after": report.commits_low[1]}}
+           "commits_low": {"before": report.commits_low[0], "after": report.commits_low[1]},
+           "expired_before": {"before": report.expired_before[0],
+                              "after": report.expired_before[1]}}
     lines = [
         f"cleaned namespace {args.namespace!r} (grace {args.grace_ms} ms): "
         f"{report.freed_entries} region entries freed",
+        f"retention policy expired steps below: {report.expired_before[0]} -> "
+        f"{report.expired_before[1]}",
         f"snapshot at commits offset {report.snapshot_at}; first retained step "
         f"{report.first_retained_step}",
         f"commits log low watermark: {report.commits_low[0]} -> {report.commits_low[1]}",
@@ -295,6 +299,43 @@ def cmd_clean(args: argparse.Namespace) -> int:
         lines.append(format_table(["region", "low_before", "low_after", "freed"],
                                   [[r["region"], r["low_before"], r["low_after"], r["freed"]]
                                    for r in regions]))
+    _output(args, doc, "\n".join(lines))
+    return 0
+
+
+def cmd_retention(args: argparse.Namespace) -> int:
+    """Show the namespace's retention policy and readers; set the policy, drop a reader."""
+    with _namespace(args) as ns:
+        if args.clear:
+            ns.set_retention(RetentionPolicy())
+        elif args.max_steps is not None or args.max_age_ms is not None:
+            old = ns.retention()
+            ns.set_retention(RetentionPolicy(
+                old.max_age_ms if args.max_age_ms is None else args.max_age_ms,
+                old.max_steps if args.max_steps is None else args.max_steps))
+        for reader in args.drop_reader or ():
+            if reader not in ns.refresh().readers:
+                raise DurableWalError(f"unknown reader {reader!r}; readers: "
+                                      f"{', '.join(sorted(ns.state.readers)) or 'none'}",
+                                      namespace=args.namespace)
+            ns.drop_reader(reader)
+        policy, state = ns.retention(), ns.refresh()
+    readers = [{"reader": r, "next_step": p.next_step, "holds_retention": p.hold}
+               for r, p in sorted(state.readers.items())]
+    doc = {"namespace": args.namespace, "policy": policy.to_json(),
+           "retained": [state.expired_before, state.next_step],
+           "last_clean_ms": state.last_clean_ms or None, "readers": readers}
+    limits = [f"max_steps={policy.max_steps}" if policy.max_steps is not None else "",
+              f"max_age_ms={policy.max_age_ms}" if policy.max_age_ms is not None else ""]
+    lines = [
+        f"retention policy: {' '.join(x for x in limits if x) or 'keep everything'}",
+        f"retained steps: {span(state.expired_before, state.next_step)}; last cleaner pass: "
+        f"{iso_ms(state.last_clean_ms) if state.last_clean_ms else 'never'}",
+    ]
+    if readers:
+        lines.append(format_table(["reader", "next_step", "holds_retention"],
+                                  [[r["reader"], r["next_step"], r["holds_retention"]]
+                                   for r in readers]))
     _output(args, doc, "\n".join(lines))
     return 0
 

@@ -6,7 +6,8 @@ place. So this reads everything once and keeps going where it can:
 1. the commits log, record by record (CRC by the backend, then the JSON record);
 2. the snapshot against the commits log: its ``at`` offset is not below the log's low
    watermark (else recovery is impossible), recovery from it works, and, while the
-   log is whole, it agrees with a replay of the full log;
+   log is whole, it agrees with a replay of the full log; no region was cleaned
+   above the clean bound the commit log recorded for it;
 3. sequence density per table over the indexed steps (each step starts where the
    previous one ended; the last one ends at the table's next sequence);
 4. every region log from its low to its high watermark, in one pass: each entry's
@@ -270,6 +271,11 @@ class Checker:
 
     def _check_region(self, state: NamespaceState | None, region_id: int, region: Log, low: int,
                       high: int, runs: list[_RunCheck], progress: Progress) -> None:
+        bound = None if state is None else state.clean_bounds.get(region_id, 0)
+        if bound is not None and low > bound:
+            self.problem(f"the region was cleaned below {low}, above the bound {bound} the "
+                         "commit log recorded: a cleaner deleted without recording first",
+                         region=region_id, offset=bound)
         for before, after in itertools.pairwise(runs):
             if after.run.start < before.run.end:
                 self.problem(f"offsets [{after.run.start}, {before.run.end}) are claimed by "

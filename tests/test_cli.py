@@ -231,22 +231,25 @@ def test_check_reports_wrong_attempt_and_table_in_a_step(wal, capsys):
         f"returns (id {other.table_id})" in out
 
 
-def test_check_reports_a_snapshot_behind_the_commits_log(wal, capsys):
-    """This tests that `check` fails when the newest snapshot describes commits below the
-    log's low watermark (here the newer one was lost: records in between are gone)."""
+def test_check_survives_a_lost_snapshot_and_reports_when_none_is_left(wal, capsys):
+    """This tests that losing the newest snapshot is repaired from the one before it (the
+    commits log is kept from the older kept snapshot on), and that `check` fails naming
+    the commits log when no snapshot is left although the log was cleaned."""
     ns = open_namespace(file_config(wal))
-    ns.expire(4)
-    Cleaner(ns, grace_ms=0).run_once()
+    for upto in (4, 8, 10):
+        ns.expire(upto)
+        Cleaner(ns, grace_ms=0).run_once()
+    older, newest = ns.store.snapshot_versions("wal")
+    assert ns.store.open_log("commits").low_watermark() == older
+    ns.store.delete_snapshot("wal", newest)
+    assert open_namespace(file_config(wal)).steps() == range(10, 12)
     assert cli(capsys, "check", wal, "--namespace", NS)[0] == 0
-    ns.expire(10)
-    Cleaner(ns, grace_ms=0).run_once()
-    _old, new = ns.store.snapshot_versions("wal")
-    ns.store.delete_snapshot("wal", new)
+    ns.store.delete_snapshot("wal", older)
     ns.close()
     code, out, _ = cli(capsys, "check", wal, "--namespace", NS)
     assert code == 1
-    assert "log=commits snapshot=wal: snapshot describes commits offset" in out
-    assert "below the commits log's low watermark" in out
+    assert f"log=commits: the commits log was cleaned below offset {older} but there is no " \
+        "snapshot" in out
 
 
 def test_clean_reports_what_it_freed(wal, capsys):
@@ -268,7 +271,8 @@ def test_clean_reports_what_it_freed(wal, capsys):
     doc = cli_json(capsys, "clean", wal, "--namespace", NS, "--grace-ms", "0")
     assert (doc["freed_entries"], doc["first_retained_step"]) == (0, 8)
     assert doc["regions"][0] == {"region": 0, "low_before": 4, "low_after": 4, "freed": 0}
-    assert doc["commits_low"]["before"] == doc["commits_low"]["after"] == doc["snapshot_at"] > 0
+    assert doc["commits_low"]["before"] == doc["commits_low"]["after"]  # one snapshot: kept
+    assert doc["snapshot_at"] > 0
     assert cli_json(capsys, "steps", wal, "--namespace", NS)["retained"] == [8, 12]
     code, out, _ = cli(capsys, "check", wal, "--namespace", NS)
     assert code == 0 and "snapshot at commits offset" in out

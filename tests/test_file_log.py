@@ -521,7 +521,8 @@ def test_concurrent_appends_share_fsyncs_and_each_waits_for_one(tmp_path, monkey
 
 def test_append_returns_only_after_fdatasync(tmp_path, monkeypatch):
     """This tests that an append does not return while the fdatasync of its bytes is
-    still running (the frame is already written when the fsync starts), and that over
+    still running (the frame is already written when the fsync starts), nor before the
+    record of what is acknowledged was fdatasync'd after it, and that over
     sequential appends rolling segments every append returns after an fdatasync covering
     its frames and, for a new segment, after the folder was fsync'd (its directory entry
     is durable too)."""
@@ -562,9 +563,11 @@ def test_append_returns_only_after_fdatasync(tmp_path, monkeypatch):
         appender.join(30)
         assert result and result[0][0] == [0]
         synced = [e for e in events if e[1] == "fdatasync"]
-        assert len(synced) == 1 and synced[0][0] < result[0][1]
+        # the frame's fdatasync, then the acknowledgement record's, then the return
+        assert len(synced) == 2 and synced[1][0] < result[0][1]
         _, _, path, size = synced[0]
         assert (path, size) == frame_index(root / NS / LOG)[0], "fsync'd before the write"
+        assert synced[1][2] == os.path.join(folder, "acked")
 
         blocking[0] = False
         calls = []
@@ -615,7 +618,7 @@ def test_roll_and_delete_before_remove_whole_segments(tmp_path):
     cut = bases[2] + 1  # inside the third segment: the first two go
     log.delete_before(cut)
     assert [int(p.stem) for p in segment_files(folder)] == bases[2:]
-    assert (folder / "low_watermark").read_text() == str(cut)
+    assert (folder / "low_watermark").read_text() == f"{cut} {zlib.crc32(str(cut).encode()):08x}"
     assert (log.low_watermark(), log.high_watermark()) == (cut, 150)
     with pytest.raises(OffsetOutOfRange):
         log.read(cut - 1)

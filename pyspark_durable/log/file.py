@@ -8,7 +8,8 @@ Layout (one folder per namespace, one per log)::
           00000000000000000000.seg     segments, named by their first offset
           00000000000000041210.seg     (rolled at segment_size_bytes)
           lock                         flock(2) target, serializes processes
-          low_watermark                decimal, replaced atomically
+          acked                        what was acknowledged: 2 slots (below)
+          low_watermark                decimal + CRC, replaced atomically
         commits/ ...                   the WAL's own logs look the same
         snapshots/{name}.{version:020d}   snapshot versions, each written atomically;
                                        the highest one is the snapshot
@@ -21,6 +22,13 @@ Frame of one entry (big-endian)::
     +-----------+-----------+-------------------------------------------------------+
     header: name_len u16 | value_len u32 | name | value
 
+Acknowledgement record (``acked``, two 24-byte slots, written in turn)::
+
+    +----------+------------------+-------------------+---------+
+    | seq u64  | next_offset u64  | crc32 of the 16   | pad u32 |
+    |          | (all below: ack) | bytes before (u32)|         |
+    +----------+------------------+-------------------+---------+
+
 Implementation notes (why):
 
 * **Group commit.** Appends from every thread of a process go to one writer thread,
@@ -32,10 +40,17 @@ Implementation notes (why):
   holds ``flock(LOCK_EX)`` on ``lock`` while it catches up with frames other
   processes appended, writes and fsyncs. Readers take ``LOCK_SH`` only to learn the
   end, so every byte they read was fsync'd by a writer that has released the lock.
-* **Torn tails.** A crash (power loss) can leave a partial last frame. The first
-  writer to take the lock truncates it and logs a warning; readers stop before it.
-  A frame that fails its CRC with valid data after it is corruption, an error
-  naming the segment and byte position: never a silent skip.
+* **Torn tails vs. damage: the rule.** An append is acknowledged only after its
+  frames were fsync'd *and* then the ``acked`` record saying "every offset below N
+  is durable" was fsync'd (one small extra write per group commit; two slots, so a
+  torn slot write leaves the previous, still valid one). A crash (power loss) can
+  leave a partial last frame: if its offset is at or above the acknowledged N it
+  was never acknowledged, and the first writer to take the lock truncates it and
+  logs a warning (readers stop before it). A bad frame *below* N, or a log that ends
+  before N, is damage to acknowledged data: an error naming the segment and byte,
+  never a truncation. A frame that fails its CRC with valid data after it is
+  corruption too: never a silent skip. (Kafka keeps a recovery point for the same
+  reason; TigerBeetle keeps redundant headers.)
 * **Deletion.** ``delete_before`` records the low watermark in a file (replaced with
   rename(2), then the folder is fsync'd) and removes whole segments below it.
 """
@@ -76,6 +91,9 @@ MIN_BODY = BODY_HEAD.size
 MAX_BODY = 1 << 30
 SEGMENT_SUFFIX = ".seg"
 READ_CHUNK_BYTES = 1 << 20
+ACK_SLOT = struct.Struct(">QQI4x")
+ACK_FILE = "acked"
+LOW_FILE = "low_watermark"
 IOV_MAX = 1024  # buffers per writev(2) (Linux' UIO_MAXIOV)
 
 
@@ -205,6 +223,9 @@ class FileLog(Log):
         self._closed = False
         self._last_sync = 0.0
         self._write_fd: int | None = None
+        self._acked = 0  # every offset below is acknowledged (the acked file)
+        self._ack_seq = 0
+        self.repairs: list[str] = []  # damage tolerated or repaired, for `check`
         with self._locked(fcntl.LOCK_SH):
             self._refresh(exclusive=False)
 
@@ -213,16 +234,63 @@ class FileLog(Log):
     def _locked(self, mode: int) -> _FileLock:
         return _FileLock(self.path / "lock", mode, self)
 
+    def _read_acked(self) -> tuple[int, int]:
+        """(seq, next_offset) of the newest valid slot of ``acked``; (0, 0) if none."""
+        try:
+            raw = (self.path / ACK_FILE).read_bytes()
+        except FileNotFoundError:
+            return 0, 0
+        best = (0, 0)
+        for i in range(2):
+            chunk = raw[i * ACK_SLOT.size : (i + 1) * ACK_SLOT.size]
+            if len(chunk) == ACK_SLOT.size:
+                seq, nxt, crc = ACK_SLOT.unpack(chunk)
+                if zlib.crc32(chunk[:16]) == crc and seq > best[0]:
+                    best = (seq, nxt)
+        if raw and best == (0, 0):
+            self._note(f"{ACK_FILE} file is damaged (no valid slot, {len(raw)} bytes): "
+                       "acknowledged entries are not protected until the next append")
+        return best
+
+    def _write_ack(self, next_offset: int) -> None:
+        """Durably record that every offset below ``next_offset`` is acknowledged."""
+        self._ack_seq += 1
+        body = struct.pack(">QQ", self._ack_seq, next_offset)
+        slot = ACK_SLOT.pack(self._ack_seq, next_offset, zlib.crc32(body))
+        fd = os.open(self.path / ACK_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, slot, (self._ack_seq % 2) * ACK_SLOT.size)
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        self._acked = next_offset
+
+    def _note(self, problem: str) -> None:
+        if problem not in self.repairs:
+            log.warning("namespace=%s log=%s: %s", self.namespace, self.name, problem)
+            self.repairs.append(problem)
+
+    def _read_low(self, first_base: int) -> int:
+        """The low watermark file (``offset crc32``), or the first segment's base if damaged."""
+        low_path = self.path / LOW_FILE
+        try:
+            raw = low_path.read_bytes()
+        except FileNotFoundError:
+            return first_base
+        text, _, crc = raw.decode("latin-1").partition(" ")
+        if text.isdigit() and (not crc or crc == f"{zlib.crc32(text.encode()):08x}"):
+            return int(text)  # (a file without a CRC was written by an older version)
+        self._note(f"{LOW_FILE} file is damaged ({raw[:40]!r}); using the first segment's "
+                   f"base {first_base} (entries below the real low watermark may be listed)")
+        return first_base
+
     def _refresh(self, exclusive: bool) -> None:
         """Catch up with what any process appended or deleted (caller holds the flock)."""
-        low_path = self.path / "low_watermark"
-        try:
-            low = int(low_path.read_text()) if low_path.exists() else 0
-        except ValueError as exc:
-            raise CorruptEntryError(f"low_watermark file is unreadable: {exc}",
-                                    namespace=self.namespace, log=self.name) from exc
-        names = sorted(p.name for p in self.path.iterdir() if p.name.endswith(SEGMENT_SUFFIX))
+        self._ack_seq, self._acked = self._read_acked()
+        names = sorted(p.name for p in self.path.iterdir() if p.name.endswith(SEGMENT_SUFFIX)
+                       and p.name[: -len(SEGMENT_SUFFIX)].isdigit())
         bases = [int(n[: -len(SEGMENT_SUFFIX)]) for n in names]
+        low = self._read_low(bases[0] if bases else 0)
         with self._state:
             known = {s.base: s for s in self._segments}
             segments = [known.get(b) or _Segment(b, self.path / n)
@@ -239,8 +307,13 @@ class FileLog(Log):
                     seg.scanned = False  # sealed by another process: rescan when read
             self._scan(segments[-1], exclusive=exclusive, tail=True)
 
-    def _scan(self, seg: _Segment, exclusive: bool, tail: bool) -> None:
-        """Index frames of ``seg`` from its known end; handle a torn tail."""
+    def _scan(self, seg: _Segment, exclusive: bool, tail: bool,
+              end_offset: int | None = None) -> None:
+        """Index frames of ``seg`` from its known end; handle a torn tail.
+
+        A sealed segment (``end_offset``: the next segment's base) must hold exactly
+        the offsets up to it.
+        """
         try:
             size = os.path.getsize(seg.path)
         except FileNotFoundError:
@@ -248,6 +321,10 @@ class FileLog(Log):
                 f"segment {seg.path.name} was deleted (below the low watermark)",
                 namespace=self.namespace, log=self.name,
             ) from None
+        if size < seg.end:
+            raise CorruptEntryError(
+                f"segment {seg.path.name} shrank to {size} bytes below its indexed end "
+                f"{seg.end} (cut)", namespace=self.namespace, log=self.name)
         if seg.end >= size and seg.scanned:
             return
         with open(seg.path, "rb") as f:
@@ -275,6 +352,12 @@ class FileLog(Log):
                             bad = f"frame holds offset {BODY_HEAD.unpack_from(body)[0]}, expected {expect}"
                 if bad is not None:
                     frame_end = pos + 8 + (length if len(head) == 8 else 0)
+                    if tail and expect < self._acked:
+                        raise CorruptEntryError(
+                            f"{bad} at byte {pos} of segment {seg.path.name} (expected offset "
+                            f"{expect}): entries below {self._acked} were acknowledged, so "
+                            "this is damage, not a torn write",
+                            namespace=self.namespace, log=self.name, offset=expect)
                     if not tail or not self._only_tail(f, pos, frame_end, size, expect):
                         raise CorruptEntryError(
                             f"{bad} at byte {pos} of segment {seg.path.name} "
@@ -294,6 +377,16 @@ class FileLog(Log):
                 found.append(pos)
                 pos += 8 + length
                 expect += 1
+            if tail and expect < self._acked:
+                raise CorruptEntryError(
+                    f"the log ends at offset {expect} (byte {pos} of segment {seg.path.name}) "
+                    f"but entries below {self._acked} were acknowledged: entries are missing",
+                    namespace=self.namespace, log=self.name, offset=expect)
+            if end_offset is not None and expect != end_offset:
+                raise CorruptEntryError(
+                    f"segment {seg.path.name} ends at offset {expect} (byte {pos}) but the "
+                    f"next segment starts at offset {end_offset}: entries are missing",
+                    namespace=self.namespace, log=self.name, offset=expect)
             seg.positions.extend(found)
             seg.end = pos
             seg.scanned = True
@@ -404,6 +497,7 @@ class FileLog(Log):
                 os.fdatasync(fd)
             finally:
                 os.close(fd)
+            self._write_ack(next_offset)  # only now is the batch acknowledged
             self._last_sync = time.monotonic()
             with self._state:
                 seg.positions.extend(positions)
@@ -450,7 +544,13 @@ class FileLog(Log):
                 continue
             if not seg.scanned:
                 with self._state:
-                    self._scan(seg, exclusive=False, tail=False)
+                    self._scan(seg, exclusive=False, tail=False,
+                               end_offset=segments[i + 1].base if i + 1 < len(segments) else None)
+            if offset >= seg.base + seg.count:
+                raise CorruptEntryError(
+                    f"segment {seg.path.name} holds offsets [{seg.base}, "
+                    f"{seg.base + seg.count}), offset {offset} is missing",
+                    namespace=self.namespace, log=self.name, offset=offset)
             upto = min(stop, seg_end, seg.base + seg.count)
             yield from self._read_segment(seg, offset, upto)
             offset = upto
@@ -499,7 +599,8 @@ class FileLog(Log):
                 if target <= self._low:
                     return
                 doomed = [s for s, nxt in itertools.pairwise(self._segments) if nxt.base <= target]
-            write_atomic(self.path / "low_watermark", str(target).encode())
+            text = str(target).encode()
+            write_atomic(self.path / LOW_FILE, text + f" {zlib.crc32(text):08x}".encode())
             for seg in doomed:
                 seg.path.unlink(missing_ok=True)
             if doomed:

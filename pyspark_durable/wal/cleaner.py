@@ -9,7 +9,9 @@ A pass, in this order (rules 5-8 of the protocol in :mod:`pyspark_durable.wal.na
 4. replay to the end of the log, then delete each region below
    ``min(bound, first offset a needed step refers to)``;
 5. write a snapshot versioned by its commits-log offset, then delete the commits
-   log below it, then prune all but the newest :data:`SNAPSHOTS_KEPT` snapshots.
+   log below the *older* of the two newest snapshots (so a damaged newest snapshot
+   is repaired by replaying from the one before it), then prune all but the newest
+   :data:`SNAPSHOTS_KEPT` snapshots.
 
 Any number of passes may run at once in any processes: each one only deletes what
 its own replay proves unneeded, and a crash between any two steps leaves a
@@ -124,15 +126,19 @@ class Cleaner:
             at, raw = state.snapshot()
             report.snapshot_at = at
             failpoints.reached("clean.snapshot")
-            newest = ns.store.snapshot_versions(SNAPSHOT_NAME)
-            if not newest or newest[-1] < at:
+            versions = ns.store.snapshot_versions(SNAPSHOT_NAME)
+            if not versions or versions[-1] < at:
                 ns.store.write_snapshot(SNAPSHOT_NAME, at, raw)
+                versions.append(at)
             failpoints.reached("clean.snapshotted")
             commits = ns.store.open_log(COMMITS_LOG)
             before = commits.low_watermark()
-            if at > before:
-                commits.delete_before(at)
-            report.commits_low = (before, max(before, at))
+            # keep the log from the older kept snapshot on: if the newest one is damaged,
+            # recovery replays from its predecessor (the redundant copy)
+            upto = versions[-SNAPSHOTS_KEPT] if len(versions) >= SNAPSHOTS_KEPT else before
+            if upto > before:
+                commits.delete_before(upto)
+            report.commits_low = (before, max(before, upto))
             ns.store.prune_snapshots(SNAPSHOT_NAME, SNAPSHOTS_KEPT)
             state.trim(pos, at)
         log.info("namespace=%s: cleaned; snapshot at commits offset %d, first retained step %d, "

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import bisect
 import json
+import logging
+import struct
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,8 +28,39 @@ from pyspark_durable.errors import CorruptEntryError, DecodeError, OffsetOutOfRa
 from pyspark_durable.log import Log, LogStore
 from pyspark_durable.wal.records import Run, StepCommit, TableInfo, decode_meta
 
+log = logging.getLogger(__name__)
+
 SNAPSHOT_NAME = "wal"
 SNAPSHOT_VERSION = 2
+SNAPSHOT_HEAD = struct.Struct(">4sII")  # magic | crc32 of the payload | payload length
+SNAPSHOT_MAGIC = b"DWS2"
+
+
+def seal_snapshot(payload: bytes) -> bytes:
+    """A snapshot as stored: a header with the payload's CRC and length, then the payload."""
+    return SNAPSHOT_HEAD.pack(SNAPSHOT_MAGIC, zlib.crc32(payload), len(payload)) + payload
+
+
+def open_snapshot(raw: bytes, namespace: str, version: int | None) -> bytes:
+    """The payload of a stored snapshot, checked; every byte is covered by the CRC."""
+    where = {"namespace": namespace, "snapshot": SNAPSHOT_NAME, "version": version}
+    if len(raw) < SNAPSHOT_HEAD.size:
+        raise CorruptEntryError(f"snapshot is {len(raw)} bytes, shorter than its header",
+                                **where)
+    magic, crc, length = SNAPSHOT_HEAD.unpack_from(raw)
+    payload = raw[SNAPSHOT_HEAD.size:]
+    if magic != SNAPSHOT_MAGIC:
+        raise CorruptEntryError(f"snapshot starts with {magic!r}, expected {SNAPSHOT_MAGIC!r} "
+                                "(bytes 0-3)", **where)
+    if length != len(payload):
+        raise CorruptEntryError(f"snapshot header says {length} payload bytes, the snapshot "
+                                f"holds {len(payload)} (bytes 8-11; truncated or damaged)",
+                                **where)
+    if zlib.crc32(payload) != crc:
+        raise CorruptEntryError(f"snapshot payload fails its CRC (stored {crc:08x}, computed "
+                                f"{zlib.crc32(payload):08x}; bytes 4-7 or 12-{len(raw) - 1})",
+                                **where)
+    return payload
 RECOVER_ATTEMPTS = 8  # snapshot then replay, retried while cleaners race ahead of us
 
 
@@ -70,20 +104,44 @@ class NamespaceState:
         between our reading the snapshot and the log; then we start over. Cleaners
         write a snapshot before they clean the log below it, so a retry finds one.
         """
+        damage: list[str] = []
         for _ in range(RECOVER_ATTEMPTS):
-            found = store.read_snapshot(SNAPSHOT_NAME)
-            state = cls(store.namespace) if found is None else \
-                cls.from_snapshot(store.namespace, found[1])
-            try:
-                state.replay(commits)
+            damage.clear()
+            versions = store.snapshot_versions(SNAPSHOT_NAME)
+            for version in reversed([None, *versions]):  # newest first; None: no snapshot
+                state = cls._from_stored(store, version, damage)
+                if state is None:
+                    continue  # damaged or pruned meanwhile: the one before is a copy
+                try:
+                    state.replay(commits)
+                except OffsetOutOfRange:
+                    if version is None or version == versions[-1]:
+                        break  # a newer snapshot may have appended meanwhile: start over
+                    continue
+                for problem in damage:
+                    log.warning("namespace=%s: %s; recovered from snapshot version %s",
+                                store.namespace, problem, version)
                 return state
-            except OffsetOutOfRange:
-                continue
         low = commits.low_watermark()
         raise CorruptEntryError(
-            f"snapshot describes commits-log offset {state.next_offset} but the log starts "
-            f"at {low}: the snapshot is older than the cleaned log",
+            f"no snapshot can be replayed: the commits log starts at {low}"
+            + (f"; {'; '.join(damage)}" if damage else
+               f" and the newest snapshot describes offset {state.next_offset}"),
             namespace=store.namespace, log="commits")
+
+    @classmethod
+    def _from_stored(cls, store: LogStore, version: int | None,
+                     damage: list[str]) -> NamespaceState | None:
+        if version is None:
+            return cls(store.namespace)
+        raw = store.read_snapshot_version(SNAPSHOT_NAME, version)
+        if raw is None:
+            return None
+        try:
+            return cls.from_snapshot(store.namespace, raw, version)
+        except DecodeError as exc:
+            damage.append(str(exc))
+            return None
 
     def replay(self, commits: Log) -> None:
         """Apply the records after ``next_offset``; OffsetOutOfRange if they were cleaned."""
@@ -239,15 +297,18 @@ class NamespaceState:
             "readers": {r: [p.next_step, p.hold] for r, p in self.readers.items()},
             "retention": self.retention,
         }
-        return at, json.dumps(doc, separators=(",", ":")).encode()
+        return at, seal_snapshot(json.dumps(doc, separators=(",", ":")).encode())
 
     @classmethod
-    def from_snapshot(cls, namespace: str, raw: bytes) -> NamespaceState:
+    def from_snapshot(cls, namespace: str, raw: bytes, version: int | None = None) -> NamespaceState:
+        """Decode a snapshot; damage is a :class:`CorruptEntryError` naming its version."""
+        payload = open_snapshot(raw, namespace, version)
         try:
-            doc = json.loads(raw)
+            doc = json.loads(payload)
             if doc.get("v") != SNAPSHOT_VERSION:
-                raise DecodeError(f"snapshot version: expected {SNAPSHOT_VERSION}, "
-                                  f"given {doc.get('v')}", namespace=namespace)
+                raise DecodeError(f"snapshot format: expected {SNAPSHOT_VERSION}, "
+                                  f"given {doc.get('v')}", namespace=namespace,
+                                  snapshot=SNAPSHOT_NAME, version=version)
             state = cls(namespace, namespace_id=doc["namespace_id"])
             state.tables = {t["id"]: TableInfo.from_json(t) for t in doc["tables"]}
             state.base_step = state.next_step = doc["next_step"]
@@ -266,7 +327,8 @@ class NamespaceState:
             state.retention = dict(doc["retention"])
             return state
         except (ValueError, KeyError, TypeError) as exc:
-            raise DecodeError(f"snapshot is unreadable: {exc!r}", namespace=namespace) from exc
+            raise DecodeError(f"snapshot is unreadable: {exc!r}", namespace=namespace,
+                              snapshot=SNAPSHOT_NAME, version=version) from exc
 
     def trim(self, pos: int, at: int) -> None:
         """Forget indexed steps before ``pos`` (after a snapshot at ``at`` made them unneeded)."""

@@ -54,9 +54,12 @@ class Paused:
                 return
 
     def resume(self) -> list[str]:
-        out, err = self.proc.communicate("go\n", timeout=120)
-        assert self.proc.returncode == 0, err
-        self.lines += out.splitlines()
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.close()
+        # the same buffered stream as readline(): communicate() would skip its buffer
+        self.lines += self.proc.stdout.read().splitlines()
+        err = self.proc.stderr.read()
+        assert self.proc.wait(timeout=120) == 0, err
         return self.lines
 
 

@@ -46,8 +46,11 @@ def run_child(backend: str, config: dict, namespace: str, mode: str, steps: int,
                 time.sleep(kill[1])  # the random moment of the kill is the point of the test
                 os.kill(proc.pid, signal.SIGKILL)
                 break
-    out, err = proc.communicate(timeout=120)
-    lines += out.splitlines()
+    # read the rest through the same buffered stream: communicate() would read the pipe's
+    # file descriptor directly and drop lines this wrapper already buffered (lost ACKs)
+    lines += proc.stdout.read().splitlines()
+    err = proc.stderr.read()
+    proc.wait(timeout=120)
     if kill is None or proc.returncode != -signal.SIGKILL:
         assert proc.returncode in (0, -signal.SIGKILL), err
     acks = [(int(p[1]), int(p[2])) for p in (ln.split() for ln in lines) if p and p[0] == "ACK"]

@@ -59,8 +59,17 @@ class RoutingError(DurableWalError, ValueError):
     """A region or table value is null, negative, out of range or conflicting."""
 
 
-class StepExpired(DurableWalError):
+class DataLoss(DurableWalError):
+    """Committed data the caller relied on is gone: expired, lost, or a recreated WAL."""
+
+
+class StepExpired(DataLoss):
     """A step was asked for that has been expired; the message names what is left."""
+
+
+class IncarnationMismatch(DataLoss):
+    """The WAL is not the one a handle, a checkpoint or a writer knew: it was lost,
+    recreated or restored from an older copy. The message names both."""
 
 
 class StepNotCommitted(DurableWalError):

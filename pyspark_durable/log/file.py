@@ -57,6 +57,7 @@ Implementation notes (why):
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import itertools
 import logging
@@ -69,6 +70,7 @@ import zlib
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -107,14 +109,37 @@ def fsync_dir(path: Path) -> None:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file."""
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file.
+
+    A failed write (disk full, read-only) leaves no temporary file behind.
+    """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
+
+
+@contextmanager
+def storage_errors(what: str, path: Path, **where: Any) -> Iterator[None]:
+    """An OSError of the storage (disk full, read-only, permissions) as a typed error
+    naming what was being done, where, and the operating system's reason."""
+    try:
+        yield
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError):
+            raise LogNotFound(f"{what}: {path} is gone or not a folder ({exc.strerror})",
+                              **where) from exc
+        hint = {errno.ENOSPC: " (the disk is full)", errno.EROFS: " (read-only file system)",
+                errno.EDQUOT: " (disk quota exceeded)"}.get(exc.errno or 0, "")
+        raise BackendUnavailable(f"{what} failed at {path}: [Errno {exc.errno}] "
+                                 f"{exc.strerror}{hint}", **where) from exc
 
 
 def frame_parts(offset: int, timestamp_ms: int, record: Record) -> tuple[bytes, bytes]:
@@ -193,6 +218,7 @@ class _Segment:
     positions: array = field(default_factory=lambda: array("q"))  # byte position per entry
     end: int = 0  # byte position after the last known-good frame
     scanned: bool = False
+    inode: int = -1  # the file's identity: a file recreated under the same name is new
 
     @property
     def count(self) -> int:
@@ -287,19 +313,20 @@ class FileLog(Log):
     def _refresh(self, exclusive: bool) -> None:
         """Catch up with what any process appended or deleted (caller holds the flock)."""
         self._ack_seq, self._acked = self._read_acked()
-        names = sorted(p.name for p in self.path.iterdir() if p.name.endswith(SEGMENT_SUFFIX)
-                       and p.name[: -len(SEGMENT_SUFFIX)].isdigit())
-        bases = [int(n[: -len(SEGMENT_SUFFIX)]) for n in names]
+        with os.scandir(self.path) as it:  # inodes: a recreated file is a new segment
+            found = sorted((e.name, e.inode()) for e in it if e.name.endswith(SEGMENT_SUFFIX)
+                           and e.name[: -len(SEGMENT_SUFFIX)].isdigit())
+        bases = [int(n[: -len(SEGMENT_SUFFIX)]) for n, _ in found]
         low = self._read_low(bases[0] if bases else 0)
         with self._state:
-            known = {s.base: s for s in self._segments}
-            segments = [known.get(b) or _Segment(b, self.path / n)
-                        for b, n in zip(bases, names, strict=True)]
+            known = {(s.base, s.inode): s for s in self._segments}
+            segments = [known.get((b, ino)) or _Segment(b, self.path / n, inode=ino)
+                        for b, (n, ino) in zip(bases, found, strict=True)]
             if not segments:
                 first = self.path / f"{low:020d}{SEGMENT_SUFFIX}"
                 first.touch()
                 fsync_dir(self.path)
-                segments = [_Segment(low, first)]
+                segments = [_Segment(low, first, inode=first.stat().st_ino)]
             self._segments = segments
             self._low = max(low, segments[0].base)
             for seg, nxt in itertools.pairwise(segments):
@@ -461,7 +488,9 @@ class FileLog(Log):
             with self._cond:
                 batch, self._pending = self._pending, []
             try:
-                offsets = self._write_batch([r for r, _ in batch])
+                with storage_errors("appending", self.path, namespace=self.namespace,
+                                    log=self.name):
+                    offsets = self._write_batch([r for r, _ in batch])
             except BaseException as exc:  # noqa: BLE001 - forwarded to every waiter, none hangs
                 for _, fut in batch:
                     fut.set_exception(exc)
@@ -508,7 +537,7 @@ class FileLog(Log):
         path = self.path / f"{base:020d}{SEGMENT_SUFFIX}"
         path.touch()
         fsync_dir(self.path)
-        seg = _Segment(base, path, scanned=True)
+        seg = _Segment(base, path, scanned=True, inode=path.stat().st_ino)
         with self._state:
             self._segments.append(seg)
         return seg
@@ -591,6 +620,10 @@ class FileLog(Log):
     # -- deleting and closing ---------------------------------------------------
 
     def delete_before(self, offset: int) -> None:
+        with storage_errors("deleting", self.path, namespace=self.namespace, log=self.name):
+            self._delete_before(offset)
+
+    def _delete_before(self, offset: int) -> None:
         with self._locked(fcntl.LOCK_EX):
             self._refresh(exclusive=True)
             with self._state:
@@ -625,15 +658,28 @@ class _FileLock:
         self.path, self.mode, self.owner = path, mode, owner
 
     def __enter__(self) -> None:
+        where = {"namespace": self.owner.namespace, "log": self.owner.name}
+        self.fd: int | None = None
         try:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except FileNotFoundError:
-            raise LogNotFound("log folder is gone", namespace=self.owner.namespace,
-                              log=self.owner.name) from None
+            raise LogNotFound("log folder is gone", **where) from None
+        except OSError as exc:
+            if self.mode != fcntl.LOCK_SH or exc.errno not in (errno.EROFS, errno.EACCES,
+                                                               errno.EPERM):
+                with storage_errors("locking the log for writing", self.path, **where):
+                    raise
+            # a read-only WAL (a read-only mount, a snapshot copy) is read without a
+            # lock file of its own: no process can be writing to it
+            try:
+                self.fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return
         fcntl.flock(self.fd, self.mode)
 
     def __exit__(self, *exc: object) -> None:
-        os.close(self.fd)  # closing the description releases the lock
+        if self.fd is not None:
+            os.close(self.fd)  # closing the description releases the lock
 
 
 class FileLogStore(LogStore):
@@ -658,8 +704,16 @@ class FileLogStore(LogStore):
         if path is None:
             raise ConfigError("the file backend needs a path (the log's root folder)")
         self.root = Path(path)
-        self.segment_size_bytes = int(segment_size_bytes)
-        self.group_commit_interval_ms = float(group_commit_interval_ms)
+        if self.root.exists() and not self.root.is_dir():
+            raise ConfigError(f"path {str(self.root)!r} is a file, not a folder: the file "
+                              "backend keeps a folder per namespace below it")
+        try:
+            self.segment_size_bytes = int(segment_size_bytes)
+            self.group_commit_interval_ms = float(group_commit_interval_ms)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"segment_size_bytes={segment_size_bytes!r} and group_commit_interval_ms="
+                f"{group_commit_interval_ms!r} must be numbers", namespace=namespace) from None
         if self.segment_size_bytes < 1024:
             raise ConfigError(f"segment_size_bytes {segment_size_bytes} is below 1024")
         self.folder = self.root / namespace
@@ -690,9 +744,11 @@ class FileLogStore(LogStore):
             if not path.is_dir():
                 if not create:
                     raise LogNotFound("log does not exist", namespace=self.namespace, log=name)
-                self._mkdirs(path)
-            log_ = FileLog(self.namespace, name, path, self.segment_size_bytes,
-                           self.group_commit_interval_ms)
+            with storage_errors("opening the log", path, namespace=self.namespace, log=name):
+                if not path.is_dir():
+                    self._mkdirs(path)
+                log_ = FileLog(self.namespace, name, path, self.segment_size_bytes,
+                               self.group_commit_interval_ms)
             self._logs[name] = log_
             return log_
 
@@ -713,9 +769,10 @@ class FileLogStore(LogStore):
 
     def write_snapshot(self, name: str, version: int, data: bytes) -> None:
         path = self._snapshot_path(name, version)
-        if not path.parent.is_dir():
-            self._mkdirs(path.parent)
-        write_atomic(path, data)
+        with storage_errors("writing a snapshot", path, namespace=self.namespace):
+            if not path.parent.is_dir():
+                self._mkdirs(path.parent)
+            write_atomic(path, data)
 
     def snapshot_versions(self, name: str) -> list[int]:
         check_name("snapshot", name)
@@ -734,9 +791,10 @@ class FileLogStore(LogStore):
 
     def delete_snapshot(self, name: str, version: int) -> None:
         path = self._snapshot_path(name, version)
-        if path.exists():
-            path.unlink(missing_ok=True)
-            fsync_dir(path.parent)
+        with storage_errors("deleting a snapshot", path, namespace=self.namespace):
+            if path.exists():
+                path.unlink(missing_ok=True)
+                fsync_dir(path.parent)
 
     def close(self) -> None:
         with self._lock:

@@ -135,13 +135,19 @@ def write_batches(opts: WalOptions, batches: Iterator[pa.RecordBatch], writer_id
 
 
 def commit_receipts(opts: WalOptions, messages: list, writer_id: str | None,
-                    writer_step: int) -> int | None:
+                    writer_step: int, consecutive: bool) -> int | None:
+    """Commit a job's receipts as one step; a streaming writer's batches are consecutive."""
     receipts = [m.receipt for m in messages if isinstance(m, WalCommitMessage)]
     if writer_id is None:
         writer_id = next((r.writer_id for r in receipts), None)
-    if writer_id is None or not any(r.entries for r in receipts):
-        return None  # nothing written: no step
-    step = namespace_for(opts).commit(writer_id, writer_step, receipts)
+    if writer_id is None:
+        return None  # no task ran: nothing to commit, no writer to note
+    ns = namespace_for(opts)
+    if not any(r.entries for r in receipts):
+        if consecutive:  # no step, but the WAL remembers the batch for the next one's check
+            ns.note_writer_step(writer_id, writer_step)
+        return None
+    step = ns.commit(writer_id, writer_step, receipts, consecutive=consecutive)
     log.info("namespace=%s writer=%s writer_step=%d committed as step %d (%d rows)",
              opts.namespace, writer_id, writer_step, step, sum(r.rows for r in receipts))
     return step
@@ -187,7 +193,7 @@ class WalStreamWriter(DataSourceStreamArrowWriter):
                                               batch_id, attempt_id))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        commit_receipts(self.opts, messages, None, batchId)
+        commit_receipts(self.opts, messages, None, batchId, consecutive=True)
         keep_retention(self.opts)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -208,7 +214,7 @@ class WalBatchWriter(DataSourceArrowWriter):
                                               attempt_id))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        commit_receipts(self.opts, messages, self.writer_id, 0)
+        commit_receipts(self.opts, messages, self.writer_id, 0, consecutive=False)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         log.warning("namespace=%s: batch write %s aborted; its rows stay invisible",

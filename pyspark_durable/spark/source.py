@@ -25,7 +25,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from pyspark_durable.errors import ConfigError, StepExpired
+from pyspark_durable.errors import ConfigError, IncarnationMismatch, StepExpired
 from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.session_cache import namespace_for
 from pyspark_durable.wal import Namespace, StepCommit
@@ -131,6 +131,41 @@ def first_step(ns: Namespace, opts: WalOptions) -> int:
     return int(opts.starting_step)
 
 
+def offset(ns: Namespace, step: int) -> dict:
+    """A source offset: the next step, in one incarnation of the WAL."""
+    return {"step": step, "incarnation": ns.incarnation}
+
+
+def resume_step(ns: Namespace, opts: WalOptions, start: dict) -> int:
+    """Where a checkpointed offset resumes in the WAL as it is now.
+
+    An offset of another incarnation (the WAL was lost or recreated under the
+    checkpoint) or past the WAL's end (restored from an older copy) is data loss:
+    an error naming both, or with ``failOnDataLoss=false`` a warning, then reading
+    goes on from the WAL's first step (another incarnation) or its end (past it).
+    """
+    steps = ns.steps()
+    step, known = int(start["step"]), start.get("incarnation")
+    problem, resume = None, step
+    if known is not None and known != ns.incarnation:
+        problem = (f"the checkpoint's offset (step {step}) is in WAL incarnation {known}, but "
+                   f"the WAL now is incarnation {ns.incarnation} with steps "
+                   f"[{steps.start}, {steps.stop}): it was lost or recreated")
+        resume = steps.start
+    elif step > steps.stop:
+        problem = (f"the checkpoint's offset is step {step}, past the WAL's last step "
+                   f"{steps.stop - 1}: the WAL went back (restored from an older copy?)")
+        resume = steps.stop
+    if problem is None:
+        return check_available(ns, opts, step)
+    if opts.fail_on_data_loss:
+        raise IncarnationMismatch(problem + "; set failOnDataLoss=false to go on reading "
+                                  "the WAL as it is now", namespace=ns.name)
+    log.warning("namespace=%s: %s; reading on from step %d (failOnDataLoss=false)",
+                ns.name, problem, resume)
+    return check_available(ns, opts, resume)
+
+
 def check_available(ns: Namespace, opts: WalOptions, start: int) -> int:
     """Where reading really starts: ``start``, or an error/skip if it was expired."""
     steps = ns.steps()
@@ -155,7 +190,8 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: int | None = None
 
     def initialOffset(self) -> dict:
-        return {"step": first_step(namespace_for(self.opts), self.opts)}
+        ns = namespace_for(self.opts)
+        return offset(ns, first_step(ns, self.opts))
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = namespace_for(self.opts).steps().stop
@@ -172,7 +208,7 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         ns = namespace_for(self.opts)
-        begin = check_available(ns, self.opts, int(start["step"]))
+        begin = resume_step(ns, self.opts, start)
         end = ns.steps().stop
         if self._target is not None:
             end = min(end, max(self._target, begin))
@@ -190,16 +226,21 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         elif isinstance(limit, ReadMinRows) and self._target is None:
             rows = sum(self.plan.rows_of(ns.step_commit(s))[0] for s in range(begin, end))
             if rows < limit.min_rows:
-                return {"step": int(start["step"])}
-        return {"step": end}
+                return offset(ns, begin)
+        return offset(ns, end)
 
     def reportLatestOffset(self) -> dict:
-        return {"step": namespace_for(self.opts).steps().stop}
+        ns = namespace_for(self.opts)
+        return offset(ns, ns.steps().stop)
 
     def partitions(self, start: dict, end: dict) -> list[WalPartition]:
         ns = namespace_for(self.opts)
-        begin = check_available(ns, self.opts, int(start["step"]))
-        return self.plan.partitions(ns, begin, int(end["step"]))
+        begin = resume_step(ns, self.opts, start)
+        if end.get("incarnation", ns.incarnation) != ns.incarnation:
+            # a batch planned in a WAL that is gone (failOnDataLoss=false got here): it
+            # reads nothing, and the next batch starts at the new WAL's first step
+            return []
+        return self.plan.partitions(ns, begin, max(begin, int(end["step"])))
 
     def read(self, partition: WalPartition) -> Iterator[pa.RecordBatch]:
         return self.plan.read(partition)

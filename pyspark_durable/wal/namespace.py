@@ -58,6 +58,7 @@ from pyspark_durable.errors import (
     AttemptLost,
     ConfigError,
     CorruptEntryError,
+    IncarnationMismatch,
     OffsetOutOfRange,
     RoutingError,
     SchemaMismatch,
@@ -140,7 +141,9 @@ class Namespace:
         self._commits = store.open_log(COMMITS_LOG)
         self.state = NamespaceState.recover(store, self._commits)
         if self.state.namespace_id is None:
-            self._append_meta({"k": "ns", "name": self.name, "id": namespace_id})
+            incarnation = uuid.uuid4().hex
+            self._append_meta({"k": "ns", "name": self.name, "id": namespace_id,
+                               "inc": incarnation, "i": incarnation})
             self.refresh()
         if self.state.namespace_id != namespace_id:
             raise ConfigError(
@@ -164,9 +167,25 @@ class Namespace:
                 log.info("namespace=%s: commits log cleaned below offset %d under this handle; "
                          "recovering from the newest snapshot", self.name, self.state.next_offset)
                 self.state = NamespaceState.recover(self.store, self._commits)
+            except IncarnationMismatch as exc:
+                old = self.state.incarnation
+                self.state = NamespaceState.recover(self.store, self._commits)
+                raise IncarnationMismatch(
+                    f"{exc.args[0].split(': ', 1)[-1]} (this handle knew incarnation {old}; the "
+                    f"WAL now is incarnation {self.state.incarnation} with "
+                    f"{self.state.next_step} steps; this handle follows it from now on)",
+                    namespace=self.name) from exc
             return self.state
 
+    @property
+    def incarnation(self) -> str | None:
+        """The id this namespace got when it was created (None: an older WAL without one)."""
+        return self.state.incarnation
+
     def _append_meta(self, record: dict) -> int:
+        """Append one record, tagged with the incarnation it belongs to."""
+        if self.state.incarnation is not None:
+            record = {**record, "i": self.state.incarnation}
         return self._commits.append([Record(b"", encode_meta(record))])[0]
 
     # -- tables ---------------------------------------------------------------
@@ -244,17 +263,24 @@ class Namespace:
         check_writer(writer_id, writer_step, self.name)
         return self.refresh().pairs.get((writer_id, writer_step))
 
-    def commit(self, writer_id: str, writer_step: int, receipts: list[AttemptReceipt]) -> int:
+    def commit(self, writer_id: str, writer_step: int, receipts: list[AttemptReceipt],
+               consecutive: bool = False) -> int:
         """Commit the attempts' entries as one step; idempotent per (writer, step).
 
         Raises :class:`AttemptLost` (retriable) when a cleaner's bound was ordered
         before this step's record and covers its entries: nothing is acknowledged.
+        With ``consecutive`` (a writer that numbers its steps 0, 1, 2, ... like a Spark
+        query), a writer step whose predecessor this WAL never saw is
+        :class:`IncarnationMismatch`: the writer wrote into a WAL that was lost,
+        recreated or restored from an older copy.
         """
         done = self.committed_step(writer_id, writer_step)
         if done is not None:
             log.info("namespace=%s writer=%s writer_step=%s: already committed as step %d",
                      self.name, writer_id, writer_step, done)
             return done
+        if consecutive:
+            self.check_consecutive(writer_id, writer_step)
         for r in receipts:
             if (r.writer_id, r.writer_step) != (writer_id, writer_step):
                 raise ConfigError(
@@ -273,6 +299,24 @@ class Namespace:
                 f"step record at commits offset {offset} was refused", namespace=self.name,
                 writer=writer_id, writer_step=writer_step)
         return step
+
+    def note_writer_step(self, writer_id: str, writer_step: int) -> None:
+        """Record that a consecutive writer finished ``writer_step`` without rows."""
+        check_writer(writer_id, writer_step, self.name)
+        if self.refresh().writer_last.get(writer_id, -1) < writer_step:
+            self.check_consecutive(writer_id, writer_step)
+            self._append_meta({"k": "writer", "w": writer_id, "ws": writer_step})
+
+    def check_consecutive(self, writer_id: str, writer_step: int) -> None:
+        last = self.state.writer_last.get(writer_id)
+        if writer_step > 0 and (last is None or last < writer_step - 1):
+            known = "none of its steps" if last is None else f"its steps up to {last}"
+            raise IncarnationMismatch(
+                f"writer step {writer_step} follows step {writer_step - 1}, but this WAL "
+                f"(incarnation {self.incarnation}) knows {known}: the WAL was lost, recreated "
+                "or restored from an older copy under the writer's checkpoint; start the "
+                "writer from a new checkpoint to write into this WAL",
+                namespace=self.name, writer=writer_id)
 
     def _raise_if_lost(self, commit: StepCommit) -> None:
         run = self.state.lost_run(commit)

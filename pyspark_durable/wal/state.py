@@ -24,7 +24,12 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark_durable.errors import CorruptEntryError, DecodeError, OffsetOutOfRange
+from pyspark_durable.errors import (
+    CorruptEntryError,
+    DecodeError,
+    IncarnationMismatch,
+    OffsetOutOfRange,
+)
 from pyspark_durable.log import Log, LogStore
 from pyspark_durable.wal.records import Run, StepCommit, TableInfo, decode_meta
 
@@ -93,6 +98,8 @@ class NamespaceState:
     readers: dict[str, ReaderPosition] = field(default_factory=dict)
     retention: dict[str, Any] = field(default_factory=dict)
     rejected: int = 0  # step records refused because a cleaner got there first
+    incarnation: str | None = None  # made when the namespace is created
+    writer_last: dict[str, int] = field(default_factory=dict)  # newest writer step seen
 
     # -- replay -----------------------------------------------------------------
 
@@ -144,13 +151,28 @@ class NamespaceState:
             return None
 
     def replay(self, commits: Log) -> None:
-        """Apply the records after ``next_offset``; OffsetOutOfRange if they were cleaned."""
+        """Apply the records after ``next_offset``; OffsetOutOfRange if they were cleaned.
+
+        Every record names the incarnation it was written in: a log that went back, or
+        holds another incarnation's records, is :class:`IncarnationMismatch`.
+        """
         high = commits.high_watermark()
-        if high <= self.next_offset:
+        if high < self.next_offset:
+            raise IncarnationMismatch(
+                f"the commits log ends at offset {high}, but this handle already read up to "
+                f"{self.next_offset}: the WAL was lost, recreated or restored from an older "
+                "copy", namespace=self.namespace, log="commits")
+        if high == self.next_offset:
             return
         for entry in commits.read(self.next_offset, high):
-            self.apply(decode_meta(entry.value, namespace=self.namespace, offset=entry.offset),
-                       entry.offset)
+            record = decode_meta(entry.value, namespace=self.namespace, offset=entry.offset)
+            tag = record.get("i")
+            if tag is not None and self.incarnation is not None and tag != self.incarnation:
+                raise IncarnationMismatch(
+                    f"record at offset {entry.offset} belongs to incarnation {tag}, this "
+                    f"handle knows incarnation {self.incarnation}: the WAL was recreated",
+                    namespace=self.namespace, log="commits", offset=entry.offset)
+            self.apply(record, entry.offset)
             self.next_offset = entry.offset + 1
 
     def apply(self, d: dict[str, Any], offset: int) -> None:
@@ -158,6 +180,7 @@ class NamespaceState:
         if kind == "ns":
             if self.namespace_id is None:
                 self.namespace_id = d["id"]
+                self.incarnation = d.get("inc")  # (None: made by a version without them)
         elif kind == "table":
             self.tables.setdefault(d["id"], TableInfo.from_json(d))  # the first one wins
         elif kind == "step":
@@ -176,6 +199,7 @@ class NamespaceState:
                 self.next_sequences[table_id] = first + entries
             self.index.append(commit)
             self.pairs[pair] = self.next_step
+            self.note_writer(commit.writer_id, commit.writer_step)
             self.next_step += 1
         elif kind == "expire":
             self.expired_before = max(self.expired_before, d["before"])
@@ -195,9 +219,14 @@ class NamespaceState:
                 self.readers[d["id"]] = ReaderPosition(d["next"], bool(d["hold"]))
         elif kind == "retention":
             self.retention = dict(d["policy"])
+        elif kind == "writer":
+            self.note_writer(d["w"], d["ws"])
         else:
             raise DecodeError(f"unknown commit-log record kind {kind!r}",
                               namespace=self.namespace, log="commits", offset=offset)
+
+    def note_writer(self, writer_id: str, writer_step: int) -> None:
+        self.writer_last[writer_id] = max(self.writer_last.get(writer_id, -1), writer_step)
 
     def lost_run(self, commit: StepCommit) -> Run | None:
         """A run of ``commit`` starting below its region's clean bound, if any."""
@@ -285,6 +314,7 @@ class NamespaceState:
                 runs.append([wstep, step, 1])
         doc = {
             "v": SNAPSHOT_VERSION, "namespace_id": self.namespace_id, "at": at,
+            "incarnation": self.incarnation,
             "next_step": next_step, "expired_before": self.expired_before,
             "tables": [t.to_json() for t in self.tables.values()],
             "next_sequences": {str(k): v for k, v in next_seq.items()},
@@ -296,6 +326,7 @@ class NamespaceState:
             "last_clean_ms": self.last_clean_ms,
             "readers": {r: [p.next_step, p.hold] for r, p in self.readers.items()},
             "retention": self.retention,
+            "writer_last": self.writer_last,  # a max: replaying later records ends the same
         }
         return at, seal_snapshot(json.dumps(doc, separators=(",", ":")).encode())
 
@@ -309,7 +340,9 @@ class NamespaceState:
                 raise DecodeError(f"snapshot format: expected {SNAPSHOT_VERSION}, "
                                   f"given {doc.get('v')}", namespace=namespace,
                                   snapshot=SNAPSHOT_NAME, version=version)
-            state = cls(namespace, namespace_id=doc["namespace_id"])
+            state = cls(namespace, namespace_id=doc["namespace_id"],
+                        incarnation=doc["incarnation"])
+            state.writer_last = dict(doc["writer_last"])
             state.tables = {t["id"]: TableInfo.from_json(t) for t in doc["tables"]}
             state.base_step = state.next_step = doc["next_step"]
             state.expired_before = doc["expired_before"]

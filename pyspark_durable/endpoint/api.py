@@ -7,16 +7,30 @@ from typing import Any
 
 import pyarrow as pa
 
+from pyspark_durable.errors import ConfigError, SchemaMismatch, StepExpired, StepNotCommitted
 from pyspark_durable.wal import Namespace
+from pyspark_durable.wal.namespace import check_step_arg, check_writer
 
 RowsLike = pa.Table | pa.RecordBatch | Sequence[Mapping[str, Any]]
 METADATA_COLUMNS = ("_region", "_table", "_sequence", "_step", "_commit_timestamp")
 
 
-def _as_table(rows: RowsLike) -> pa.Table | pa.RecordBatch:
+def _as_table(rows: RowsLike, ns: Namespace, table: int | str) -> pa.Table | pa.RecordBatch:
+    """Rows as Arrow; anything else is a typed error naming the table and what was wrong."""
     if isinstance(rows, pa.Table | pa.RecordBatch):
         return rows
-    return pa.Table.from_pylist(list(rows))
+    if isinstance(rows, str | bytes | Mapping) or not isinstance(rows, Sequence):
+        raise ConfigError(f"rows of table {table!r} must be an Arrow table or batch or a list "
+                          f"of mappings, not {type(rows).__name__}", namespace=ns.name)
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise ConfigError(f"row {i} of table {table!r} is a {type(row).__name__}, not a "
+                              "mapping of column names to values", namespace=ns.name)
+    try:
+        return pa.Table.from_pylist(list(rows))
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise SchemaMismatch(f"rows of table {table!r} do not convert to Arrow: {exc}",
+                             namespace=ns.name) from exc
 
 
 def write_step(ns: Namespace, writer_id: str, writer_step: int,
@@ -26,12 +40,17 @@ def write_step(ns: Namespace, writer_id: str, writer_step: int,
 
     >>> step = write_step(ns, "loader", 0, {"orders": [{"id": 1, "amount": 9.5}]})
     """
+    check_writer(writer_id, writer_step, ns.name)
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"data must map table names to rows, not {type(data).__name__}",
+                          namespace=ns.name, writer=writer_id)
+    tables = {table: _as_table(rows, ns, table) for table, rows in data.items()}
     done = ns.committed_step(writer_id, writer_step)
     if done is not None:
         return done
     attempt = ns.begin(writer_id, writer_step)
-    for table, rows in data.items():
-        attempt.write(table, _as_table(rows), region_id, payload_format)
+    for table, rows in tables.items():
+        attempt.write(table, rows, region_id, payload_format)
     return attempt.commit()
 
 
@@ -44,8 +63,20 @@ def read_steps(ns: Namespace, table: int | str, start: int | None = None,
     """
     info = ns.table(table)
     available = ns.steps()
-    lo = available.start if start is None else start
-    hi = available.stop if end is None else end
+    lo = available.start if start is None else check_step_arg("start", start, ns.name)
+    hi = available.stop if end is None else check_step_arg("end", end, ns.name)
+    committed = f"committed steps are [{available.start}, {available.stop})"
+    if lo > available.stop:
+        raise StepNotCommitted(f"start step {lo} is not committed yet; {committed}",
+                               namespace=ns.name, step=lo)
+    if hi > available.stop:
+        raise StepNotCommitted(f"end step {hi} is past the committed steps; {committed}",
+                               namespace=ns.name, step=hi)
+    if lo > hi:
+        raise ConfigError(f"start {lo} is after end {hi}", namespace=ns.name)
+    if lo < available.start:
+        raise StepExpired(f"step {lo} was expired; available steps are "
+                          f"[{available.start}, {available.stop})", namespace=ns.name, step=lo)
     parts: list[pa.Table] = []
     for step in range(lo, hi):
         for sb in ns.read_step(step, tables={info.table_id}):

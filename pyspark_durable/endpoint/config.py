@@ -46,8 +46,25 @@ class EndpointConfig:
         values = dict(config)
         for key in ("tables", "regions"):
             if values.get(key) is not None:
-                values[key] = tuple(values[key])
+                values[key] = _listed(key, values[key])
+        if values.get("regions") is not None:
+            for region in values["regions"]:
+                if isinstance(region, bool) or not isinstance(region, int) or region < 0:
+                    raise ConfigError(f"regions: {region!r} is not a region id (an integer >= 0)")
+        if not isinstance(values.get("options", {}), Mapping):
+            raise ConfigError(f"options must be a mapping, not {type(values['options']).__name__}")
         return EndpointConfig(**values)
+
+
+def _listed(key: str, value: Any) -> tuple:
+    """A list, or a comma-separated string (``"0,1"``: never a set of characters)."""
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",") if v.strip()]
+        return tuple(int(v) if key == "regions" and v.isdigit() else v for v in items)
+    if not isinstance(value, list | tuple | set | frozenset):
+        raise ConfigError(f"{key} must be a list or a comma-separated string, not "
+                          f"{type(value).__name__}")
+    return tuple(value)
 
 
 def load_config(path: str | Path) -> EndpointConfig:
@@ -77,7 +94,7 @@ def input_endpoint(config: EndpointConfig | Mapping[str, Any]):  # -> DurableInp
 
     cfg = _config(config)
     ns = open_namespace(cfg)
-    tables = None if cfg.tables is None else {ns.resolve_table(t) for t in cfg.tables}
+    tables = None if cfg.tables is None else {ns.table(t).table_id for t in cfg.tables}
     regions = None if cfg.regions is None else set(cfg.regions)
     return DurableInputEndpoint(ns, cfg.reader_id, tables, regions)
 

@@ -336,6 +336,7 @@ class Namespace:
 
     def step_commit(self, step: int) -> StepCommit:
         """The commit record of a step (a committed step never changes: no refresh needed)."""
+        check_step_arg("step", step, self.name)
         s = self.state
         if step >= s.next_step or step < s.expired_before:
             s = self.refresh()

@@ -71,7 +71,8 @@ CASES = {
     "reader commit below 0": (lambda c, ns, tmp: DurableInputEndpoint(ns, "r").commit(-1),
                               ConfigError, "step -1 is not an integer >= 0"),
     "read_steps start past the end": (lambda c, ns, tmp: read_steps(ns, "t", start=100),
-                                      StepNotCommitted, "start step 100 is not committed yet; committed steps are [0, 2)"),
+                                      StepNotCommitted,
+                                      "start step 100 is not committed yet; committed steps are"),
     "read_steps end past the end": (lambda c, ns, tmp: read_steps(ns, "t", end=100),
                                     StepNotCommitted, "end step 100 is past the committed steps; committed "),
     "read_steps start after end": (lambda c, ns, tmp: read_steps(ns, "t", start=2, end=1),
@@ -101,7 +102,7 @@ def test_comma_separated_regions_are_parsed_not_split_into_characters(wal):
 
 def test_read_steps_of_an_expired_start_names_what_is_left(wal):
     """This tests that read_steps from an expired step is StepExpired naming the range."""
-    config, ns = wal
+    _, ns = wal
     ns.expire(1)
     Cleaner(ns, grace_ms=0).run_once()
     with pytest.raises(StepExpired, match=re.escape("available steps are [1, 2)")):

@@ -68,6 +68,7 @@ class Checker:
         self.report = CheckReport(store.namespace)
         self.state: NamespaceState | None = None
         self._full_replay: NamespaceState | None = None  # set while the log is whole
+        self._regions_seen: set[int] = set()
 
     # -- problems -----------------------------------------------------------------
 
@@ -89,6 +90,7 @@ class Checker:
 
     def run(self) -> CheckReport:
         commits = self._check_commits_log()
+        self._check_snapshot_copies()
         if commits is not None:
             self.state = self._check_snapshot(commits)
         # without a recovered state, a replay of the whole log still names every step;
@@ -98,7 +100,33 @@ class Checker:
             self.report.tables = len(state.tables)
             self._check_sequences(state)
         self._check_regions(state)
+        self._report_repairs()
         return self.report
+
+    def _check_snapshot_copies(self) -> None:
+        """Every stored snapshot version decodes (the older one is the redundant copy)."""
+        try:
+            versions = self.store.snapshot_versions(SNAPSHOT_NAME)
+        except DurableWalError as exc:
+            self.problem_from(exc, snapshot=SNAPSHOT_NAME)
+            return
+        for version in versions:
+            try:
+                raw = self.store.read_snapshot_version(SNAPSHOT_NAME, version)
+                if raw is not None:
+                    NamespaceState.from_snapshot(self.store.namespace, raw, version)
+            except DurableWalError as exc:
+                self.problem_from(exc)
+
+    def _report_repairs(self) -> None:
+        """Damage the logs tolerated while being read (their files, named in the text)."""
+        for name in [COMMITS_LOG, *(f"region_{r}" for r in sorted(self._regions_seen))]:
+            try:
+                log_ = self.store.open_log(name, create=False)
+            except DurableWalError:
+                continue  # reported where the log was read
+            for repair in log_.repairs:
+                self.problem(repair, log=name)
 
     def _check_commits_log(self) -> Log | None:
         """Read every commits-log record; replay them when the log is whole."""
@@ -247,6 +275,7 @@ class Checker:
     def _check_regions(self, state: NamespaceState | None) -> None:
         runs = self._needed_runs(state) if state is not None else {}
         existing = set(self.store.list_regions())
+        self._regions_seen = existing
         opened: list[tuple[int, Log, int, int]] = []
         for region_id in sorted(existing | set(runs)):
             if region_id not in existing:

@@ -97,6 +97,9 @@ class Log(ABC):
     def __init__(self, namespace: str, name: str) -> None:
         self.namespace = namespace
         self.name = name
+        # damage a backend tolerated or repaired while reading (e.g. a damaged file it
+        # could rebuild): nothing a read returns is affected, but `check` reports it
+        self.repairs: list[str] = []
 
     @abstractmethod
     def append(self, records: Sequence[Record]) -> list[int]:

@@ -22,12 +22,14 @@ Frame of one entry (big-endian)::
     +-----------+-----------+-------------------------------------------------------+
     header: name_len u16 | value_len u32 | name | value
 
-Acknowledgement record (``acked``, two 24-byte slots, written in turn)::
+Acknowledgement record (``acked``, two 20-byte slots, written in turn)::
 
-    +----------+------------------+-------------------+---------+
-    | seq u64  | next_offset u64  | crc32 of the 16   | pad u32 |
-    |          | (all below: ack) | bytes before (u32)|         |
-    +----------+------------------+-------------------+---------+
+    +----------+------------------+-----------------------------+
+    | seq u64  | next_offset u64  | crc32 of the 16 bytes before|
+    |          | (all below: ack) | (u32)                       |
+    +----------+------------------+-----------------------------+
+
+Low watermark (``low_watermark``): ``{offset} {crc32 of the offset's digits, 8 hex}``.
 
 Implementation notes (why):
 
@@ -93,7 +95,7 @@ MIN_BODY = BODY_HEAD.size
 MAX_BODY = 1 << 30
 SEGMENT_SUFFIX = ".seg"
 READ_CHUNK_BYTES = 1 << 20
-ACK_SLOT = struct.Struct(">QQI4x")
+ACK_SLOT = struct.Struct(">QQI")
 ACK_FILE = "acked"
 LOW_FILE = "low_watermark"
 IOV_MAX = 1024  # buffers per writev(2) (Linux' UIO_MAXIOV)
@@ -251,7 +253,6 @@ class FileLog(Log):
         self._write_fd: int | None = None
         self._acked = 0  # every offset below is acknowledged (the acked file)
         self._ack_seq = 0
-        self.repairs: list[str] = []  # damage tolerated or repaired, for `check`
         with self._locked(fcntl.LOCK_SH):
             self._refresh(exclusive=False)
 
@@ -271,8 +272,12 @@ class FileLog(Log):
             chunk = raw[i * ACK_SLOT.size : (i + 1) * ACK_SLOT.size]
             if len(chunk) == ACK_SLOT.size:
                 seq, nxt, crc = ACK_SLOT.unpack(chunk)
-                if zlib.crc32(chunk[:16]) == crc and seq > best[0]:
-                    best = (seq, nxt)
+                if zlib.crc32(chunk[:16]) == crc:
+                    best = max(best, (seq, nxt))
+                    continue
+            if chunk or i == 0:  # slots are written whole: a slot never written is absent
+                self._note(f"{ACK_FILE} file: slot {i} (bytes {i * ACK_SLOT.size}-"
+                           f"{(i + 1) * ACK_SLOT.size - 1}) is damaged; the other slot is used")
         if raw and best == (0, 0):
             self._note(f"{ACK_FILE} file is damaged (no valid slot, {len(raw)} bytes): "
                        "acknowledged entries are not protected until the next append")
@@ -304,8 +309,8 @@ class FileLog(Log):
         except FileNotFoundError:
             return first_base
         text, _, crc = raw.decode("latin-1").partition(" ")
-        if text.isdigit() and (not crc or crc == f"{zlib.crc32(text.encode()):08x}"):
-            return int(text)  # (a file without a CRC was written by an older version)
+        if text.isdigit() and crc == f"{zlib.crc32(text.encode()):08x}":
+            return int(text)
         self._note(f"{LOW_FILE} file is damaged ({raw[:40]!r}); using the first segment's "
                    f"base {first_base} (entries below the real low watermark may be listed)")
         return first_base

@@ -20,8 +20,6 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
 from pyspark_durable.cli.check import Checker
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import DurableWalError

@@ -45,6 +45,7 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "cleanGraceMs": ("300000", "write: the cleaner keeps uncommitted entries younger than this "
                      "(set it above your longest micro-batch)"),
     "checkpointLocation": ("(none)", "Spark's own option, accepted and ignored here"),
+    "queryName": ("(none)", "Spark's own option (`.queryName(...)`), accepted and ignored here"),
 }
 _CANONICAL = {k.lower(): k for k in OPTIONS}
 

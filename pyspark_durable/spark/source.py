@@ -191,7 +191,19 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         ns = namespace_for(self.opts)
-        return offset(ns, first_step(ns, self.opts))
+        return offset(ns, self._hold(ns, first_step(ns, self.opts)))
+
+    def _hold(self, ns: Namespace, step: int) -> int:
+        """With ``holdRetention``: record that this reader needs steps from ``step`` on.
+
+        Recorded when a batch is planned (Spark hands ``start`` only once the batch
+        before it is done), not only in :meth:`commit`, which Spark calls late: else
+        the first batch and the last one before a stop would hold nothing. A cleaner
+        may expire ``step`` just before the record lands: the caller checks again.
+        """
+        if self.opts.hold_retention and step <= ns.steps().stop:
+            ns.commit_reader(self.opts.reader_id, step, hold=True)
+        return step
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = namespace_for(self.opts).steps().stop
@@ -208,7 +220,8 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         ns = namespace_for(self.opts)
-        begin = resume_step(ns, self.opts, start)
+        # hold where this batch begins, then check again: a cleaner may have expired it
+        begin = check_available(ns, self.opts, self._hold(ns, resume_step(ns, self.opts, start)))
         end = ns.steps().stop
         if self._target is not None:
             end = min(end, max(self._target, begin))

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 from pyspark_durable.cli import main
-from pyspark_durable.endpoint import open_namespace, write_step
+from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.wal import AttemptReceipt, Cleaner, Namespace, WrittenEntry
 
 NS = "shop"
@@ -207,6 +207,28 @@ def test_check_passes_then_fails_on_a_flipped_byte(wal, capsys):
     code, out, err = cli(capsys, "tail", wal, "--namespace", NS, "--table", "orders")
     assert_one_line_error(code, out, err, "log=region_0", "durablewal check")
     assert cli(capsys, "check", wal, "--namespace", "other")[0] == 0  # other namespace intact
+
+
+def test_sealed_segment_cut_at_a_frame_boundary_is_named(wal, capsys):
+    """This tests that a sealed (not last) segment cut exactly after one of its frames makes
+    reads fail with a typed error naming that segment and the missing offsets, and that
+    `check` exits 1 naming the same segment, without a traceback."""
+    from pyspark_durable.errors import CorruptEntryError
+    from pyspark_durable.log.file import FRAME_HEAD
+
+    segments = sorted((wal / NS / "region_0").glob("*.seg"))
+    assert len(segments) >= 3
+    sealed = segments[1]
+    data = sealed.read_bytes()
+    length, _ = FRAME_HEAD.unpack_from(data, 0)
+    sealed.write_bytes(data[: FRAME_HEAD.size + length])  # keep its first frame only
+    first = int(sealed.stem)
+    with pytest.raises(CorruptEntryError, match=rf"segment {sealed.name} ends at offset "
+                                                rf"{first + 1} .* next segment starts"):
+        read_steps(open_namespace(file_config(wal)), "orders")
+    code, out, err = cli(capsys, "check", wal, "--namespace", NS)
+    assert code == 1 and err == "", err
+    assert f"segment {sealed.name} ends at offset {first + 1}" in out
 
 
 def test_check_reports_wrong_attempt_and_table_in_a_step(wal, capsys):

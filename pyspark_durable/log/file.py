@@ -275,7 +275,9 @@ class FileLog(Log):
                 if zlib.crc32(chunk[:16]) == crc:
                     best = max(best, (seq, nxt))
                     continue
-            if chunk or i == 0:  # slots are written whole: a slot never written is absent
+            # slots are written whole; slot 1 first, so a slot 0 never written is zeros
+            unwritten = not chunk if i else (chunk == bytes(ACK_SLOT.size) and len(raw) > len(chunk))
+            if not unwritten:
                 self._note(f"{ACK_FILE} file: slot {i} (bytes {i * ACK_SLOT.size}-"
                            f"{(i + 1) * ACK_SLOT.size - 1}) is damaged; the other slot is used")
         if raw and best == (0, 0):

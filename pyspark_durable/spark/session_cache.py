@@ -7,18 +7,28 @@ daemon forks) must not inherit open logs, so the cache is keyed by process id.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 
 from pyspark_durable.endpoint.config import EndpointConfig, open_namespace
+from pyspark_durable.errors import IncarnationMismatch
 from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.wal import Namespace
 
+log = logging.getLogger(__name__)
 _CACHE: dict[tuple, Namespace] = {}
 _LOCK = threading.Lock()
 
 
 def namespace_for(opts: WalOptions) -> Namespace:
+    """The process's open namespace for these options, caught up with the WAL.
+
+    A cached handle whose WAL was lost or recreated meanwhile follows the new WAL
+    (with a warning): the checks that matter are explicit (source offsets carry the
+    incarnation, a streaming writer's steps must be consecutive), so a batch read in
+    the same session sees the new WAL instead of failing on stale state.
+    """
     key = (os.getpid(), *opts.key())
     with _LOCK:
         ns = _CACHE.get(key)
@@ -28,4 +38,9 @@ def namespace_for(opts: WalOptions) -> Namespace:
                                                options=dict(opts.store)))
             ns.entry_max_bytes = opts.entry_max_bytes
             _CACHE[key] = ns
-        return ns
+            return ns
+    try:
+        ns.refresh()
+    except IncarnationMismatch as exc:
+        log.warning("%s", exc)
+    return ns

@@ -99,6 +99,11 @@ class Checker:
         if state is not None:
             self.report.tables = len(state.tables)
             self._check_sequences(state)
+            for reader, position in sorted(state.readers.items()):
+                if position.next_step > state.next_step:
+                    self.problem(f"reader {reader!r} is recorded at step {position.next_step}, "
+                                 f"past the last committed step {state.next_step - 1}",
+                                 log=COMMITS_LOG)
         self._check_regions(state)
         self._report_repairs()
         return self.report

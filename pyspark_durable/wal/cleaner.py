@@ -5,7 +5,8 @@ A pass, in this order (rules 5-8 of the protocol in :mod:`pyspark_durable.wal.na
 1. replay the commits log; apply the retention policy (an ``expire`` record);
 2. propose per region a bound: the first offset a needed step refers to, and no
    entry younger than ``grace_ms`` (an attempt in flight may still commit it);
-3. append one ``clean`` record with the bounds that move (and the pass's time);
+3. append one ``clean`` record with the bounds that move and the pass's time (a
+   pass that moves no bound skips it if the last one is younger than a second);
 4. replay to the end of the log, then delete each region below
    ``min(bound, first offset a needed step refers to)``;
 5. write a snapshot versioned by its commits-log offset, then delete the commits
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 
 SNAPSHOTS_KEPT = 2  # the newest, and one before it while a reader may still load it
 DEFAULT_GRACE_MS = 300_000
+RECORD_INTERVAL_MS = 1_000
 
 
 @dataclass
@@ -109,8 +111,12 @@ class Cleaner:
                 if bound > state.clean_bounds.get(region_id, 0):
                     proposed[region_id] = bound
             failpoints.reached("clean.proposed")
-            ns._append_meta({"k": "clean", "ts": int(time.time() * 1000),
-                             "regions": {str(r): b for r, b in proposed.items()}})
+            now_ms = int(time.time() * 1000)
+            # a pass with no bound to move records only its time, and not more than once
+            # per RECORD_INTERVAL_MS (passes back to back would only lengthen every replay)
+            if proposed or now_ms - state.last_clean_ms >= RECORD_INTERVAL_MS:
+                ns._append_meta({"k": "clean", "ts": now_ms,
+                                 "regions": {str(r): b for r, b in proposed.items()}})
             failpoints.reached("clean.recorded")
             state = ns.refresh()  # every step ordered before our bound is in this replay
             needed = state.needed_starts()

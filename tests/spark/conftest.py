@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -17,3 +18,13 @@ def spark() -> Iterator:
     pyspark_durable.register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture(params=["file", "kafka"])
+def wal(request, tmp_path) -> dict:
+    """Reader/writer options of a fresh namespace on one backend."""
+    ns = f"s{uuid.uuid4().hex[:10]}"
+    if request.param == "file":
+        return {"namespace": ns, "path": str(tmp_path / "wal")}
+    broker = request.getfixturevalue("kafka_broker")
+    return {"namespace": ns, "backend": "kafka", "kafka.bootstrap.servers": broker}

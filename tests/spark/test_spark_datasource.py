@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import uuid
 from decimal import Decimal
 
 import pytest
@@ -72,16 +71,6 @@ def all_types_rows(n: int) -> list[tuple]:
         ))
     rows.append((n,) + (None,) * (len(ALL_TYPES.fields) - 1))  # a row of nulls
     return rows
-
-
-@pytest.fixture(params=["file", "kafka"])
-def wal(request, tmp_path) -> dict:
-    """Reader/writer options of a fresh namespace on one backend."""
-    ns = f"s{uuid.uuid4().hex[:10]}"
-    if request.param == "file":
-        return {"namespace": ns, "path": str(tmp_path / "wal")}
-    broker = request.getfixturevalue("kafka_broker")
-    return {"namespace": ns, "backend": "kafka", "kafka.bootstrap.servers": broker}
 
 
 def reader(spark, opts: dict, stream: bool = False, **extra):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import uuid
 from pathlib import Path
 
 import pytest
@@ -21,16 +20,6 @@ from pyspark.errors import StreamingQueryException
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(params=["file", "kafka"])
-def wal(request, tmp_path) -> dict:
-    """Spark options of a fresh namespace on one backend."""
-    ns = f"i{uuid.uuid4().hex[:10]}"
-    if request.param == "file":
-        return {"namespace": ns, "path": str(tmp_path / "wal")}
-    broker = request.getfixturevalue("kafka_broker")
-    return {"namespace": ns, "backend": "kafka", "kafka.bootstrap.servers": broker}
 
 
 def endpoint(opts: dict) -> dict:

@@ -163,3 +163,36 @@ def test_every_error_above_is_a_durable_wal_error():
     for kind in {k for _, k, _ in CASES.values()} | {StepExpired, BackendUnavailable}:
         assert issubclass(kind, DurableWalError), kind
     assert pa is not None
+
+
+def test_handle_notices_a_restored_or_recreated_wal(wal, tmp_path):
+    """This tests that a long-lived handle whose WAL folder was restored from an older copy,
+    or deleted and created again, raises IncarnationMismatch naming what it knew and what
+    it finds (never stale rows, never a bogus corruption error), then follows the WAL."""
+    import shutil
+
+    from pyspark_durable.errors import IncarnationMismatch
+
+    config, ns = wal
+    root = tmp_path / "w"
+    shutil.copytree(root, tmp_path / "backup")
+    for ws in range(2, 5):
+        write_step(ns, "w", ws, {"t": [{"id": ws}]})
+    assert ns.steps() == range(0, 5)
+    shutil.rmtree(root)
+    shutil.copytree(tmp_path / "backup", root)
+    with pytest.raises(IncarnationMismatch, match=r"the commits log ends at offset \d+, but "
+                                                  r"this handle already read up to \d+"):
+        ns.steps()
+    assert ns.steps() == range(0, 2)
+    assert read_steps(ns, "t").column("id").to_pylist() == [1]
+    first = ns.incarnation
+    shutil.rmtree(root)
+    fresh = open_namespace(config)
+    for ws in range(3):
+        write_step(fresh, "x", ws, {"t": [{"id": 100 + ws}]})
+    write_step(fresh, "x", 3, {"u": [{"id": 200}]}, region_id=1)
+    with pytest.raises(IncarnationMismatch, match=f"this handle knew incarnation {first}; "
+                                                  f"the WAL now is incarnation {fresh.incarnation}"):
+        ns.steps()
+    assert read_steps(ns, "t").column("id").to_pylist() == [100, 101, 102]

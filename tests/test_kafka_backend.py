@@ -76,6 +76,25 @@ def test_existing_multi_partition_topic_is_refused(make_kafka, kafka_broker, nam
         make_kafka().open_region(5)
 
 
+def test_empty_auto_created_topic_is_replaced(make_kafka, kafka_broker, namespace):
+    """This tests that an EMPTY topic a broker auto-created with several partitions (a stale
+    client asked for a deleted topic) is replaced by a 1-partition topic when the log is
+    opened for writing, and the log then works; opening it read-only still refuses it."""
+    from kafka.admin import NewTopic
+
+    topic = f"{namespace}_region_6"
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker)
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=-1)])
+    finally:
+        admin.close()
+    with pytest.raises(ConfigError, match="has 4 partitions"):
+        make_kafka().open_log("region_6", create=False)
+    log = make_kafka().open_region(6)
+    assert describe(kafka_broker, [topic]) == {topic: 1}
+    assert log.append([Record(b"k", b"v")]) == [0]
+
+
 def test_high_watermark_not_from_list_offsets(make_kafka, kafka_broker):
     """This tests that a fresh store learns the true end of a log written in one batch.
 

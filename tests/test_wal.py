@@ -412,3 +412,30 @@ def test_writer_and_step_arguments_are_validated(open_ns, call, message):
     ns.expire(1)
     Cleaner(ns, grace_ms=0).run_once()
     assert open_ns().steps() == range(1, 1)
+
+
+def test_namespace_created_by_many_handles_at_once_has_one_incarnation(make_store):
+    """This tests that handles creating one namespace at the same moment (Spark tasks do)
+    agree on the first creator's incarnation, write into it, and read it back."""
+    barrier = threading.Barrier(4)
+    handles: list[Namespace] = []
+    errors: list[BaseException] = []
+
+    def create() -> None:
+        try:
+            store = make_store()
+            barrier.wait()
+            handles.append(Namespace(store))
+        except BaseException as exc:  # noqa: BLE001 - collected, asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len({ns.incarnation for ns in handles}) == 1 and handles[0].incarnation
+    for i, ns in enumerate(handles):
+        write_step(ns, f"w{i}", 0, {"t": rows(f"h{i}", 2)})
+    assert Namespace(make_store()).steps() == range(0, 4)

@@ -216,6 +216,11 @@ class LogStore(ABC):
     def close(self) -> None:  # noqa: B027 - backends with resources override it
         """Close every log opened through this store."""
 
+    def reset(self) -> None:
+        """Forget what is cached about the logs (their storage was replaced, e.g. a WAL
+        recreated under a long-lived handle); logs are opened afresh on next use."""
+        self.close()
+
     def list_regions(self) -> list[int]:
         return sorted(
             int(n[len(REGION_PREFIX):])

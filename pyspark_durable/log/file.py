@@ -221,6 +221,18 @@ class _Segment:
     end: int = 0  # byte position after the last known-good frame
     scanned: bool = False
     inode: int = -1  # the file's identity: a file recreated under the same name is new
+    head: bytes = b""  # its first frame's length and CRC: an inode number can be reused
+
+    def same_file(self) -> bool:
+        """Is the file at ``path`` still the one indexed (same first frame, not shorter)?"""
+        if len(self.head) < FRAME_HEAD.size:
+            return True  # nothing indexed from it yet
+        try:
+            with open(self.path, "rb") as f:
+                return f.read(FRAME_HEAD.size) == self.head and \
+                    os.fstat(f.fileno()).st_size >= self.end
+        except FileNotFoundError:
+            return True  # gone: the caller's listing decides
 
     @property
     def count(self) -> int:
@@ -329,6 +341,13 @@ class FileLog(Log):
             known = {(s.base, s.inode): s for s in self._segments}
             segments = [known.get((b, ino)) or _Segment(b, self.path / n, inode=ino)
                         for b, (n, ino) in zip(bases, found, strict=True)]
+            if segments and not segments[-1].same_file():
+                # a new file under the old name and inode number (a recreated log), or the
+                # old one shorter than indexed (restored from a copy): the files are the
+                # truth, the index is rebuilt from them, and the `acked` rule tells a log
+                # that lost acknowledged entries
+                segments[-1] = _Segment(segments[-1].base, segments[-1].path,
+                                        inode=segments[-1].inode)
             if not segments:
                 first = self.path / f"{low:020d}{SEGMENT_SUFFIX}"
                 first.touch()
@@ -362,6 +381,8 @@ class FileLog(Log):
         if seg.end >= size and seg.scanned:
             return
         with open(seg.path, "rb") as f:
+            if not seg.head:
+                seg.head = f.read(FRAME_HEAD.size)
             f.seek(seg.end)
             pos, expect = seg.end, seg.base + seg.count
             # Positions are kept aside and indexed only once the scan succeeded: a scan
@@ -536,6 +557,8 @@ class FileLog(Log):
             self._write_ack(next_offset)  # only now is the batch acknowledged
             self._last_sync = time.monotonic()
             with self._state:
+                if seg.end == 0:
+                    seg.head = bytes(buffers[0][: FRAME_HEAD.size])
                 seg.positions.extend(positions)
                 seg.end = end
         return result

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -72,6 +73,7 @@ from pyspark_durable.log.kafka_admin import KafkaSettings, TopicAdmin, translate
 log = logging.getLogger(__name__)
 
 SNAPSHOTS = "snapshots"
+PROBE_POLL_MS = 200
 LOG_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
 META_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "compact"}
 
@@ -183,15 +185,19 @@ class KafkaLog(Log):
         """(first offset the broker still has, high watermark), from the broker.
 
         Without ``probe`` the high watermark is the highest one known (a lower bound).
+        The probe fetches the last known entry; a topic that is shorter than we knew
+        (deleted and recreated under this handle) answers with a lower high watermark
+        or an out-of-range error, and then its real end is probed and believed.
         """
         address = self.store.settings.bootstrap_servers
         timeout_ms = self.store.settings.request_timeout_ms
+        known = self._known_high
         with self._consumer() as c, translated("reading watermarks", address, **self._where()):
-            for attempt in range(2):
+            for attempt in range(3):
                 begin = c.beginning_offsets([self.tp], timeout_ms)[self.tp]
                 if not probe:
-                    return begin, max(begin, self._known_high)
-                hint = max(self._known_high, begin)
+                    return begin, max(begin, known)
+                hint = max(known, begin)
                 if hint == begin:
                     # Tansu: a lower bound of the end, 0 only when empty; Kafka: exact
                     end = c.end_offsets([self.tp], timeout_ms)[self.tp]
@@ -200,20 +206,36 @@ class KafkaLog(Log):
                     hint = end
                 c.seek(self.tp, hint - 1)
                 try:
-                    got = c.poll(timeout_ms=timeout_ms, max_records=1)
+                    high = self._probe(c, hint, timeout_ms)
                 except kerr.OffsetOutOfRangeError:
-                    if attempt:
+                    if attempt == 2:
                         raise
-                    continue  # deleted meanwhile: learn the new beginning
-                if not got:
-                    raise BackendUnavailable(
-                        f"no fetch answer from Kafka broker {address} for topic {self.topic} "
-                        f"within request_timeout_ms={timeout_ms}", **self._where())
-                high = c.highwater(self.tp)
+                    known = 0  # deleted meanwhile, or the topic is shorter: ask its end
+                    continue
+                if high < hint:
+                    known = 0  # the topic is shorter than we knew: recreated under us
+                    continue
                 break
         with self._lock:
-            self._known_high = max(self._known_high, high if high is not None else hint)
+            self._known_high = high if high < self._known_high and known == 0 else \
+                max(self._known_high, high)
             return begin, self._known_high
+
+    def _probe(self, c: KafkaConsumer, hint: int, timeout_ms: int) -> int:
+        """Fetch at ``hint - 1`` until an entry or a high watermark below ``hint`` comes."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            got = c.poll(timeout_ms=PROBE_POLL_MS, max_records=1)
+            high = c.highwater(self.tp)
+            if got:
+                return hint if high is None else high
+            if high is not None and high < hint:
+                return high
+            if time.monotonic() > deadline:
+                raise BackendUnavailable(
+                    f"no fetch answer from Kafka broker {self.store.settings.bootstrap_servers} "
+                    f"for topic {self.topic} within request_timeout_ms={timeout_ms}",
+                    **self._where())
 
     def _watermarks(self, probe: bool = True) -> tuple[int, int]:
         begin, high = self._bounds(probe)
@@ -450,6 +472,16 @@ class KafkaLogStore(LogStore):
                 self.topic(SNAPSHOTS),
             )
         self._delete_records_ok = ok
+
+    def reset(self) -> None:
+        with self._lock:
+            logs, self._logs = list(self._logs.values()), {}
+        with self._meta_lock:
+            if self._meta_log is not None:
+                logs.append(self._meta_log)
+            self._meta_log, self._meta, self._meta_pos = None, {}, 0
+        for log_ in logs:
+            log_.close()
 
     def close(self) -> None:
         with self._lock:

@@ -32,6 +32,7 @@ from pyspark_durable.errors import (
 )
 
 log = logging.getLogger(__name__)
+AUTO_CREATED_RETRIES = 3
 
 FORBIDDEN: dict[str, str] = {
     "acks": "appends are durable only with acks=all, which the backend forces",
@@ -247,21 +248,30 @@ class TopicAdmin:
         return len(info.get("partitions") or [])
 
     def ensure(self, topic: str, create: bool, configs: Mapping[str, str]) -> bool:
-        """Make sure ``topic`` exists with ONE partition; False if missing and not ``create``."""
+        """Make sure ``topic`` exists with ONE partition; False if missing and not ``create``.
+
+        A topic a broker auto-created with other partition counts (a client that still
+        knew a deleted topic asked for it) is replaced when it is empty and ``create``
+        is asked: nothing is lost. A non-empty one is an error, never used.
+        """
         count = self.partitions(topic)
+        for _ in range(AUTO_CREATED_RETRIES):
+            if count in (None, 1) or not create or not self._empty(topic, count):
+                break
+            log.warning("namespace=%s: topic %s was auto-created with %d partitions and is "
+                        "empty; replacing it with a 1-partition topic", self.namespace, topic,
+                        count)
+            with translated("replacing an auto-created topic", self.address,
+                            namespace=self.namespace, topic=topic):
+                try:
+                    self.client.delete_topics([topic])
+                except kerr.UnknownTopicOrPartitionError:
+                    pass  # another process replaced it first
+            count = self._create(topic, configs)
         if count is None:
             if not create:
                 return False
-            spec = {"num_partitions": 1, "replication_factor": self.settings.replication_factor,
-                    "configs": {**configs, **self.settings.topic_config}}
-            with translated("creating topic", self.address, namespace=self.namespace,
-                            topic=topic):
-                try:
-                    self.client.create_topics({topic: spec})
-                except kerr.TopicAlreadyExistsError:
-                    pass  # another process won the race: verified below
-                self.client.wait_for_topics([topic], timeout_ms=self.settings.request_timeout_ms)
-            count = self.partitions(topic)
+            count = self._create(topic, configs)
         if count != 1:
             raise ConfigError(
                 f"topic {topic!r} has {count} partitions; a log needs exactly 1 (created by "
@@ -269,6 +279,30 @@ class TopicAdmin:
                 namespace=self.namespace,
             )
         return True
+
+    def _create(self, topic: str, configs: Mapping[str, str]) -> int | None:
+        spec = {"num_partitions": 1, "replication_factor": self.settings.replication_factor,
+                "configs": {**configs, **self.settings.topic_config}}
+        with translated("creating topic", self.address, namespace=self.namespace, topic=topic):
+            try:
+                self.client.create_topics({topic: spec})
+            except kerr.TopicAlreadyExistsError:
+                pass  # another process won the race: verified by the caller
+            self.client.wait_for_topics([topic], timeout_ms=self.settings.request_timeout_ms)
+        return self.partitions(topic)
+
+    def _empty(self, topic: str, count: int) -> bool:
+        """Do all ``count`` partitions of ``topic`` hold nothing? (end offsets 0: on Tansu
+        a lower bound of the end that is 0 only for an empty partition)."""
+        with translated("reading end offsets", self.address, namespace=self.namespace,
+                        topic=topic):
+            consumer = KafkaConsumer(**self.settings.clients["consumer"])
+            try:
+                parts = [TopicPartition(topic, p) for p in range(count)]
+                ends = consumer.end_offsets(parts, self.settings.request_timeout_ms)
+                return all(ends[p] == 0 for p in parts)
+            finally:
+                consumer.close()
 
     def delete_records(self, topic: str, offset: int) -> bool:
         """DeleteRecords below ``offset``; False if the broker does not support it."""

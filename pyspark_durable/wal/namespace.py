@@ -169,6 +169,8 @@ class Namespace:
                 self.state = NamespaceState.recover(self.store, self._commits)
             except IncarnationMismatch as exc:
                 old = self.state.incarnation
+                self.store.reset()  # cached log state describes the WAL that is gone
+                self._commits = self.store.open_log(COMMITS_LOG, create=False)
                 self.state = NamespaceState.recover(self.store, self._commits)
                 raise IncarnationMismatch(
                     f"{exc.args[0].split(': ', 1)[-1]} (this handle knew incarnation {old}; the "

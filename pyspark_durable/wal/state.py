@@ -167,7 +167,10 @@ class NamespaceState:
         for entry in commits.read(self.next_offset, high):
             record = decode_meta(entry.value, namespace=self.namespace, offset=entry.offset)
             tag = record.get("i")
-            if tag is not None and self.incarnation is not None and tag != self.incarnation:
+            # processes creating a namespace at once each append an `ns` record with
+            # their own id; the first one wins and the others are ignored, not damage
+            if tag is not None and self.incarnation is not None and tag != self.incarnation \
+                    and record["k"] != "ns":
                 raise IncarnationMismatch(
                     f"record at offset {entry.offset} belongs to incarnation {tag}, this "
                     f"handle knows incarnation {self.incarnation}: the WAL was recreated",

@@ -334,9 +334,9 @@ def test_attempt_bounds_the_bytes_in_flight(open_ns, monkeypatch):
     """This tests that an attempt waits for its oldest entries once more than
     INFLIGHT_BYTES_MAX are in flight, so a fast producer cannot fill memory, and that
     every entry still reads back in order."""
-    import pyspark_durable.wal.namespace as namespace_module
+    import pyspark_durable.wal.attempt as attempt_module
 
-    monkeypatch.setattr(namespace_module, "INFLIGHT_BYTES_MAX", 1)
+    monkeypatch.setattr(attempt_module, "INFLIGHT_BYTES_MAX", 1)
     ns = open_ns()
     a = ns.begin("w", 0)
     for i in range(6):

@@ -4,10 +4,10 @@ See :mod:`pyspark_durable.wal.namespace` for the commit protocol and
 :mod:`pyspark_durable.wal.cleaner` for retention.
 """
 
+from pyspark_durable.wal.attempt import Attempt
 from pyspark_durable.wal.cleaner import Cleaner, CleanReport
 from pyspark_durable.wal.namespace import (
     DEFAULT_TABLE,
-    Attempt,
     Namespace,
     StepBatch,
     table_id_for_name,

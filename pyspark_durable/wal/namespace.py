@@ -45,14 +45,12 @@ import logging
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future
 from dataclasses import dataclass
 
 import pyarrow as pa
 
-from pyspark_durable.codec import EntryKey, codec_for, decode_key, decode_value, encode_value
+from pyspark_durable.codec import codec_for, decode_key, decode_value
 from pyspark_durable.codec.keys import U64_MAX
 from pyspark_durable.errors import (
     AttemptLost,
@@ -67,11 +65,11 @@ from pyspark_durable.errors import (
 )
 from pyspark_durable.log import LogStore, Record
 from pyspark_durable.wal import failpoints
+from pyspark_durable.wal.attempt import Attempt
 from pyspark_durable.wal.records import (
     AttemptReceipt,
     StepCommit,
     TableInfo,
-    WrittenEntry,
     build_runs,
     encode_meta,
 )
@@ -84,7 +82,6 @@ COMMITS_LOG = "commits"
 DEFAULT_TABLE = "default"
 ENTRY_MAX_BYTES = 900 * 1024  # below Kafka's default message.max.bytes (1 MiB)
 HIGH_BIT = 1 << 63
-INFLIGHT_BYTES_MAX = 32 << 20  # per attempt: bounds a writer's memory, keeps the log busy
 
 
 def check_writer(writer_id: object, writer_step: object, namespace: str) -> None:
@@ -470,84 +467,6 @@ class Namespace:
 
     def close(self) -> None:
         self.store.close()
-
-
-@dataclass(slots=True)
-class _InFlight:
-    """Entries handed to a region log whose durability the attempt has not seen yet."""
-
-    future: Future[list[int]]
-    region_id: int
-    table_id: int
-    stats: list[tuple[int, int]]  # (rows, value bytes) per entry
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(size for _, size in self.stats)
-
-
-class Attempt:
-    """One writer attempt: appends durable, invisible entries until its step commits.
-
-    ``write`` hands entries to the region log without waiting for them to be durable
-    (at most ``INFLIGHT_BYTES_MAX`` at a time), so encoding the next rows overlaps
-    the log's writes and fsyncs; :meth:`receipt` waits until every entry is durable,
-    and only a receipt can make entries visible, so nothing is acknowledged early.
-    """
-
-    def __init__(self, ns: Namespace, writer_id: str, writer_step: int, attempt_id: str) -> None:
-        self.ns = ns
-        self.writer_id = writer_id
-        self.writer_step = writer_step
-        self.attempt_id = attempt_id
-        self._entries: list[WrittenEntry] = []
-        self._inflight: deque[_InFlight] = deque()
-        self._inflight_bytes = 0
-        self._next_index = 0  # attempt-local entry index, the key's sequence field
-        self._headers = (("a", attempt_id.encode()), ("w", writer_id.encode()),
-                         ("s", str(writer_step).encode()))
-
-    def write(self, table: int | str, data: pa.Table | pa.RecordBatch, region_id: int = 0,
-              payload_format: str = "arrow") -> int:
-        """Append rows of one table as entries (split to stay under entry_max_bytes)."""
-        if data.num_rows == 0:
-            return 0  # nothing to write; an empty batch defines no table either
-        info = self.ns.define_table(table, region_id, data.schema, payload_format)
-        codec = codec_for(info.payload_format, info.schema)
-        chunk_rows = max(1, int(data.num_rows * self.ns.entry_max_bytes / max(data.nbytes, 1)))
-        records, stats = [], []
-        for start in range(0, data.num_rows, chunk_rows):
-            part = data.slice(start, chunk_rows)
-            key = EntryKey(self.ns.namespace_id, info.region_id, info.table_id,
-                           self._next_index + len(records))
-            value = encode_value(codec.encode(part))
-            records.append(Record(key.encode(), value, self._headers))
-            stats.append((part.num_rows, len(value)))
-        future = self.ns.store.open_region(info.region_id).append_async(records)
-        self._next_index += len(records)
-        self._inflight.append(_InFlight(future, info.region_id, info.table_id, stats))
-        self._inflight_bytes += self._inflight[-1].size_bytes
-        while self._inflight_bytes > INFLIGHT_BYTES_MAX and len(self._inflight) > 1:
-            self._settle_oldest()
-        return data.num_rows
-
-    def _settle_oldest(self) -> None:
-        done = self._inflight.popleft()
-        self._inflight_bytes -= done.size_bytes
-        offsets = done.future.result()  # the log's typed error, if the append failed
-        for off, (rows, size) in zip(offsets, done.stats, strict=True):
-            self._entries.append(WrittenEntry(done.region_id, done.table_id, off, rows, size))
-
-    def receipt(self) -> AttemptReceipt:
-        """What this attempt wrote, once every entry of it is durable."""
-        while self._inflight:
-            self._settle_oldest()
-        return AttemptReceipt(self.attempt_id, self.writer_id, self.writer_step,
-                              tuple(self._entries))
-
-    def commit(self) -> int:
-        """Commit this attempt alone as the step of (writer_id, writer_step)."""
-        return self.ns.commit(self.writer_id, self.writer_step, [self.receipt()])
 
 
 def _fmt(schema: pa.Schema) -> str:

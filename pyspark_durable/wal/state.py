@@ -97,7 +97,6 @@ class NamespaceState:
     last_clean_ms: int = 0
     readers: dict[str, ReaderPosition] = field(default_factory=dict)
     retention: dict[str, Any] = field(default_factory=dict)
-    rejected: int = 0  # step records refused because a cleaner got there first
     incarnation: str | None = None  # made when the namespace is created
     writer_last: dict[str, int] = field(default_factory=dict)  # newest writer step seen
 
@@ -192,7 +191,6 @@ class NamespaceState:
             if pair in self.pairs:
                 return  # a duplicate commit of a pair: never a second step
             if self.lost_run(commit) is not None:
-                self.rejected += 1
                 return  # a cleaner recorded its bound first: the entries may be gone
             commit.step, commit.commit_offset = self.next_step, offset
             for table_id in commit.tables:

@@ -135,7 +135,9 @@ def test_tables_show_schema_rows_and_sequences(wal, capsys):
     assert rows["events"][2:] == ["1", "avro", "6", "[0, 6)", "kind: string, n: int64"]
     doc = cli_json(capsys, "tables", wal, "--namespace", NS)
     t = {x["name"]: x for x in doc["tables"]}["orders"]
-    assert (t["rows"], t["first_sequence"], t["next_sequence"]) == (24, 0, 6)
+    assert t["rows"] == 24
+    assert t["regions"] == [{"region": 0, "rows": 24, "bytes": t["bytes"], "first_sequence": 0,
+                             "next_sequence": 6, "marked_deleted_before": 0}]
     assert t["schema"] == [{"name": "id", "type": "int64", "nullable": True},
                            {"name": "item", "type": "string", "nullable": True}]
     assert doc["steps"] == [0, 12]
@@ -166,12 +168,12 @@ def test_tail_shows_last_rows_with_step_and_sequence(wal, capsys):
     code, out, err = cli(capsys, "tail", wal, "--namespace", NS, "--table", "orders", "-n", "6")
     assert (code, err) == (0, "")
     rows = lines(out)
-    assert rows[0] == ["_step", "_sequence", "id", "item"]
-    assert rows[2:] == [["8", "4", "18", "item-18"], ["8", "4", "19", "item-19"]] + [
-        ["10", "5", str(i), f"item-{i}"] for i in range(20, 24)]
+    assert rows[0] == ["_step", "_region", "_sequence", "id", "item"]
+    assert rows[2:] == [["8", "0", "4", "18", "item-18"], ["8", "0", "4", "19", "item-19"]] + [
+        ["10", "0", "5", str(i), f"item-{i}"] for i in range(20, 24)]
     doc = cli_json(capsys, "tail", wal, "--namespace", NS, "--table", "events", "-n", "2")
-    assert doc["rows"] == [{"_step": 9, "_sequence": 4, "kind": "e4", "n": 4},
-                           {"_step": 11, "_sequence": 5, "kind": "e5", "n": 5}]
+    assert doc["rows"] == [{"_step": 9, "_region": 1, "_sequence": 4, "kind": "e4", "n": 4},
+                           {"_step": 11, "_region": 1, "_sequence": 5, "kind": "e5", "n": 5}]
     assert cli_json(capsys, "tail", wal, "--namespace", NS, "--table", "orders",
                     "-n", "0")["rows"] == []
 
@@ -238,7 +240,7 @@ def test_check_reports_wrong_attempt_and_table_in_a_step(wal, capsys):
     ghost = ns.begin("forger", 0)
     ghost.write("orders", orders(99))
     real = ghost.receipt()
-    other = ns.define_table("returns", 0, orders(0).schema)
+    other = ns.define_table("returns", orders(0).schema)
     forged = AttemptReceipt("not-the-writer", "forger", 0, tuple(
         WrittenEntry(e.region_id, other.table_id, e.offset, e.rows, e.size_bytes)
         for e in real.entries))
@@ -404,7 +406,7 @@ def test_kafka_namespaces_steps_tail_check(kafka_broker, namespace, capsys):
     code, out, err = cli(capsys, "tail", *broker, "--namespace", namespace, "--table",
                          "orders", "-n", "3")
     assert (code, err) == (0, "")
-    assert [r[2:] for r in lines(out)[2:]] == [["21", "item-21"], ["22", "item-22"],
+    assert [r[3:] for r in lines(out)[2:]] == [["21", "item-21"], ["22", "item-22"],
                                                ["23", "item-23"]]
     doc = cli_json(capsys, "tail", *broker, "--namespace", namespace, "--table", "events",
                    "--kafka-option", "request.timeout.ms=20000")

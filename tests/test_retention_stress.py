@@ -39,6 +39,7 @@ WRITERS = ("w0", "w1")
 CLEANERS = ("c0", "c1")
 READER = "stress-reader"
 TABLES = ("a", "b")
+REGION_OF = {"a": 0, "b": 1}  # as in stress_child.py
 WRITER_STEPS = {"file": 1000, "kafka": 120}  # per writer
 # kills per process of each kind: file 2*5 + 6 + 2*5 = 26, kafka 2*2 + 2 + 2*2 = 10
 KILLS = {"file": {"writer": 5, "reader": 6, "cleaner": 5},
@@ -291,7 +292,8 @@ def test_acknowledged_steps_survive_kills_of_writers_reader_and_cleaners(
     ns = Namespace(make_store())
     assert ns.steps().stop == total
     for table in TABLES:
-        assert ns.state.next_sequences[table_id_for_name(table)] == next_seq[table], table
+        key = (REGION_OF[table], table_id_for_name(table))
+        assert ns.state.next_sequences[key] == next_seq[table], table
     for pair, step in acked.items():
         assert ns.committed_step(*pair) == step, pair
     report = Checker(make_store()).run()

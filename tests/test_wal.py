@@ -129,20 +129,24 @@ def test_sequences_dense_per_table_across_reopen_and_clean(open_ns):
         seqs = read_steps(ns, table).column("_sequence").to_pylist()
         distinct = sorted(set(seqs))
         assert distinct == list(range(distinct[0], distinct[-1] + 1)), table
-        assert distinct[-1] + 1 == ns.state.next_sequences[ns.resolve_table(table)]
-    assert ns.state.next_sequences[ns.resolve_table("a")] > 9  # several entries per write
+        assert distinct[-1] + 1 == ns.state.next_sequences[(0, ns.resolve_table(table))]
+    assert ns.state.next_sequences[(0, ns.resolve_table("a"))] > 9  # several entries per write
 
 
 def test_table_routing_and_schema_errors(open_ns):
-    """This tests that a table is bound to one region and one schema, with errors naming both."""
+    """This tests that a table keeps one schema (type conflicts name the column and both
+    types) and that a region id must be a u64."""
     ns = open_ns()
     write_step(ns, "w", 0, {"t": rows("a", 2)}, region_id=3)
     a = ns.begin("w", 1)
-    with pytest.raises(RoutingError, match=r"table=t.*lives in region 3, rows were routed to "
-                                           r"region 4"):
-        a.write("t", rows("a", 2), region_id=4)
-    with pytest.raises(SchemaMismatch, match=r"table=t.*table has \(id: int64, tag: string\)"):
+    with pytest.raises(RoutingError, match=r"region -1 is not a u64"):
+        a.write("t", rows("a", 2), region_id=-1)
+    with pytest.raises(SchemaMismatch, match=r"table=t.*column 'id' has type int64 in the "
+                                             r"table and double in the rows"):
         a.write("t", pa.table({"id": [1.5]}), region_id=3)
+    with pytest.raises(SchemaMismatch, match=r"table=t.*table has \(id: int64, tag: string\)"
+                                             r".*mergeSchema"):
+        a.write("t", pa.table({"id": [1], "extra": ["x"]}), region_id=3)
     with pytest.raises(RoutingError, match="unknown table 'nope'"):
         ns.table("nope")
 
@@ -185,7 +189,7 @@ def test_mark_deleted_table_claims_keep_data(open_ns):
     reopened.mark_deleted("kept", 4)
     Cleaner(reopened, grace_ms=0).run_once()
     assert reopened.state.base_step == 4
-    with pytest.raises(RoutingError, match="past the table's next sequence 4"):
+    with pytest.raises(RoutingError, match="past the next sequence 4 of the table in region 0"):
         reopened.mark_deleted("kept", 9)
 
 

@@ -75,7 +75,7 @@ def check_namespace(ns: Namespace, acked: dict[int, int], retained_only: bool) -
         got: dict[str, list[pa.RecordBatch]] = {}
         for sb in ns.read_step(step):
             got.setdefault(ns.state.tables[sb.table_id].name, []).extend(sb.batches)
-            seqs.setdefault(sb.table_id, []).append(sb.sequence_num)
+            seqs.setdefault((sb.region_id, sb.table_id), []).append(sb.sequence_num)
         for table, expect in expected_step_rows(ws).items():
             if expect.num_rows == 0:
                 assert table not in got, (step, ws, table)
@@ -85,9 +85,9 @@ def check_namespace(ns: Namespace, acked: dict[int, int], retained_only: bool) -
         assert ns.committed_step(WRITER, ws) == step, f"acknowledged ws={ws} as step {step}"
         if not retained_only or step >= steps.start:
             assert seen_ws.get(ws) == step, f"acknowledged ws={ws} step={step} is missing"
-    for table_id, got_seqs in seqs.items():
-        expect_end = ns.state.next_sequences[table_id]
-        assert got_seqs == list(range(expect_end - len(got_seqs), expect_end)), table_id
+    for key, got_seqs in seqs.items():
+        expect_end = ns.state.next_sequences[key]
+        assert got_seqs == list(range(expect_end - len(got_seqs), expect_end)), key
 
 
 @pytest.mark.parametrize("mode", ["write", "clean"])

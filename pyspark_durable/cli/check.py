@@ -228,32 +228,33 @@ class Checker:
                              snapshot=SNAPSHOT_NAME)
 
     def _check_sequences(self, state: NamespaceState) -> None:
-        """Per table, indexed steps hold consecutive sequence ranges up to the next one."""
-        running: dict[int, int] = {}
+        """Per (region, table), indexed steps hold consecutive sequence ranges up to the
+        next sequence."""
+        running: dict[tuple[int, int], int] = {}
         for commit in state.index:
-            for table_id in commit.tables:
-                first = commit.first_sequences.get(table_id)
-                name = state.tables[table_id].name if table_id in state.tables else table_id
+            for key in sorted({r.key for r in commit.runs}):
+                region_id, table_id = key
+                first = commit.first_sequences.get(key)
+                name = _table_name(state, table_id)
                 if first is None:
                     self.problem("step has no first sequence for a table it writes",
-                                 step=commit.step, table=name)
+                                 step=commit.step, region=region_id, table=name)
                     continue
-                if table_id in running and first != running[table_id]:
+                if key in running and first != running[key]:
                     self.problem(f"sequence gap: step starts at sequence {first}, the previous "
-                                 f"step of the table ended at {running[table_id]}",
-                                 step=commit.step, table=name)
-                running[table_id] = first + sum(r.entries for r in commit.runs
-                                                if r.table_id == table_id)
-        for table_id, end in running.items():
-            nxt = state.next_sequences.get(table_id)
+                                 f"step of the table in the region ended at {running[key]}",
+                                 step=commit.step, region=region_id, table=name)
+                running[key] = first + sum(r.entries for r in commit.runs if r.key == key)
+        for (region_id, table_id), end in running.items():
+            nxt = state.next_sequences.get((region_id, table_id))
             if nxt != end:
-                name = state.tables[table_id].name if table_id in state.tables else table_id
-                self.problem(f"indexed steps end at sequence {end}, the table's next sequence "
-                             f"is {nxt}", table=name)
-        for table_id, mark in state.marks.items():
-            if mark > state.next_sequences.get(table_id, 0):
-                self.problem(f"marked deleted below {mark}, past the next sequence "
-                             f"{state.next_sequences.get(table_id, 0)}", table=table_id)
+                self.problem(f"indexed steps end at sequence {end}, the next sequence is "
+                             f"{nxt}", region=region_id, table=_table_name(state, table_id))
+        for (region_id, table_id), mark in state.marks.items():
+            nxt = state.next_sequences.get((region_id, table_id), 0)
+            if mark > nxt:
+                self.problem(f"marked deleted below {mark}, past the next sequence {nxt}",
+                             region=region_id, table=_table_name(state, table_id))
 
     # -- regions --------------------------------------------------------------------
 
@@ -270,9 +271,11 @@ class Checker:
                     self.problem(f"step refers to unknown table id {run.table_id}",
                                  step=commit.step, region=run.region_id)
                     continue
-                if info.region_id != run.region_id:
-                    self.problem(f"step puts table {info.name} in region {run.region_id}, the "
-                                 f"table lives in region {info.region_id}", step=commit.step)
+                if run.schema_version >= len(info.schemas):
+                    self.problem(f"step names schema version {run.schema_version} of table "
+                                 f"{info.name}, which has {len(info.schemas)}",
+                                 step=commit.step, region=run.region_id)
+                    continue
                 self.report.runs += 1
                 by_region[run.region_id].append(_RunCheck(commit, run))
         return by_region
@@ -388,7 +391,8 @@ class Checker:
         info = state.tables[rc.run.table_id]
         try:
             payload = decode_value(entry.value, region_id=region_id, offset=entry.offset)
-            batches = codec_for(info.payload_format, info.schema).decode(payload)
+            schema = info.schemas[rc.run.schema_version]
+            batches = codec_for(info.payload_format, schema).decode(payload)
             rc.rows += sum(b.num_rows for b in batches)
         except Exception as exc:  # noqa: BLE001 - any decode failure is a finding here
             self.problem(f"payload of table {info.name} does not decode: "

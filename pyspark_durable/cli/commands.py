@@ -109,7 +109,8 @@ def cmd_regions(args: argparse.Namespace) -> int:
         for region_id in ns.store.list_regions():
             region = ns.store.open_region(region_id, create=False)
             low, high = region.low_watermark(), region.high_watermark()
-            tables = sorted(t.name for t in state.tables.values() if t.region_id == region_id)
+            tables = sorted(_table_name(state, t) for r, t in state.next_sequences
+                            if r == region_id)
             found.append({"region": region_id, "low_watermark": low, "high_watermark": high,
                           "entries": high - low, "tables": tables})
     doc = {"namespace": args.namespace, "regions": found}
@@ -125,36 +126,48 @@ def cmd_regions(args: argparse.Namespace) -> int:
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
-    """Tables with schema, rows and sequence range of the retained steps."""
+    """Tables with their schema, and per region the rows and sequence range of the
+    retained steps (sequences count per (region, table))."""
     with _namespace(args) as ns:
         state = ns.refresh()
-        rows_of: dict[int, int] = {}
-        bytes_of: dict[int, int] = {}
-        first_of: dict[int, int] = {}
+        rows_of: dict[tuple[int, int], int] = {}
+        bytes_of: dict[tuple[int, int], int] = {}
+        first_of: dict[tuple[int, int], int] = {}
         for commit in state.index:
             if commit.step < state.expired_before:
                 continue  # expired: no longer readable, not counted
             for run in commit.runs:
-                rows_of[run.table_id] = rows_of.get(run.table_id, 0) + run.rows
-                bytes_of[run.table_id] = bytes_of.get(run.table_id, 0) + run.size_bytes
-                first_of.setdefault(run.table_id, commit.first_sequences[run.table_id])
+                rows_of[run.key] = rows_of.get(run.key, 0) + run.rows
+                bytes_of[run.key] = bytes_of.get(run.key, 0) + run.size_bytes
+                first_of.setdefault(run.key, commit.first_sequences[run.key])
         found = []
         for info in sorted(state.tables.values(), key=lambda t: t.name):
-            nxt = state.next_sequences.get(info.table_id, 0)
+            regions = []
+            for region_id, nxt in state.table_regions(info.table_id).items():
+                key = (region_id, info.table_id)
+                regions.append({"region": region_id, "rows": rows_of.get(key, 0),
+                                "bytes": bytes_of.get(key, 0),
+                                "first_sequence": first_of.get(key, nxt), "next_sequence": nxt,
+                                "marked_deleted_before": state.marks.get(key, 0)})
             found.append({
-                "name": info.name, "id": info.table_id, "region": info.region_id,
-                "format": info.payload_format, "rows": rows_of.get(info.table_id, 0),
-                "bytes": bytes_of.get(info.table_id, 0),
-                "first_sequence": first_of.get(info.table_id, nxt), "next_sequence": nxt,
-                "marked_deleted_before": state.marks.get(info.table_id, 0),
+                "name": info.name, "id": info.table_id, "format": info.payload_format,
+                "rows": sum(r["rows"] for r in regions),
+                "bytes": sum(r["bytes"] for r in regions), "regions": regions,
+                "schema_version": info.version,
                 "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable}
                            for f in info.schema],
+                "schema_text": _schema_text(info),
             })
-            found[-1]["schema_text"] = _schema_text(info)
     doc = {"namespace": args.namespace, "steps": [state.expired_before, state.next_step],
            "tables": found}
-    rows = [[t["name"], t["id"], t["region"], t["format"], t["rows"],
-             span(t["first_sequence"], t["next_sequence"]), t["schema_text"]] for t in found]
+    rows = []
+    for t in found:
+        schema = t["schema_text"] + (f" (v{t['schema_version']})" if t["schema_version"] else "")
+        for r in t["regions"] or [{"region": "-", "rows": 0, "first_sequence": 0,
+                                   "next_sequence": 0}]:
+            rows.append([t["name"], t["id"], r["region"], t["format"], r["rows"],
+                         span(r["first_sequence"], r["next_sequence"]), schema])
+            schema = "\""  # once per table
     text = format_table(["table", "id", "region", "format", "rows", "sequences", "schema"],
                         rows) if found else f"namespace {args.namespace!r} has no tables"
     _output(args, doc, text)
@@ -227,6 +240,8 @@ def _tail_rows(ns: Namespace, info: TableInfo, n: int) -> pa.Table | None:
                     t = pa.Table.from_batches([batch])
                     t = t.add_column(0, "_sequence", pa.array([sb.sequence_num] * t.num_rows,
                                                               pa.int64()))
+                    t = t.add_column(0, "_region", pa.array([sb.region_id] * t.num_rows,
+                                                            pa.int64()))
                     t = t.add_column(0, "_step", pa.array([sb.step] * t.num_rows, pa.int64()))
                     parts.append(t)
             progress.advance()
@@ -241,7 +256,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
     with _namespace(args) as ns:
         info = ns.table(args.table)
         table = _tail_rows(ns, info, args.n) if args.n else None
-    columns = ["_step", "_sequence", *info.schema.names]
+    columns = ["_step", "_region", "_sequence", *info.schema.names]
     records = table.to_pylist() if table is not None else []
     doc = {"namespace": args.namespace, "table": info.name, "columns": columns,
            "rows": records}

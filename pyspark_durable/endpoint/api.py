@@ -35,8 +35,10 @@ def _as_table(rows: RowsLike, ns: Namespace, table: int | str) -> pa.Table | pa.
 
 def write_step(ns: Namespace, writer_id: str, writer_step: int,
                data: Mapping[int | str, RowsLike], region_id: int = 0,
-               payload_format: str = "arrow") -> int:
+               payload_format: str = "arrow", merge_schema: bool = False) -> int:
     """Write rows of one or more tables as one step; idempotent per (writer_id, writer_step).
+
+    ``merge_schema`` lets rows with new columns or wider types add a schema version.
 
     >>> step = write_step(ns, "loader", 0, {"orders": [{"id": 1, "amount": 9.5}]})
     """
@@ -50,7 +52,7 @@ def write_step(ns: Namespace, writer_id: str, writer_step: int,
         return done
     attempt = ns.begin(writer_id, writer_step)
     for table, rows in tables.items():
-        attempt.write(table, rows, region_id, payload_format)
+        attempt.write(table, rows, region_id, payload_format, merge_schema)
     return attempt.commit()
 
 

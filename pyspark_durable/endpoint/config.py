@@ -28,7 +28,7 @@ KEYS = ("backend", "namespace", "namespace_id", "options", "writer_id", "reader_
 class EndpointConfig:
     backend: str = "file"
     namespace: str = "default"
-    namespace_id: int = 0
+    namespace_id: int | None = 0  # None: the stored id (reads), 0 for a new namespace
     options: Mapping[str, Any] = field(default_factory=dict)
     writer_id: str | None = None
     reader_id: str | None = None
@@ -84,9 +84,16 @@ def _config(config: EndpointConfig | Mapping[str, Any]) -> EndpointConfig:
     return config if isinstance(config, EndpointConfig) else EndpointConfig.from_mapping(config)
 
 
-def open_namespace(config: EndpointConfig | Mapping[str, Any]) -> Namespace:
+def open_namespace(config: EndpointConfig | Mapping[str, Any], create: bool = True) -> Namespace:
+    """Open a namespace; without ``create`` nothing is created (a missing namespace is
+    :class:`~pyspark_durable.errors.LogNotFound` naming the namespaces there are)."""
     cfg = _config(config)
-    return Namespace(open_store(cfg.backend, cfg.namespace, **dict(cfg.options)), cfg.namespace_id)
+    store = open_store(cfg.backend, cfg.namespace, **dict(cfg.options))
+    try:
+        return Namespace(store, cfg.namespace_id, create=create)
+    except BaseException:
+        store.close()
+        raise
 
 
 def input_endpoint(config: EndpointConfig | Mapping[str, Any]):  # -> DurableInputEndpoint

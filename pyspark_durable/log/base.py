@@ -172,6 +172,14 @@ class LogStore(ABC):
     def list_namespaces(cls, config: Mapping[str, Any]) -> list[str]:
         """Namespaces that exist in the storage the config points at."""
 
+    def sibling_namespaces(self) -> list[str]:
+        """The namespaces stored where this one is (for messages naming what exists)."""
+        return []
+
+    def location(self) -> str:
+        """Where the store lives, for messages (a folder, a broker)."""
+        return f"the {self.type_name} backend"
+
     @abstractmethod
     def list_logs(self) -> list[str]:
         """Names of the logs of this namespace."""

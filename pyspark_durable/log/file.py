@@ -757,6 +757,12 @@ class FileLogStore(LogStore):
             raise LogNotFound(f"no WAL folder at {root}")
         return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
 
+    def sibling_namespaces(self) -> list[str]:
+        return self.list_namespaces({"path": self.root}) if self.root.is_dir() else []
+
+    def location(self) -> str:
+        return f"folder {self.root}" + ("" if self.root.is_dir() else " (which does not exist)")
+
     def list_logs(self) -> list[str]:
         if not self.folder.is_dir():
             return []

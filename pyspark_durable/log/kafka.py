@@ -365,14 +365,23 @@ class KafkaLogStore(LogStore):
     def list_namespaces(cls, config: Mapping[str, Any]) -> list[str]:
         admin = TopicAdmin(KafkaSettings.parse(config))
         try:
-            topics = admin.list_topics()
+            return cls._namespaces_in(admin.list_topics())
         finally:
             admin.close()
+
+    @staticmethod
+    def _namespaces_in(topics: list[str]) -> list[str]:
         suffix = f"_{SNAPSHOTS}"
         return sorted(
             t[: -len(suffix)] for t in topics
             if t.endswith(suffix) and NAME_RE.match(t[: -len(suffix)])
         )
+
+    def sibling_namespaces(self) -> list[str]:
+        return self._namespaces_in(self.admin.list_topics())
+
+    def location(self) -> str:
+        return f"Kafka broker {self.settings.bootstrap_servers}"
 
     def list_logs(self) -> list[str]:
         registered = [k[4:].decode() for k in self._meta_snapshot() if k.startswith(b"log/")]

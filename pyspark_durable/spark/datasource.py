@@ -12,27 +12,47 @@ from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.session_cache import namespace_for
 from pyspark_durable.spark.sink import WalBatchWriter, WalStreamWriter, normalize_schema
 from pyspark_durable.spark.source import METADATA_FIELDS, ReadPlan, WalBatchReader, WalStreamReader
+from pyspark_durable.wal.schemas import union_by_name
 
 
-def _payload_schema(plan_opts: WalOptions) -> tuple[pa.Schema | None, frozenset[int] | None]:
-    """The Arrow schema shared by the selected tables (None if there is no table yet)."""
-    ns = namespace_for(plan_opts)
-    tables = ns.tables()
-    if plan_opts.tables is not None:
-        chosen = [ns.table(t) for t in plan_opts.tables]
+def _payload_schema(opts: WalOptions, strict: bool = False
+                    ) -> tuple[pa.Schema | None, frozenset[int] | None]:
+    """The selected tables' columns, unioned by name (None if there is no table yet).
+
+    ``strict`` (no schema given by the user): an unknown table or region in the
+    ``tables`` / ``regions`` options is an error listing the valid ones. With a
+    user's schema they are allowed: a stream may wait for them to be written.
+    """
+    ns = namespace_for(opts, create=False)
+    state = ns.refresh()
+    if strict and opts.regions is not None:
+        known = state.regions()
+        unknown = [r for r in opts.regions if r not in known]
+        if unknown:
+            raise ConfigError(
+                f"option regions: no region {', '.join(map(str, unknown))} in the namespace; "
+                f"regions with data: {', '.join(map(str, known)) or 'none'}",
+                namespace=ns.name)
+    if opts.tables is not None:
+        if strict:
+            chosen = [ns.table(t) for t in opts.tables]  # unknown: RoutingError listing them
+        else:
+            ids = [ns.resolve_table(t) for t in opts.tables]
+            chosen = [state.tables[i] for i in ids if i in state.tables]
+        ids = frozenset(ns.resolve_table(t) for t in opts.tables)
     else:
-        chosen = [t for t in tables.values()
-                  if plan_opts.regions is None or t.region_id in plan_opts.regions]
-    ids = None if plan_opts.tables is None else frozenset(t.table_id for t in chosen)
+        in_regions = None if opts.regions is None else {
+            t for r, t in state.next_sequences if r in opts.regions}
+        chosen = [t for t in state.tables.values()
+                  if in_regions is None or t.table_id in in_regions]
+        ids = None
     if not chosen:
         return None, ids
-    first = chosen[0]
-    for other in chosen[1:]:
-        if not other.schema.equals(first.schema):
-            raise SchemaMismatch(
-                f"tables {first.name!r} and {other.name!r} have different schemas; choose "
-                "tables of one schema with option tables", namespace=ns.name)
-    return normalize_schema(first.schema), ids
+    try:
+        union = union_by_name([(t.name, normalize_schema(t.schema)) for t in chosen])
+    except SchemaMismatch as exc:
+        raise SchemaMismatch(exc.args[0], namespace=ns.name) from None
+    return union, ids
 
 
 class DurableWalDataSource(DataSource):
@@ -47,7 +67,7 @@ class DurableWalDataSource(DataSource):
         self.opts = WalOptions.parse(options)
 
     def schema(self) -> StructType:
-        payload, _ = _payload_schema(self.opts)
+        payload, _ = _payload_schema(self.opts, strict=True)
         if payload is None:
             raise ConfigError(
                 "namespace has no tables yet, so there is no schema to read; write to it "

@@ -8,6 +8,7 @@ to the log backend untouched: this layer does not know what they mean.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -19,12 +20,15 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "path": ("(none)", "root folder of the file log; `.load(path)`/`.start(path)`/`.save(path)`"),
     "backend": ("file", "`file` | `kafka` (`memory` is refused: it cannot span Spark's workers)"),
     "namespace": ("default", "the WAL's namespace"),
-    "namespaceId": ("0", "u8 id fixed when the namespace is created"),
+    "namespaceId": ("0", "u8 id fixed when the namespace is created (reads take the stored "
+                    "id unless given)"),
     "region": ("0", "write: the region of every row"),
     "regionColumn": ("(none)", "write: an integer column that routes each row to a region"),
     "table": ("default", "write: a table name or id for every row"),
     "tableColumn": ("(none)", "write: a column (string or integer) naming each row's table"),
     "payloadFormat": ("arrow", "write: `arrow` | `avro`"),
+    "mergeSchema": ("false", "write: rows with new columns or wider types (int to long, float "
+                    "to double) add a schema version to the table instead of failing"),
     "entryMaxBytes": ("921600", "write: entries are split to stay under this size"),
     "regions": ("(all)", "read: comma list of regions"),
     "tables": ("(all)", "read: comma list of table names or ids"),
@@ -84,13 +88,14 @@ class WalOptions:
 
     backend: str = "file"
     namespace: str = "default"
-    namespace_id: int = 0
+    namespace_id: int | None = None  # None: 0 for a new namespace, the stored id for reads
     store: Mapping[str, Any] = field(default_factory=dict)
     region: int = 0
     region_column: str | None = None
     table: str = "default"
     table_column: str | None = None
     payload_format: str = "arrow"
+    merge_schema: bool = False
     entry_max_bytes: int = 900 * 1024
     regions: tuple[int, ...] | None = None
     tables: tuple[str, ...] | None = None
@@ -124,9 +129,7 @@ class WalOptions:
             elif lowered in _CANONICAL:
                 raw[_CANONICAL[lowered]] = value
             else:
-                raise ConfigError(
-                    f"unknown option {key!r}; valid options: {', '.join(OPTIONS)}, "
-                    f"and {backend}.* for the {backend} backend")
+                raise ConfigError(unknown_option(key, backend))
         if backend not in ("file", "kafka", "memory"):
             raise ConfigError(f"option backend={backend!r}; valid: file, kafka, memory")
         if backend == "memory":
@@ -157,13 +160,14 @@ class WalOptions:
         return WalOptions(
             backend=backend,
             namespace=str(raw.get("namespace", "default")),
-            namespace_id=_int("namespaceId", raw.get("namespaceId"), 0),
+            namespace_id=_int("namespaceId", raw.get("namespaceId")),
             store=store,
             region=_int("region", raw.get("region"), 0),
             region_column=raw.get("regionColumn"),
             table=str(raw.get("table", "default")),
             table_column=raw.get("tableColumn"),
             payload_format=fmt,
+            merge_schema=_bool("mergeSchema", raw.get("mergeSchema"), False),
             entry_max_bytes=_int("entryMaxBytes", raw.get("entryMaxBytes"), 900 * 1024, 1024),
             regions=None if regions is None else tuple(_int("regions", r) for r in regions),
             tables=_list(raw.get("tables")),
@@ -191,3 +195,11 @@ class WalOptions:
         """Hashable identity, to share one open namespace per worker process."""
         return tuple((f.name, repr(getattr(self, f.name))) for f in fields(self)
                      if f.name in ("backend", "namespace", "namespace_id", "store"))
+
+
+def unknown_option(key: str, backend: str) -> str:
+    """The error for an unknown option: the closest valid name first, then all of them."""
+    close = difflib.get_close_matches(key.lower(), list(_CANONICAL), n=1, cutoff=0.6)
+    hint = f"; did you mean {_CANONICAL[close[0]]!r}?" if close else ""
+    return (f"unknown option {key!r}{hint} (valid options: {', '.join(OPTIONS)}, and "
+            f"{backend}.* for the {backend} backend)")

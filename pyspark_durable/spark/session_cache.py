@@ -21,21 +21,26 @@ _CACHE: dict[tuple, Namespace] = {}
 _LOCK = threading.Lock()
 
 
-def namespace_for(opts: WalOptions) -> Namespace:
+def namespace_for(opts: WalOptions, create: bool = True) -> Namespace:
     """The process's open namespace for these options, caught up with the WAL.
+
+    Readers pass ``create=False``: a read never creates a namespace, a folder or a
+    topic, and takes the namespace's stored id unless the options name one.
 
     A cached handle whose WAL was lost or recreated meanwhile follows the new WAL
     (with a warning): the checks that matter are explicit (source offsets carry the
     incarnation, a streaming writer's steps must be consecutive), so a batch read in
     the same session sees the new WAL instead of failing on stale state.
     """
-    key = (os.getpid(), *opts.key())
+    key = (os.getpid(), create, *opts.key())
     with _LOCK:
         ns = _CACHE.get(key)
+        if ns is None and not create:  # a writer's handle in this process serves reads too
+            ns = _CACHE.get((os.getpid(), True, *opts.key()))
         if ns is None:
             ns = open_namespace(EndpointConfig(backend=opts.backend, namespace=opts.namespace,
                                                namespace_id=opts.namespace_id,
-                                               options=dict(opts.store)))
+                                               options=dict(opts.store)), create=create)
             ns.entry_max_bytes = opts.entry_max_bytes
             _CACHE[key] = ns
             return ns

@@ -121,7 +121,8 @@ def write_batches(opts: WalOptions, batches: Iterator[pa.RecordBatch], writer_id
             tables = _route_values(batch, opts.table_column, "table")
         payload = _normalize(batch.drop_columns(drop) if drop else batch)
         if regions is None and tables is None:
-            attempt.write(opts.table, payload, opts.region, opts.payload_format)
+            attempt.write(opts.table, payload, opts.region, opts.payload_format,
+                          opts.merge_schema)
             continue
         keys = pa.table({"r": regions if regions is not None else
                          pa.array([opts.region] * batch.num_rows, pa.int64()),
@@ -130,7 +131,8 @@ def write_batches(opts: WalOptions, batches: Iterator[pa.RecordBatch], writer_id
         for group in keys.group_by(["r", "t"]).aggregate([]).to_pylist():
             mask = pc.and_(pc.equal(keys.column("r"), group["r"]),
                            pc.equal(keys.column("t"), group["t"]))
-            attempt.write(group["t"], payload.filter(mask), int(group["r"]), opts.payload_format)
+            attempt.write(group["t"], payload.filter(mask), int(group["r"]), opts.payload_format,
+                          opts.merge_schema)
     return attempt.receipt()
 
 

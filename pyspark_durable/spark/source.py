@@ -93,7 +93,7 @@ class ReadPlan:
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, WalPartition):
             return  # Spark plans one placeholder partition when there is nothing to read
-        ns = namespace_for(self.opts)
+        ns = namespace_for(self.opts, create=False)
         names = {}
         payload = pa.schema([f for f in self.arrow_schema
                              if f.name not in {m.name for m in METADATA_FIELDS}])
@@ -106,7 +106,11 @@ class ReadPlan:
                     n = batch.num_rows
                     if n == 0:
                         continue
-                    cols = [batch.column(f.name) for f in payload]
+                    # by name: a table without a column of the union reads it as null
+                    cols = []
+                    for f in payload:
+                        i = batch.schema.get_field_index(f.name)
+                        cols.append(batch.column(i) if i >= 0 else pa.nulls(n, f.type))
                     if self.with_metadata:
                         # built directly in their final types: no cast per batch
                         cols += [
@@ -190,7 +194,7 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: int | None = None
 
     def initialOffset(self) -> dict:
-        ns = namespace_for(self.opts)
+        ns = namespace_for(self.opts, create=False)
         return offset(ns, self._hold(ns, first_step(ns, self.opts)))
 
     def _hold(self, ns: Namespace, step: int) -> int:
@@ -206,7 +210,7 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return step
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = namespace_for(self.opts).steps().stop
+        self._target = namespace_for(self.opts, create=False).steps().stop
 
     def getDefaultReadLimit(self) -> ReadLimit:
         o = self.opts
@@ -219,7 +223,7 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        ns = namespace_for(self.opts)
+        ns = namespace_for(self.opts, create=False)
         # hold where this batch begins, then check again: a cleaner may have expired it
         begin = check_available(ns, self.opts, self._hold(ns, resume_step(ns, self.opts, start)))
         end = ns.steps().stop
@@ -243,11 +247,11 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offset(ns, end)
 
     def reportLatestOffset(self) -> dict:
-        ns = namespace_for(self.opts)
+        ns = namespace_for(self.opts, create=False)
         return offset(ns, ns.steps().stop)
 
     def partitions(self, start: dict, end: dict) -> list[WalPartition]:
-        ns = namespace_for(self.opts)
+        ns = namespace_for(self.opts, create=False)
         begin = resume_step(ns, self.opts, start)
         if end.get("incarnation", ns.incarnation) != ns.incarnation:
             # a batch planned in a WAL that is gone (failOnDataLoss=false got here): it
@@ -265,7 +269,7 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         step = int(end["step"]) - 1
         if step >= 0:
-            DurableInputEndpoint(namespace_for(self.opts), self.opts.reader_id,
+            DurableInputEndpoint(namespace_for(self.opts, create=False), self.opts.reader_id,
                                  hold_retention=self.opts.hold_retention).commit(step)
 
 
@@ -276,7 +280,7 @@ class WalBatchReader(DataSourceReader):
         self.plan = plan
 
     def partitions(self) -> list[WalPartition]:
-        ns = namespace_for(self.plan.opts)
+        ns = namespace_for(self.plan.opts, create=False)
         opts = self.plan.opts
         start = check_available(ns, opts, first_step(ns, opts))
         end = ns.steps().stop if opts.ending_step is None else opts.ending_step

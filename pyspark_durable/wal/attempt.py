@@ -13,8 +13,11 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from pyspark_durable.codec import EntryKey, codec_for, encode_value
+from pyspark_durable.codec.keys import U64_MAX
+from pyspark_durable.errors import RoutingError
 from pyspark_durable.log import Record
 from pyspark_durable.wal.records import AttemptReceipt, WrittenEntry
+from pyspark_durable.wal.schemas import conform
 
 if TYPE_CHECKING:
     from pyspark_durable.wal.namespace import Namespace
@@ -29,6 +32,7 @@ class _InFlight:
     future: Future[list[int]]
     region_id: int
     table_id: int
+    schema_version: int
     stats: list[tuple[int, int]]  # (rows, value bytes) per entry
 
     @property
@@ -58,24 +62,35 @@ class Attempt:
                          ("s", str(writer_step).encode()))
 
     def write(self, table: int | str, data: pa.Table | pa.RecordBatch, region_id: int = 0,
-              payload_format: str = "arrow") -> int:
-        """Append rows of one table as entries (split to stay under entry_max_bytes)."""
+              payload_format: str = "arrow", merge_schema: bool = False) -> int:
+        """Append rows of one table to a region as entries (split under entry_max_bytes).
+
+        Rows are written as the table's newest schema version (missing columns null,
+        narrower types cast up); ``merge_schema`` lets new columns and widenings add a
+        version first (see :meth:`Namespace.define_table`).
+        """
+        if not isinstance(region_id, int) or isinstance(region_id, bool) or not (
+                0 <= region_id <= U64_MAX):
+            raise RoutingError(f"region {region_id!r} is not a u64", namespace=self.ns.name,
+                               table=table)
         if data.num_rows == 0:
             return 0  # nothing to write; an empty batch defines no table either
-        info = self.ns.define_table(table, region_id, data.schema, payload_format)
+        info = self.ns.define_table(table, data.schema, payload_format, merge_schema)
+        version = info.version
+        data = conform(data, info.schema)
         codec = codec_for(info.payload_format, info.schema)
         chunk_rows = max(1, int(data.num_rows * self.ns.entry_max_bytes / max(data.nbytes, 1)))
         records, stats = [], []
         for start in range(0, data.num_rows, chunk_rows):
             part = data.slice(start, chunk_rows)
-            key = EntryKey(self.ns.namespace_id, info.region_id, info.table_id,
+            key = EntryKey(self.ns.namespace_id, region_id, info.table_id,
                            self._next_index + len(records))
             value = encode_value(codec.encode(part))
             records.append(Record(key.encode(), value, self._headers))
             stats.append((part.num_rows, len(value)))
-        future = self.ns.store.open_region(info.region_id).append_async(records)
+        future = self.ns.store.open_region(region_id).append_async(records)
         self._next_index += len(records)
-        self._inflight.append(_InFlight(future, info.region_id, info.table_id, stats))
+        self._inflight.append(_InFlight(future, region_id, info.table_id, version, stats))
         self._inflight_bytes += self._inflight[-1].size_bytes
         while self._inflight_bytes > INFLIGHT_BYTES_MAX and len(self._inflight) > 1:
             self._settle_oldest()
@@ -86,7 +101,8 @@ class Attempt:
         self._inflight_bytes -= done.size_bytes
         offsets = done.future.result()  # the log's typed error, if the append failed
         for off, (rows, size) in zip(offsets, done.stats, strict=True):
-            self._entries.append(WrittenEntry(done.region_id, done.table_id, off, rows, size))
+            self._entries.append(WrittenEntry(done.region_id, done.table_id, off, rows, size,
+                                              done.schema_version))
 
     def receipt(self) -> AttemptReceipt:
         """What this attempt wrote, once every entry of it is durable."""

@@ -8,9 +8,10 @@ Protocol (how steps stay atomic and exactly-once with many writer processes):
 2. The committer (the Spark driver) appends one ``step`` record to the ``commits``
    log listing the runs of region offsets of the attempts it accepts. That append
    is the commit point: a step is all of its runs or, before it, nothing.
-3. Replaying the commits log in order numbers steps 0, 1, 2, ... and fixes each
-   table's sequence numbers: ``next_sequence_num`` of the table, then +1 per entry in
-   offset order. A ``step`` record whose ``(writer_id, writer_step)`` appeared before
+3. Replaying the commits log in order numbers steps 0, 1, 2, ... and fixes the
+   sequence numbers of each (region, table): its ``next_sequence_num``, then +1 per
+   entry in offset order (a table may span regions; each region counts its own).
+   A ``step`` record whose ``(writer_id, writer_step)`` appeared before
    is a duplicate and is ignored by every reader, so a replayed batch or a racing
    committer never adds rows; the committer returns the first step of the pair.
 4. Entries no step refers to (failed, aborted, superseded attempts) are never read;
@@ -57,6 +58,7 @@ from pyspark_durable.errors import (
     ConfigError,
     CorruptEntryError,
     IncarnationMismatch,
+    LogNotFound,
     OffsetOutOfRange,
     RoutingError,
     SchemaMismatch,
@@ -72,8 +74,10 @@ from pyspark_durable.wal.records import (
     TableInfo,
     build_runs,
     encode_meta,
+    schema_to_b64,
 )
 from pyspark_durable.wal.retention import RetentionPolicy
+from pyspark_durable.wal.schemas import conform, fits, merge
 from pyspark_durable.wal.state import NamespaceState, ReaderPosition
 
 log = logging.getLogger(__name__)
@@ -82,6 +86,7 @@ COMMITS_LOG = "commits"
 DEFAULT_TABLE = "default"
 ENTRY_MAX_BYTES = 900 * 1024  # below Kafka's default message.max.bytes (1 MiB)
 HIGH_BIT = 1 << 63
+EVOLVE_ATTEMPTS = 8  # schema versions racing writers append before ours lands
 
 
 def check_writer(writer_id: object, writer_step: object, namespace: str) -> None:
@@ -111,7 +116,7 @@ def table_id_for_name(name: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class StepBatch:
-    """Rows of one entry of a step, with where they came from."""
+    """Rows of one entry of a step (in the table's newest schema), with where they came from."""
 
     step: int
     region_id: int
@@ -126,17 +131,37 @@ class Namespace:
     """One WAL namespace over a :class:`LogStore`; see the module docstring."""
 
     def __init__(
-        self, store: LogStore, namespace_id: int = 0, entry_max_bytes: int = ENTRY_MAX_BYTES
+        self, store: LogStore, namespace_id: int | None = 0,
+        entry_max_bytes: int = ENTRY_MAX_BYTES, create: bool = True,
     ) -> None:
-        if not isinstance(namespace_id, int) or not 0 <= namespace_id <= 255:
+        """Open (with ``create``: create) a namespace.
+
+        Without ``create`` nothing is created, neither the namespace nor any log: a
+        missing namespace is :class:`LogNotFound` listing the namespaces there are, and
+        ``namespace_id=None`` takes the id the namespace was created with.
+        """
+        if namespace_id is None and create:
+            namespace_id = 0
+        if namespace_id is not None and (not isinstance(namespace_id, int) or isinstance(
+                namespace_id, bool) or not 0 <= namespace_id <= 255):
             raise ConfigError(f"namespace id {namespace_id!r} is not a u8 (0..255)",
                               namespace=store.namespace)
         self.store = store
         self.name = store.namespace
         self.entry_max_bytes = entry_max_bytes
         self._lock = threading.RLock()
-        self._commits = store.open_log(COMMITS_LOG)
+        try:
+            self._commits = store.open_log(COMMITS_LOG, create=create)
+        except LogNotFound:
+            names = [n for n in store.sibling_namespaces() if n != self.name]
+            raise LogNotFound(f"unknown namespace {self.name!r}; namespaces: "
+                              f"{', '.join(names) or 'none'} in {store.location()}") from None
         self.state = NamespaceState.recover(store, self._commits)
+        if self.state.namespace_id is None and not create:
+            raise LogNotFound(f"namespace {self.name!r} in {store.location()} is empty: "
+                              "nothing was ever committed to it")
+        if namespace_id is None:
+            namespace_id = self.state.namespace_id
         if self.state.namespace_id is None:
             incarnation = uuid.uuid4().hex
             self._append_meta({"k": "ns", "name": self.name, "id": namespace_id,
@@ -215,40 +240,50 @@ class Namespace:
         return info
 
     def define_table(
-        self, table: int | str, region_id: int, schema: pa.Schema, payload_format: str = "arrow"
+        self, table: int | str, schema: pa.Schema, payload_format: str = "arrow",
+        merge_schema: bool = False,
     ) -> TableInfo:
-        """Create a table bound to a region, or check it against its definition."""
+        """The table rows of ``schema`` are written to, created if new.
+
+        Rows fit the table when their columns are some of its columns, of its types or
+        narrower ones of the same kind (missing columns are written null). With
+        ``merge_schema``, rows that do not fit add a schema version: new nullable
+        columns, lossless widenings. Racing writers each append the version they want;
+        the first record of a version number wins, the others merge again on top of it.
+        """
         table_id = self.resolve_table(table)
-        if not isinstance(region_id, int) or isinstance(region_id, bool) or not (
-            0 <= region_id <= U64_MAX
-        ):
-            raise RoutingError(f"region {region_id!r} is not a u64", namespace=self.name,
-                               table=table)
         codec_for(payload_format, schema)  # rejects unknown formats and unmappable types
         name = table if isinstance(table, str) and not table.isdigit() else str(table_id)
-        wanted = TableInfo(table_id, name, region_id, schema, payload_format)
-        existing = self.state.tables.get(table_id) or self.refresh().tables.get(table_id)
-        if existing is None:
-            self._append_meta(wanted.to_json())
-            existing = self.refresh().tables[table_id]  # the first definition wins
-        self._check_definition(existing, wanted)
-        return existing
-
-    def _check_definition(self, existing: TableInfo, wanted: TableInfo) -> None:
-        where = {"namespace": self.name, "table": existing.name}
-        if existing.region_id != wanted.region_id:
-            raise RoutingError(
-                f"rows of a table never spill over two regions: the table lives in region "
-                f"{existing.region_id}, rows were routed to region {wanted.region_id} (route "
-                "rows of different regions to different tables, e.g. with tableColumn)", **where)
-        if not existing.schema.equals(wanted.schema):
-            raise SchemaMismatch(
-                f"schema does not match the table's: table has {_fmt(existing.schema)}, "
-                f"rows have {_fmt(wanted.schema)}", **where)
-        if existing.payload_format != wanted.payload_format:
-            raise SchemaMismatch(
-                f"payload format {wanted.payload_format!r} differs from the table's "
-                f"{existing.payload_format!r}", **where)
+        where = {"namespace": self.name, "table": name}
+        for _ in range(EVOLVE_ATTEMPTS):
+            existing = self.state.tables.get(table_id) or self.refresh().tables.get(table_id)
+            if existing is None:
+                self._append_meta(TableInfo(table_id, name, (schema,), payload_format).to_json())
+                existing = self.refresh().tables[table_id]  # the first definition wins
+            if existing.payload_format != payload_format:
+                raise SchemaMismatch(
+                    f"payload format {payload_format!r} differs from the table's "
+                    f"{existing.payload_format!r}", **where)
+            if fits(schema, existing.schema):
+                return existing
+            try:
+                merged = merge(existing.schema, schema, what="the table")
+            except SchemaMismatch as exc:  # a real type conflict: no option allows it
+                raise SchemaMismatch(exc.args[0], **where) from None
+            if not merge_schema:
+                raise SchemaMismatch(
+                    f"rows have columns the table does not: table has "
+                    f"{_fmt(existing.schema)}, rows have {_fmt(schema)}; to add them as a new "
+                    "schema version set .option(\"mergeSchema\", \"true\") (Spark) or "
+                    "merge_schema=True", **where)
+            codec_for(payload_format, merged)
+            self._append_meta({"k": "schema", "table": table_id, "v": len(existing.schemas),
+                               "schema": schema_to_b64(merged)})
+            self.refresh()
+            log.info("namespace=%s table=%s: schema version %d is %s", self.name, name,
+                     len(existing.schemas), _fmt(merged))
+        raise SchemaMismatch(f"the table's schema kept changing under {EVOLVE_ATTEMPTS} "
+                             "merges by other writers; write again", **where)
 
     # -- writing --------------------------------------------------------------
 
@@ -362,14 +397,19 @@ class Namespace:
         attempts = {a.encode() for a in commit.attempts}
         next_seq = dict(commit.first_sequences)
         for run in commit.runs:
-            seq0 = next_seq[run.table_id]
-            next_seq[run.table_id] = seq0 + run.entries
+            seq0 = next_seq[run.key]
+            next_seq[run.key] = seq0 + run.entries
             if (tables is not None and run.table_id not in tables) or (
                 regions is not None and run.region_id not in regions
             ):
                 continue
             info = self.state.tables[run.table_id]
-            codec = codec_for(info.payload_format, info.schema)
+            if run.schema_version >= len(info.schemas):
+                raise CorruptEntryError(
+                    f"step {commit.step} names schema version {run.schema_version} of table "
+                    f"{info.name}, which has {len(info.schemas)}", namespace=self.name,
+                    region=run.region_id)
+            codec = codec_for(info.payload_format, info.schemas[run.schema_version])
             region = self.store.open_region(run.region_id, create=False)
             count = 0
             try:
@@ -391,8 +431,11 @@ class Namespace:
                         f"entry holds table {key.table_id}, the step says {run.table_id}",
                         namespace=self.name, region=run.region_id, offset=entry.offset)
                 payload = decode_value(entry.value, region_id=run.region_id, offset=entry.offset)
+                batches = codec.decode(payload)
+                if run.schema_version != info.version:  # older rows read as the newest schema
+                    batches = [conform(b, info.schema) for b in batches]
                 yield StepBatch(commit.step, run.region_id, run.table_id, seq0 + i, entry.offset,
-                                commit.timestamp_ms, codec.decode(payload))
+                                commit.timestamp_ms, batches)
             if count != run.entries:
                 raise CorruptEntryError(
                     f"run [{run.start}, {run.end}) of step {commit.step} read back {count} "
@@ -417,17 +460,32 @@ class Namespace:
             self._append_meta({"k": "expire", "before": step})
             self.refresh()
 
-    def mark_deleted(self, table: int | str, sequence: int) -> None:
-        """Entries of ``table`` with sequence below ``sequence`` are no longer needed."""
+    def mark_deleted(self, table: int | str, sequence: int, region_id: int | None = None) -> None:
+        """Entries of ``table`` in a region with sequence below ``sequence`` are not needed.
+
+        Sequences count per (region, table): ``region_id`` may be left out only when
+        the table's entries live in one region.
+        """
         check_step_arg("sequence", sequence, self.name)
         info = self.table(table)
-        current = self.state.marks.get(info.table_id, 0)
-        limit = self.state.next_sequences.get(info.table_id, 0)
+        regions = self.state.table_regions(info.table_id)
+        if region_id is None:
+            if len(regions) > 1:
+                raise RoutingError(f"table has entries in regions {sorted(regions)}: name the "
+                                   "region whose sequences are marked", namespace=self.name,
+                                   table=info.name)
+            region_id = next(iter(regions), 0)
+        check_step_arg("region", region_id, self.name)
+        key = (region_id, info.table_id)
+        current = self.state.marks.get(key, 0)
+        limit = self.state.next_sequences.get(key, 0)
         if sequence > limit:
-            raise RoutingError(f"sequence {sequence} is past the table's next sequence {limit}",
-                               namespace=self.name, table=info.name)
+            raise RoutingError(f"sequence {sequence} is past the next sequence {limit} of the "
+                               f"table in region {region_id}", namespace=self.name,
+                               table=info.name, region=region_id)
         if sequence > current:
-            self._append_meta({"k": "mark", "table": info.table_id, "seq": sequence})
+            self._append_meta({"k": "mark", "table": info.table_id, "region": region_id,
+                               "seq": sequence})
             self.refresh()
 
     # -- readers and the retention policy ------------------------------------------

@@ -8,14 +8,17 @@ the namespace's whole state, the same in every process:
 kind       meaning
 =========  ==========================================================================
 ``ns``     the namespace's name and u8 id (first entry; the first one wins)
-``table``  a table definition: id, name, region, Arrow schema, payload format
+``table``  a table definition: id, name, Arrow schema (version 0), payload format
+``schema`` schema version ``v`` of ``table`` (schema evolution; the first ``v`` wins)
 ``step``   one committed step: writer id, writer step, attempts, and its *runs*
 ``expire`` steps below ``before`` are no longer needed by step readers
-``mark``   entries of ``table`` below sequence ``seq`` are no longer needed
+``mark``   entries of ``table`` in ``region`` below sequence ``seq`` are not needed
 =========  ==========================================================================
 
-A *run* is ``[region, table, start, end, rows, bytes]``: the region offsets
-``[start, end)`` hold entries of one table written by the step's attempts.
+A *run* is ``[region, table, start, end, rows, bytes, schema_version]``: the region
+offsets ``[start, end)`` hold entries of one table, encoded with one schema version
+of it, written by the step's attempts. A table is not bound to a region: its rows
+may live in any number of regions, and sequence numbers count per (region, table).
 """
 
 from __future__ import annotations
@@ -30,31 +33,52 @@ import pyarrow as pa
 from pyspark_durable.errors import DecodeError
 
 
+def schema_to_b64(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def schema_from_b64(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
 @dataclass(frozen=True, slots=True)
 class TableInfo:
-    """A table: where its rows live (one region, always) and how they are encoded."""
+    """A table: its name, its schema versions (oldest first) and its payload format.
+
+    Schema versions only ever add nullable columns or widen types (see
+    :mod:`pyspark_durable.wal.schemas`), so rows of any version read as the newest.
+    """
 
     table_id: int
     name: str
-    region_id: int
-    schema: pa.Schema
+    schemas: tuple[pa.Schema, ...]
     payload_format: str
 
+    @property
+    def schema(self) -> pa.Schema:
+        """The newest schema version."""
+        return self.schemas[-1]
+
+    @property
+    def version(self) -> int:
+        return len(self.schemas) - 1
+
     def to_json(self) -> dict[str, Any]:
-        return {
-            "k": "table", "id": self.table_id, "name": self.name, "region": self.region_id,
-            "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode(),
-            "format": self.payload_format,
-        }
+        """The ``table`` record that defines the table (schema version 0)."""
+        return {"k": "table", "id": self.table_id, "name": self.name,
+                "schema": schema_to_b64(self.schemas[0]), "format": self.payload_format}
+
+    def snapshot_json(self) -> dict[str, Any]:
+        return {**self.to_json(), "schemas": [schema_to_b64(s) for s in self.schemas[1:]]}
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> TableInfo:
-        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(d["schema"])))
-        return TableInfo(d["id"], d["name"], d["region"], schema, d["format"])
+        schemas = [schema_from_b64(d["schema"])] + [schema_from_b64(s)
+                                                    for s in d.get("schemas", ())]
+        return TableInfo(d["id"], d["name"], tuple(schemas), d["format"])
 
-    def same_definition(self, other: TableInfo) -> bool:
-        return (self.region_id, self.payload_format) == (other.region_id, other.payload_format) \
-            and self.schema.equals(other.schema)
+    def with_version(self, schema: pa.Schema) -> TableInfo:
+        return TableInfo(self.table_id, self.name, (*self.schemas, schema), self.payload_format)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +91,16 @@ class Run:
     end: int
     rows: int
     size_bytes: int
+    schema_version: int = 0
 
     @property
     def entries(self) -> int:
         return self.end - self.start
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """(region, table): what sequence numbers count in."""
+        return self.region_id, self.table_id
 
 
 @dataclass(slots=True)
@@ -84,7 +114,8 @@ class StepCommit:
     timestamp_ms: int
     step: int = -1
     commit_offset: int = -1
-    first_sequences: dict[int, int] = field(default_factory=dict)  # table -> first sequence
+    # (region, table) -> the sequence number of the step's first entry there
+    first_sequences: dict[tuple[int, int], int] = field(default_factory=dict)
 
     @property
     def rows(self) -> int:
@@ -106,8 +137,8 @@ class StepCommit:
         return {
             "k": "step", "w": self.writer_id, "ws": self.writer_step,
             "att": list(self.attempts), "ts": self.timestamp_ms,
-            "runs": [[r.region_id, r.table_id, r.start, r.end, r.rows, r.size_bytes]
-                     for r in self.runs],
+            "runs": [[r.region_id, r.table_id, r.start, r.end, r.rows, r.size_bytes,
+                      r.schema_version] for r in self.runs],
         }
 
     @staticmethod
@@ -126,6 +157,7 @@ class WrittenEntry:
     offset: int
     rows: int
     size_bytes: int
+    schema_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,11 +182,13 @@ def build_runs(receipts: list[AttemptReceipt]) -> tuple[Run, ...]:
     runs: list[Run] = []
     for e in entries:
         last = runs[-1] if runs else None
-        if last and (last.region_id, last.table_id, last.end) == (e.region_id, e.table_id, e.offset):
+        if last and (last.region_id, last.table_id, last.end, last.schema_version) == (
+                e.region_id, e.table_id, e.offset, e.schema_version):
             runs[-1] = Run(last.region_id, last.table_id, last.start, e.offset + 1,
-                           last.rows + e.rows, last.size_bytes + e.size_bytes)
+                           last.rows + e.rows, last.size_bytes + e.size_bytes, e.schema_version)
         else:
-            runs.append(Run(e.region_id, e.table_id, e.offset, e.offset + 1, e.rows, e.size_bytes))
+            runs.append(Run(e.region_id, e.table_id, e.offset, e.offset + 1, e.rows, e.size_bytes,
+                            e.schema_version))
     return tuple(runs)
 
 

@@ -1,11 +1,11 @@
 """The namespace state rebuilt by replaying the commits log, and its snapshots.
 
-Per table it holds HoraeDB's region metadata: ``next_sequence_num``,
-``latest_marked_deleted`` and (through the step index) the sequence -> offset
-mapping; per namespace the step index, the committed (writer, writer_step) pairs,
-the expiry point, the clean bound of every region, reader positions and the
-retention policy. A snapshot is this state *as of a commits-log offset*, so
-recovery is: load the newest snapshot, replay the commits log from that offset.
+Per (region, table) it holds HoraeDB's table metadata inside a region:
+``next_sequence_num``, ``latest_marked_deleted`` and (through the step index) the
+sequence -> offset mapping; per table its schema versions; per namespace the step
+index, the committed (writer, writer_step) pairs, the expiry point, the clean bound
+of every region, reader positions and the retention policy. A snapshot is this state
+*as of a commits-log offset*, so recovery is: load the newest snapshot, replay the commits log from that offset.
 
 Replay is a pure function of the records in log order: whether a ``step`` record
 becomes a step depends only on records before it (the pairs committed so far and
@@ -31,12 +31,12 @@ from pyspark_durable.errors import (
     OffsetOutOfRange,
 )
 from pyspark_durable.log import Log, LogStore
-from pyspark_durable.wal.records import Run, StepCommit, TableInfo, decode_meta
+from pyspark_durable.wal.records import Run, StepCommit, TableInfo, decode_meta, schema_from_b64
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_NAME = "wal"
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3  # 3: sequences per (region, table), schema versions
 SNAPSHOT_HEAD = struct.Struct(">4sII")  # magic | crc32 of the payload | payload length
 SNAPSHOT_MAGIC = b"DWS2"
 
@@ -87,8 +87,9 @@ class NamespaceState:
     next_step: int = 0
     expired_before: int = 0
     pairs: dict[tuple[str, int], int] = field(default_factory=dict)
-    next_sequences: dict[int, int] = field(default_factory=dict)
-    marks: dict[int, int] = field(default_factory=dict)
+    # (region, table) -> next sequence number / latest marked deleted
+    next_sequences: dict[tuple[int, int], int] = field(default_factory=dict)
+    marks: dict[tuple[int, int], int] = field(default_factory=dict)
     next_offset: int = 0  # where replay of the commits log continues
     snapshot_offset: int = 0  # the commits-log offset the loaded snapshot describes
     clean_bounds: dict[int, int] = field(default_factory=dict)  # region -> bound, newest
@@ -185,6 +186,10 @@ class NamespaceState:
                 self.incarnation = d.get("inc")  # (None: made by a version without them)
         elif kind == "table":
             self.tables.setdefault(d["id"], TableInfo.from_json(d))  # the first one wins
+        elif kind == "schema":
+            info = self.tables.get(d["table"])
+            if info is not None and d["v"] == len(info.schemas):  # the first version v wins
+                self.tables[d["table"]] = info.with_version(schema_from_b64(d["schema"]))
         elif kind == "step":
             commit = StepCommit.from_json(d)
             pair = (commit.writer_id, commit.writer_step)
@@ -193,11 +198,10 @@ class NamespaceState:
             if self.lost_run(commit) is not None:
                 return  # a cleaner recorded its bound first: the entries may be gone
             commit.step, commit.commit_offset = self.next_step, offset
-            for table_id in commit.tables:
-                first = self.next_sequences.get(table_id, 0)
-                commit.first_sequences[table_id] = first
-                entries = sum(r.entries for r in commit.runs if r.table_id == table_id)
-                self.next_sequences[table_id] = first + entries
+            for run in commit.runs:  # sequences count per (region, table), in run order
+                first = self.next_sequences.get(run.key, 0)
+                commit.first_sequences.setdefault(run.key, first)
+                self.next_sequences[run.key] = first + run.entries
             self.index.append(commit)
             self.pairs[pair] = self.next_step
             self.note_writer(commit.writer_id, commit.writer_step)
@@ -205,7 +209,12 @@ class NamespaceState:
         elif kind == "expire":
             self.expired_before = max(self.expired_before, d["before"])
         elif kind == "mark":
-            self.marks[d["table"]] = max(self.marks.get(d["table"], 0), d["seq"])
+            if "region" in d:
+                keys = [(d["region"], d["table"])]
+            else:  # written when a table lived in one region: its (region, table) pairs
+                keys = [k for k in self.next_sequences if k[1] == d["table"]]
+            for key in keys:
+                self.marks[key] = max(self.marks.get(key, 0), d["seq"])
         elif kind == "clean":
             bounds = {int(r): b for r, b in d["regions"].items()}
             for region_id, bound in bounds.items():
@@ -250,12 +259,11 @@ class NamespaceState:
         """A step's entries are needed while the step is retained or a table claims them."""
         if commit.step >= self.expired_before:
             return True
-        for table_id in commit.tables:
-            mark = self.marks.get(table_id)
+        for key, first in commit.first_sequences.items():
+            mark = self.marks.get(key)
             if mark is None:
-                continue  # a table never marked holds no claim of its own
-            last = commit.first_sequences[table_id] + sum(
-                r.entries for r in commit.runs if r.table_id == table_id)
+                continue  # a (region, table) never marked holds no claim of its own
+            last = first + sum(r.entries for r in commit.runs if r.key == key)
             if last > mark:
                 return True
         return False
@@ -286,9 +294,18 @@ class NamespaceState:
                 return i
         return len(self.index)
 
-    def sequence_step(self, table_id: int, sequence: int) -> StepCommit | None:
-        """The indexed step holding ``sequence`` of a table (sequence -> offset mapping)."""
-        firsts = [(c.first_sequences[table_id], c) for c in self.index if table_id in c.first_sequences]
+    def regions(self) -> list[int]:
+        """Regions that hold committed entries (sequences never go back, nor does this)."""
+        return sorted({r for r, _ in self.next_sequences})
+
+    def table_regions(self, table_id: int) -> dict[int, int]:
+        """Region -> next sequence number, for the regions holding entries of a table."""
+        return {r: n for (r, t), n in sorted(self.next_sequences.items()) if t == table_id}
+
+    def sequence_step(self, region_id: int, table_id: int, sequence: int) -> StepCommit | None:
+        """The indexed step holding ``sequence`` of a (region, table) (sequence -> offset)."""
+        key = (region_id, table_id)
+        firsts = [(c.first_sequences[key], c) for c in self.index if key in c.first_sequences]
         pos = bisect.bisect_right([f for f, _ in firsts], sequence) - 1
         return firsts[pos][1] if pos >= 0 else None
 
@@ -303,7 +320,7 @@ class NamespaceState:
         next_seq = dict(self.next_sequences)
         for commit in later:
             for run in commit.runs:
-                next_seq[run.table_id] -= run.entries
+                next_seq[run.key] -= run.entries
         pairs: dict[str, list[list[int]]] = {}
         for (writer, wstep), step in sorted(self.pairs.items(), key=lambda kv: kv[1]):
             if step >= next_step:
@@ -317,9 +334,9 @@ class NamespaceState:
             "v": SNAPSHOT_VERSION, "namespace_id": self.namespace_id, "at": at,
             "incarnation": self.incarnation,
             "next_step": next_step, "expired_before": self.expired_before,
-            "tables": [t.to_json() for t in self.tables.values()],
-            "next_sequences": {str(k): v for k, v in next_seq.items()},
-            "marks": {str(k): v for k, v in self.marks.items()},
+            "tables": [t.snapshot_json() for t in self.tables.values()],
+            "next_sequences": [[r, t, n] for (r, t), n in next_seq.items()],
+            "marks": [[r, t, n] for (r, t), n in self.marks.items()],
             "pairs": pairs,
             # what replay after `at` must see exactly as the first replay did
             "bounds": {str(k): v for k, v in self.bounds_at(at).items()},
@@ -337,6 +354,8 @@ class NamespaceState:
         payload = open_snapshot(raw, namespace, version)
         try:
             doc = json.loads(payload)
+            if doc.get("v") == 2:
+                doc = _upgrade_v2(doc)
             if doc.get("v") != SNAPSHOT_VERSION:
                 raise DecodeError(f"snapshot format: expected {SNAPSHOT_VERSION}, "
                                   f"given {doc.get('v')}", namespace=namespace,
@@ -347,8 +366,8 @@ class NamespaceState:
             state.tables = {t["id"]: TableInfo.from_json(t) for t in doc["tables"]}
             state.base_step = state.next_step = doc["next_step"]
             state.expired_before = doc["expired_before"]
-            state.next_sequences = {int(k): v for k, v in doc["next_sequences"].items()}
-            state.marks = {int(k): v for k, v in doc["marks"].items()}
+            state.next_sequences = {(r, t): n for r, t, n in doc["next_sequences"]}
+            state.marks = {(r, t): n for r, t, n in doc["marks"]}
             for writer, runs in doc["pairs"].items():
                 for wstep, step, count in runs:
                     for i in range(count):
@@ -373,3 +392,11 @@ class NamespaceState:
             self.base_bounds = self.bounds_at(at)
             self.bound_history = [(o, b) for o, b in self.bound_history if o >= at]
             self.snapshot_offset = at
+
+
+def _upgrade_v2(doc: dict[str, Any]) -> dict[str, Any]:
+    """A version 2 snapshot (a table lived in one region) as version 3."""
+    home = {t["id"]: t["region"] for t in doc["tables"]}
+    return {**doc, "v": 3,
+            "next_sequences": [[home[int(t)], int(t), n] for t, n in doc["next_sequences"].items()],
+            "marks": [[home[int(t)], int(t), n] for t, n in doc["marks"].items()]}

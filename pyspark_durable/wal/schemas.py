@@ -1,0 +1,122 @@
+"""Schema evolution and union by name: the rules that keep old rows readable.
+
+A table's schema versions only ever grow in two safe ways, as Delta's
+``mergeSchema`` does: a new nullable column is appended, or a column's type is
+widened without loss (a narrower integer to a wider one, a narrower float to a
+wider one). So rows written with any version read as the newest one: missing
+columns are null, narrower values are cast up. Everything else is a type
+conflict, a :class:`SchemaMismatch` naming the column and both types.
+
+Reading several tables at once applies the same rules across tables (Spark's
+``unionByName(allowMissingColumns=True)``): one schema with every column by name.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pyspark_durable.errors import SchemaMismatch
+
+_INT_ORDER = (pa.int8(), pa.int16(), pa.int32(), pa.int64())
+_FLOAT_ORDER = (pa.float16(), pa.float32(), pa.float64())
+
+
+def _rank(t: pa.DataType) -> tuple[int, int] | None:
+    for family, order in enumerate((_INT_ORDER, _FLOAT_ORDER)):
+        if t in order:
+            return family, order.index(t)
+    return None
+
+
+def common_type(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
+    """The type both fit in without loss (``a`` if equal), or None for a conflict."""
+    if a.equals(b):
+        return a
+    ra, rb = _rank(a), _rank(b)
+    if ra is None or rb is None or ra[0] != rb[0]:
+        return None
+    return a if ra[1] > rb[1] else b
+
+
+def fits(rows: pa.Schema, table: pa.Schema) -> bool:
+    """Rows of ``rows`` can be written as ``table`` as is: a subset of its columns, each
+    of the table's type or one that widens to it (missing columns are written null)."""
+    for f in rows:
+        i = table.get_field_index(f.name)
+        if i < 0:
+            return False
+        target = table.field(i).type
+        if not f.type.equals(target) and common_type(f.type, target) != target:
+            return False
+    return True
+
+
+def merge(table: pa.Schema, rows: pa.Schema, *, what: str = "the table") -> pa.Schema:
+    """The next schema version: the table's columns widened where rows need it, then
+    the rows' new columns (nullable). A real conflict is :class:`SchemaMismatch`."""
+    fields = list(table)
+    lowered = {f.name.lower(): f.name for f in table}
+    for f in rows:
+        i = table.get_field_index(f.name)
+        if i < 0:
+            twin = lowered.get(f.name.lower())
+            if twin is not None:
+                raise SchemaMismatch(
+                    f"column {f.name!r} differs from {what}'s column {twin!r} only in case; "
+                    "Spark resolves column names case-insensitively, so both cannot exist")
+            fields.append(pa.field(f.name, f.type, nullable=True))
+            lowered[f.name.lower()] = f.name
+            continue
+        have = table.field(i).type
+        wider = common_type(have, f.type)
+        if wider is None:
+            raise SchemaMismatch(
+                f"column {f.name!r} has type {have} in {what} and {f.type} in the rows; only "
+                "new columns and lossless widenings (int to long, float to double) evolve a "
+                "schema")
+        fields[i] = pa.field(f.name, wider, nullable=True)
+    return pa.schema(fields)
+
+
+def conform(data: pa.Table | pa.RecordBatch, target: pa.Schema) -> pa.Table | pa.RecordBatch:
+    """``data`` as ``target``: columns by name, missing ones null, narrower types cast up."""
+    if data.schema.equals(target):
+        return data
+    n = data.num_rows
+    columns = []
+    for f in target:
+        i = data.schema.get_field_index(f.name)
+        if i < 0:
+            columns.append(pa.nulls(n, f.type))
+            continue
+        col = data.column(i)
+        columns.append(col if col.type.equals(f.type) else pc.cast(col, f.type))
+    if isinstance(data, pa.RecordBatch):
+        return pa.RecordBatch.from_arrays(columns, schema=target)
+    return pa.Table.from_arrays(columns, schema=target)
+
+
+def union_by_name(named: list[tuple[str, pa.Schema]]) -> pa.Schema:
+    """One schema for rows of several tables: every column by name, widened where the
+    tables differ. A real conflict names both tables, the column and both types."""
+    fields: list[pa.Field] = []
+    index: dict[str, int] = {}
+    owner: dict[str, str] = {}
+    for table, schema in named:
+        for f in schema:
+            i = index.get(f.name)
+            if i is None:
+                index[f.name] = len(fields)
+                owner[f.name] = table
+                fields.append(pa.field(f.name, f.type, nullable=True))
+                continue
+            wider = common_type(fields[i].type, f.type)
+            if wider is None:
+                raise SchemaMismatch(
+                    f"column {f.name!r} is {fields[i].type} in table {owner[f.name]!r} and "
+                    f"{f.type} in table {table!r}, so the tables cannot be read as one "
+                    f"DataFrame; choose tables of one type with .option(\"tables\", "
+                    f"\"{owner[f.name]}\") (then .option(\"tables\", \"{table}\") for the other)")
+            fields[i] = pa.field(f.name, wider, nullable=True)
+    return pa.schema(fields)

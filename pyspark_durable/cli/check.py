@@ -211,7 +211,8 @@ class Checker:
             "expired before": lambda s: s.expired_before,
             "next sequences": lambda s: dict(sorted(s.next_sequences.items())),
             "marks": lambda s: dict(sorted(s.marks.items())),
-            "tables": lambda s: sorted(s.tables),
+            "tables and their schema versions": lambda s: sorted(
+                (t, len(info.schemas)) for t, info in s.tables.items()),
             "committed (writer, writer_step) pairs": lambda s: len(s.pairs),
             "clean bounds": lambda s: dict(sorted(s.clean_bounds.items())),
             "readers": lambda s: dict(sorted(s.readers.items())),

@@ -77,8 +77,11 @@ class MemoryLogStore(LogStore):
 
     @classmethod
     def list_namespaces(cls, config: Mapping[str, Any]) -> list[str]:
-        with _REGISTRY_LOCK:
-            return sorted(_REGISTRY)
+        with _REGISTRY_LOCK:  # a store merely opened holds no log: not a namespace yet
+            return sorted(name for name, ns in _REGISTRY.items() if ns.logs)
+
+    def sibling_namespaces(self) -> list[str]:
+        return self.list_namespaces({})
 
     def list_logs(self) -> list[str]:
         with _REGISTRY_LOCK:

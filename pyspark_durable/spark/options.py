@@ -9,6 +9,7 @@ to the log backend untouched: this layer does not know what they mean.
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -50,7 +51,13 @@ OPTIONS: dict[str, tuple[str, str]] = {
                      "(set it above your longest micro-batch)"),
     "checkpointLocation": ("(none)", "Spark's own option, accepted and ignored here"),
     "queryName": ("(none)", "Spark's own option (`.queryName(...)`), accepted and ignored here"),
+    "paths": ("(none)", "Spark's own option for `.load([p1, p2])`: one WAL root is accepted"),
 }
+# What Spark itself adds to a Python data source's options (pyspark 4.3, found by
+# probing every read and write call): ``path`` (``.load(p)``, ``.save(p)``,
+# ``.start(p)``), ``paths`` (``.load([p1, p2])``, a JSON list) and ``queryName``
+# (``.queryName(...)`` on a streaming write). ``checkpointLocation`` arrives only when
+# the user sets it as an option; ``partitionBy``, the save mode and the trigger never do.
 _CANONICAL = {k.lower(): k for k in OPTIONS}
 
 
@@ -138,6 +145,8 @@ class WalOptions:
                 "and Spark runs readers and writers in separate Python worker processes, so "
                 "rows would vanish. Use backend=file with a temporary folder instead")
         store: dict[str, Any] = dict(passthrough)
+        if raw.get("paths"):
+            raw["path"] = _one_path(raw.get("path"), raw["paths"])
         if raw.get("path"):
             store["path"] = raw["path"]
         if backend == "file" and "path" not in store:
@@ -203,3 +212,18 @@ def unknown_option(key: str, backend: str) -> str:
     hint = f"; did you mean {_CANONICAL[close[0]]!r}?" if close else ""
     return (f"unknown option {key!r}{hint} (valid options: {', '.join(OPTIONS)}, and "
             f"{backend}.* for the {backend} backend)")
+
+
+def _one_path(path: str | None, paths: str) -> str:
+    """``.load([p])`` hands ``paths`` as a JSON list: a WAL is read from one root."""
+    try:
+        listed = json.loads(paths)
+    except ValueError:
+        listed = None
+    if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
+        raise ConfigError(f"option paths={paths!r} is not a JSON list of paths")
+    chosen = sorted({p for p in [*listed, path] if p})
+    if len(chosen) != 1:
+        raise ConfigError(f"a WAL is read from one root folder, {len(chosen)} were given "
+                          f"({', '.join(chosen) or 'none'}); read each and union the DataFrames")
+    return chosen[0]

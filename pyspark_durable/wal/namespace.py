@@ -266,15 +266,18 @@ class Namespace:
                     f"{existing.payload_format!r}", **where)
             if fits(schema, existing.schema):
                 return existing
+            newest = self.refresh().tables[table_id]  # another writer may have merged already
+            if newest is not existing:
+                continue
             try:
                 merged = merge(existing.schema, schema, what="the table")
             except SchemaMismatch as exc:  # a real type conflict: no option allows it
                 raise SchemaMismatch(exc.args[0], **where) from None
             if not merge_schema:
                 raise SchemaMismatch(
-                    f"rows have columns the table does not: table has "
-                    f"{_fmt(existing.schema)}, rows have {_fmt(schema)}; to add them as a new "
-                    "schema version set .option(\"mergeSchema\", \"true\") (Spark) or "
+                    f"rows have new columns or wider types: table has "
+                    f"{_fmt(existing.schema)}, rows have {_fmt(schema)}; to add a schema "
+                    "version with them set .option(\"mergeSchema\", \"true\") (Spark) or "
                     "merge_schema=True", **where)
             codec_for(payload_format, merged)
             self._append_meta({"k": "schema", "table": table_id, "v": len(existing.schemas),

@@ -5,7 +5,8 @@ Per (region, table) it holds HoraeDB's table metadata inside a region:
 sequence -> offset mapping; per table its schema versions; per namespace the step
 index, the committed (writer, writer_step) pairs, the expiry point, the clean bound
 of every region, reader positions and the retention policy. A snapshot is this state
-*as of a commits-log offset*, so recovery is: load the newest snapshot, replay the commits log from that offset.
+*as of a commits-log offset*, so recovery is: load the newest snapshot, replay the
+commits log from that offset.
 
 Replay is a pure function of the records in log order: whether a ``step`` record
 becomes a step depends only on records before it (the pairs committed so far and

@@ -35,6 +35,19 @@ def test_python_blocks_run(spark, tmp_path, index):
     assert any(tmp_path.iterdir()), "the block wrote nothing"
 
 
+def test_python_blocks_run_in_any_order_and_again(spark, tmp_path):
+    """This tests that README's Python blocks share one WAL and run in any order, twice."""
+    python = [i for i, (lang, _) in enumerate(BLOCKS) if lang == "python"]
+    for order in (list(reversed(python)), python):
+        for index in order:
+            code = BLOCKS[index][1].replace("/tmp/", f"{tmp_path}/")
+            exec(compile(code, f"README.md block {index}", "exec"), {"__name__": "readme"})
+    back = spark.read.format("durablewal").option("namespace", "shop").load(str(tmp_path / "wal"))
+    counts = {r["_table"]: r["count"] for r in back.groupBy("_table").count().collect()}
+    assert counts["orders"] == 2 * (1000 + 10) and counts["customers"] == 1
+    assert set(back.columns) >= {"id", "amount", "reason", "name", "_region", "_sequence"}
+
+
 @pytest.mark.crash
 def test_main_job_proves_exactly_once(tmp_path):
     """This tests that the demo (README's first command) kills its writer and reports exactly once."""

@@ -149,7 +149,8 @@ def test_stream_round_trip_regions_and_tables(spark, wal, tmp_path):
 
 def test_unknown_option_lists_valid_ones(spark, wal):
     """This tests that a misspelt option fails with the list of valid options."""
-    with pytest.raises(PySparkException, match=r"unknown option 'regoin'; valid options: path"):
+    with pytest.raises(PySparkException,
+                       match=r"unknown option 'regoin'; did you mean 'region'\? \(valid options: path"):
         reader(spark, wal, regoin="1").collect()
 
 
@@ -191,9 +192,11 @@ def test_explicit_schema_that_disagrees_is_an_error(spark, wal):
 
 
 def test_schema_mismatch_on_write(spark, wal):
-    """This tests that writing rows of another schema into a table fails, naming both schemas."""
+    """This tests that writing a column of a conflicting type into a table fails, naming the
+    column and both types."""
     write(spark.range(3), wal)
-    with pytest.raises(PySparkException, match=r"table=default: schema does not match"):
+    with pytest.raises(PySparkException, match=r"table=default: column 'id' has type int64 in "
+                                               r"the table and string in the rows"):
         write(spark.range(3).selectExpr("cast(id as string) as id"), wal)
 
 

@@ -29,6 +29,7 @@ from pyspark.sql.types import (
     TimestampNTZType,
     TimestampType,
 )
+from spark_io import reader, write
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.wal import Cleaner
@@ -71,20 +72,6 @@ def all_types_rows(n: int) -> list[tuple]:
         ))
     rows.append((n,) + (None,) * (len(ALL_TYPES.fields) - 1))  # a row of nulls
     return rows
-
-
-def reader(spark, opts: dict, stream: bool = False, **extra):
-    r = (spark.readStream if stream else spark.read).format("durablewal")
-    for k, v in {**opts, **extra}.items():
-        r = r.option(k, v)
-    return r.load()
-
-
-def write(df, opts: dict, **extra) -> None:
-    w = df.write.format("durablewal").mode("append")
-    for k, v in {**opts, **extra}.items():
-        w = w.option(k, v)
-    w.save()
 
 
 def json_stream(spark, tmp_path, files: int, rows: int):

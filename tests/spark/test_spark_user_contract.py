@@ -12,6 +12,7 @@ import pytest
 from kafka import KafkaAdminClient
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
+from spark_io import reader, write
 
 from pyspark_durable.endpoint import open_namespace
 from pyspark_durable.errors import LogNotFound
@@ -21,20 +22,6 @@ META = ["_region", "_table", "_sequence", "_step", "_commit_timestamp"]
 
 
 # -- helpers -------------------------------------------------------------------------
-
-def reader(spark, opts: dict, stream: bool = False, **extra):
-    r = (spark.readStream if stream else spark.read).format("durablewal")
-    for k, v in {**opts, **extra}.items():
-        r = r.option(k, v)
-    return r.load()
-
-
-def write(df, opts: dict, **extra) -> None:
-    w = df.write.format("durablewal").mode("append")
-    for k, v in {**opts, **extra}.items():
-        w = w.option(k, v)
-    w.save()
-
 
 def json_dir(folder: Path, files: list[list[dict]]) -> str:
     """One JSON file per list of rows (one micro-batch each with maxFilesPerTrigger=1)."""

@@ -1,0 +1,17 @@
+"""Small helpers the Spark tests share: a durablewal read or write with a dict of options."""
+
+from __future__ import annotations
+
+
+def reader(spark, opts: dict, stream: bool = False, **extra):
+    r = (spark.readStream if stream else spark.read).format("durablewal")
+    for k, v in {**opts, **extra}.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def write(df, opts: dict, **extra) -> None:
+    w = df.write.format("durablewal").mode("append")
+    for k, v in {**opts, **extra}.items():
+        w = w.option(k, v)
+    w.save()

@@ -49,10 +49,21 @@ def _payload_schema(opts: WalOptions, strict: bool = False
     if not chosen:
         return None, ids
     try:
-        union = union_by_name([(t.name, normalize_schema(t.schema)) for t in chosen])
+        union = union_by_name([(t.name, normalize_schema(t.schema)) for t in chosen],
+                              type_name=_spark_type_name)
     except SchemaMismatch as exc:
         raise SchemaMismatch(exc.args[0], namespace=ns.name) from None
     return union, ids
+
+
+def _spark_type_name(t: pa.DataType) -> str:
+    """An Arrow type as a Spark user knows it (``bigint``, not ``int64``)."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    try:
+        return from_arrow_type(t).simpleString()
+    except (TypeError, ValueError):
+        return str(t)
 
 
 class DurableWalDataSource(DataSource):

@@ -13,6 +13,8 @@ Reading several tables at once applies the same rules across tables (Spark's
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -97,9 +99,11 @@ def conform(data: pa.Table | pa.RecordBatch, target: pa.Schema) -> pa.Table | pa
     return pa.Table.from_arrays(columns, schema=target)
 
 
-def union_by_name(named: list[tuple[str, pa.Schema]]) -> pa.Schema:
+def union_by_name(named: list[tuple[str, pa.Schema]],
+                  type_name: Callable[[pa.DataType], str] = str) -> pa.Schema:
     """One schema for rows of several tables: every column by name, widened where the
-    tables differ. A real conflict names both tables, the column and both types."""
+    tables differ. A real conflict names both tables, the column and both types
+    (spelled by ``type_name``: the Spark layer passes Spark's type names)."""
     fields: list[pa.Field] = []
     index: dict[str, int] = {}
     owner: dict[str, str] = {}
@@ -114,9 +118,10 @@ def union_by_name(named: list[tuple[str, pa.Schema]]) -> pa.Schema:
             wider = common_type(fields[i].type, f.type)
             if wider is None:
                 raise SchemaMismatch(
-                    f"column {f.name!r} is {fields[i].type} in table {owner[f.name]!r} and "
-                    f"{f.type} in table {table!r}, so the tables cannot be read as one "
-                    f"DataFrame; choose tables of one type with .option(\"tables\", "
-                    f"\"{owner[f.name]}\") (then .option(\"tables\", \"{table}\") for the other)")
+                    f"column {f.name!r} is {type_name(fields[i].type)} in table "
+                    f"{owner[f.name]!r} and {type_name(f.type)} in table {table!r}, so the "
+                    f"tables cannot be read as one DataFrame; choose tables of one type with "
+                    f".option(\"tables\", \"{owner[f.name]}\") (then .option(\"tables\", "
+                    f"\"{table}\") for the other)")
             fields[i] = pa.field(f.name, wider, nullable=True)
     return pa.schema(fields)

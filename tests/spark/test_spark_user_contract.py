@@ -252,8 +252,7 @@ def test_conflicting_column_type_across_tables(spark, wal, tmp_path):
     for stream in (False, True):
         message = error_of(lambda s=stream: reader(spark, wal, stream=s))
         assert "SchemaMismatch" in message
-        assert "column 'v'" in message and "'a'" in message and "'b'" in message
-        assert re.search(r"\bstring\b", message) and re.search(r"\b(int64|bigint|long)\b", message)
+        assert "column 'v' is string in table 'a' and bigint in table 'b'" in message
         assert '.option("tables", "a")' in message
 
     a = reader(spark, wal, tables="a")

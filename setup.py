@@ -19,7 +19,9 @@ setup(
     ],
     extras_require={
         "kafka": ["kafka-python>=3.0", "crc32c>=2.4"],
+        "connect": ["pyspark[connect]>=4.3"],  # a Spark Connect client (grpcio, zstandard, ...)
         "test": [
+            "pyspark[connect]>=4.3",
             "pytest>=8",
             "pytest-timeout>=2.3",
             "chispa>=0.10",

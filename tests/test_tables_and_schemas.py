@@ -208,3 +208,24 @@ def test_wal_written_before_tables_spanned_regions_still_opens(make_store):
     assert state.next_sequences == {(4, tid): 1} and state.marks == {(4, tid): 1}
     assert state.tables[tid].schemas == (schema,)
     assert SNAPSHOT_NAME and os.sep  # names used above stay importable
+
+
+def test_cached_spark_handle_of_a_deleted_wal_opens_it_afresh(tmp_path):
+    """This tests that a Python worker's cached handle whose WAL folder was deleted does not
+    fail every later task: a read says the namespace is unknown, a write starts it anew."""
+    import shutil
+
+    from pyspark_durable.spark.options import WalOptions
+    from pyspark_durable.spark.session_cache import namespace_for
+
+    opts = WalOptions.parse({"path": str(tmp_path / "wal"), "namespace": "gone"})
+    ns = namespace_for(opts)
+    write_step(ns, "w", 0, {"t": [{"id": 1}]})
+    assert namespace_for(opts, create=False) is ns  # the writer's handle serves reads
+    shutil.rmtree(tmp_path / "wal" / "gone")
+    with pytest.raises(LogNotFound, match=r"unknown namespace 'gone'; namespaces: none"):
+        namespace_for(opts, create=False)
+    fresh = namespace_for(opts)
+    assert fresh is not ns and fresh.steps() == range(0, 0)
+    write_step(fresh, "w", 0, {"t": [{"id": 2}]})
+    assert read_steps(fresh, "t").column("id").to_pylist() == [2]

@@ -12,7 +12,7 @@ import os
 import threading
 
 from pyspark_durable.endpoint.config import EndpointConfig, open_namespace
-from pyspark_durable.errors import IncarnationMismatch
+from pyspark_durable.errors import IncarnationMismatch, LogNotFound
 from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.wal import Namespace
 
@@ -48,4 +48,15 @@ def namespace_for(opts: WalOptions, create: bool = True) -> Namespace:
         ns.refresh()
     except IncarnationMismatch as exc:
         log.warning("%s", exc)
+    except LogNotFound as exc:
+        # the WAL's logs were deleted under this process's cached handle (a folder or
+        # topics removed): forget the handle and open the WAL as it is now; the explicit
+        # checks (offsets' incarnation, consecutive writer steps) still catch data loss
+        log.warning("namespace=%s: the WAL is gone under this process's handle (%s); "
+                    "opening it afresh", opts.namespace, exc)
+        with _LOCK:
+            for cached in [k for k, v in _CACHE.items() if v is ns]:
+                del _CACHE[cached]
+        ns.close()
+        return namespace_for(opts, create)
     return ns

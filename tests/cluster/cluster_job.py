@@ -1,0 +1,159 @@
+"""A spark-submit job for the standalone-cluster tests: JSON -> durablewal -> parquet.
+
+Usage: spark-submit --master spark://HOST:PORT --py-files ... cluster_job.py
+       MODE WAL_OPTIONS_JSON IN_DIR OUT_DIR CHECKPOINT_ROOT
+
+It imports nothing from the test suite: the package arrives with ``--py-files``.
+
+MODE ``once``: the writing query (JSON files -> durablewal) and then the reading query
+(durablewal -> parquet) run with ``trigger(availableNow=True)``, one after the other
+(no per-batch limits: a deployment check, kept short).
+MODE ``stream``: both queries run at once with a processing-time trigger, one input
+file and one step per micro-batch; the job stops both when the input is used up (the
+writer is idle, then the reader is idle).
+
+Prints (flushed) ``WROTE <rows>`` after the writing query of ``once``,
+``BATCH <sink|source> <batch id> <rows>`` after each micro-batch,
+``APP <application id>``, ``DRIVER_MODULE`` / ``EXECUTOR_MODULE`` (where
+pyspark_durable was imported from), ``RESULT <json>`` (a batch read of the WAL and of
+the parquet output) and ``DONE``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQueryListener
+
+import pyspark_durable
+
+TRIGGER = "500 milliseconds"
+
+
+class Progress(StreamingQueryListener):
+    """Prints one line per micro-batch; notices when the writer, then the reader, is idle."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+        self.sink_progressed = threading.Event()
+        self.sink_idle = threading.Event()
+        self.source_idle = threading.Event()
+        self.source_idle_count = 0
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        p = event.progress
+        print(f"BATCH {p.name} {p.batchId} {p.numInputRows}", flush=True)
+        if p.name == "sink":
+            self.sink_progressed.set()
+            self.sink_idle.clear()
+            self.source_idle_count = 0
+        elif p.name == "source":
+            self.source_idle_count = 0
+
+    def onQueryIdle(self, event) -> None:
+        name = self.names.get(str(event.id))
+        if name == "sink":
+            self.sink_progressed.set()  # (a restart may find nothing new to write)
+            self.sink_idle.set()
+        elif name == "source" and self.sink_idle.is_set():
+            # two idle triggers after the writer went idle: the second one surely
+            # started after the writer's last commit
+            self.source_idle_count += 1
+            if self.source_idle_count >= 2:
+                self.source_idle.set()
+
+    def onQueryTerminated(self, event) -> None:
+        self.sink_idle.set()
+        self.source_idle.set()
+
+
+def writer_query(spark, wal: dict, in_dir: str, ckpt: str, available_now: bool):
+    reader = spark.readStream.schema("id long, payload string")
+    if not available_now:  # one input file per micro-batch
+        reader = reader.option("maxFilesPerTrigger", 1)
+    stream = reader.json(in_dir)
+    writer = (stream.writeStream.format("durablewal").options(**wal).queryName("sink")
+              .option("checkpointLocation", f"{ckpt}/sink"))
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
+        processingTime=TRIGGER)
+    return writer.start()
+
+
+def reader_query(spark, wal: dict, out_dir: str, ckpt: str, available_now: bool):
+    reader = spark.readStream.format("durablewal").options(**wal)
+    if not available_now:  # one step per micro-batch
+        reader = reader.option("maxStepsPerTrigger", 1)
+    stream = reader.load()
+    writer = (stream.select("id", "payload", "_step").writeStream.format("parquet")
+              .queryName("source").option("checkpointLocation", f"{ckpt}/source"))
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
+        processingTime=TRIGGER)
+    return writer.start(out_dir)
+
+
+def check(query) -> None:
+    if query.exception() is not None:
+        raise SystemExit(f"query {query.name} failed: {query.exception()}")
+
+
+def main() -> None:
+    mode, wal_json, in_dir, out_dir, ckpt = sys.argv[1:6]
+    wal = json.loads(wal_json)
+    spark = (SparkSession.builder.appName(f"durablewal-cluster-{mode}")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.sql.session.timeZone", "UTC")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    pyspark_durable.register(spark)
+    sc = spark.sparkContext
+    print(f"APP {sc.applicationId}", flush=True)
+    print(f"DRIVER_MODULE {pyspark_durable.__file__}", flush=True)
+    files = sc.parallelize(range(2), 2).map(lambda _: __import__("pyspark_durable").__file__)
+    print(f"EXECUTOR_MODULE {sorted(set(files.collect()))}", flush=True)
+    progress = Progress()
+    spark.streams.addListener(progress)
+    if mode == "once":
+        sink = writer_query(spark, wal, in_dir, ckpt, available_now=True)
+        sink.awaitTermination()
+        check(sink)
+        wrote = spark.read.format("durablewal").options(**wal).load().count()
+        print(f"WROTE {wrote}", flush=True)
+        source = reader_query(spark, wal, out_dir, ckpt, available_now=True)
+        source.awaitTermination()
+        check(source)
+    elif mode == "stream":
+        sink = writer_query(spark, wal, in_dir, ckpt, available_now=False)
+        progress.names[str(sink.id)] = "sink"
+        while not progress.sink_progressed.wait(timeout=1.0):  # the namespace exists then
+            check(sink)
+        source = reader_query(spark, wal, out_dir, ckpt, available_now=False)
+        progress.names[str(source.id)] = "source"
+        while not progress.source_idle.wait(timeout=1.0):
+            check(sink)
+            check(source)
+        for query in (sink, source):
+            query.stop()
+            check(query)
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+    wal_rows = spark.read.format("durablewal").options(**wal).load()
+    out_rows = spark.read.parquet(out_dir)  # honours _spark_metadata
+    result = {
+        "wal_rows": wal_rows.count(),
+        "wal_distinct_ids": wal_rows.select("id").distinct().count(),
+        "out_rows": out_rows.count(),
+        "out_distinct_ids": out_rows.select("id").distinct().count(),
+    }
+    print(f"RESULT {json.dumps(result)}", flush=True)
+    print("DONE", flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,299 @@
+"""durablewal on a real Spark standalone cluster (a master, two workers, spark-submit).
+
+The executors (and the spark-submit driver) run a Python that does NOT have
+pyspark_durable installed: every test ships the package with the job, the way a user
+deploys it. The recipes (a zip, a wheel) are checked end to end with
+``cluster_job.py``; the exactly-once test kills an executor JVM and then the whole
+driver with SIGKILL, restarts from the same checkpoints and checks every row by content.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+import zipfile
+import zlib
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from cluster_harness import MAIN_PYTHON, Cluster
+
+from pyspark_durable.endpoint import open_namespace, read_steps
+
+pytestmark = pytest.mark.spark
+HERE = Path(__file__).parent
+REPO = HERE.parent.parent
+JOB = HERE / "cluster_job.py"
+SUBMIT_TIMEOUT_S = 420
+MODULE_MISSING = "ModuleNotFoundError: No module named 'pyspark_durable'"
+
+
+def payload(i: int) -> str:
+    return f"row-{i}-" + "p" * (i % 13)
+
+
+def write_inputs(in_dir: Path, files: int, rows: int) -> int:
+    in_dir.mkdir(parents=True)
+    for f in range(files):
+        lines = [json.dumps({"id": f * rows + i, "payload": payload(f * rows + i)}) for i in range(rows)]
+        (in_dir / f"{f:04d}.json").write_text("\n".join(lines) + "\n")
+    return files * rows
+
+
+def wal_options(backend: str, root: Path, broker: str | None) -> tuple[dict, dict]:
+    """(Spark options, endpoint config) of a fresh namespace."""
+    ns = f"k{uuid.uuid4().hex[:10]}"
+    if backend == "file":
+        path = str(root / "wal")
+        return {"namespace": ns, "path": path}, {"backend": "file", "namespace": ns,
+                                                  "options": {"path": path}}
+    return ({"namespace": ns, "backend": "kafka", "kafka.bootstrap.servers": broker},
+            {"backend": "kafka", "namespace": ns, "options": {"bootstrap_servers": broker}})
+
+
+class Job:
+    """One spark-submit of cluster_job.py in its own process group; stdout read line by line."""
+
+    def __init__(self, cluster: Cluster, mode: str, wal: dict, root: Path, py_files, conf,
+                 run: str) -> None:
+        self.stderr_path = root / f"{run}.stderr"
+        argv = cluster.submit_argv(JOB, [mode, json.dumps(wal), str(root / "in"), str(root / "out"),
+                                         str(root / "ckpt")], py_files=py_files, conf=conf)
+        self._stderr = open(self.stderr_path, "w")  # a file: a full pipe would block Spark
+        self.proc = subprocess.Popen(argv, cwd=root, env=cluster.env(), stdout=subprocess.PIPE,
+                                     stderr=self._stderr, stdin=subprocess.DEVNULL, text=True,
+                                     start_new_session=True)
+        self.lines: list[str] = []
+
+    def __iter__(self):
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+            yield self.lines[-1]
+
+    def kill_group(self) -> None:
+        """SIGKILL the driver's whole process group (spark-submit, JVM, Python driver)."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def finish(self) -> int:
+        for _ in self:  # drain what is left
+            pass
+        rc = self.proc.wait(timeout=SUBMIT_TIMEOUT_S)
+        self._stderr.close()
+        return rc
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def value(self, key: str) -> str:
+        found = [ln.split(" ", 1)[1] for ln in self.lines if ln.startswith(key + " ")]
+        assert found, f"no {key} line in {self.lines}\n{self.stderr()[-3000:]}"
+        return found[-1]
+
+    def result(self) -> dict:
+        return json.loads(self.value("RESULT"))
+
+
+def run_to_end(cluster, mode, wal, root, py_files, conf, run) -> Job:
+    job = Job(cluster, mode, wal, root, py_files, conf, run)
+    rc = job.finish()
+    assert rc == 0, f"{run}: exit {rc}\n{job.lines}\n{job.stderr()[-5000:]}"
+    return job
+
+
+# ---------------------------------------------------------------- artifacts
+
+
+@pytest.fixture(scope="module")
+def package_zip(tmp_path_factory) -> Path:
+    """pyspark_durable.zip, as ``cd REPO && zip -r pyspark_durable.zip pyspark_durable``."""
+    dest = tmp_path_factory.mktemp("zip") / "pyspark_durable.zip"
+    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted((REPO / "pyspark_durable").rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                zf.write(path, path.relative_to(REPO))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def package_wheel(tmp_path_factory) -> Path:
+    """A pure-Python wheel, as ``pip wheel --no-deps . -w dist``, built from a copy of the sources.
+
+    (A copy: setuptools writes build/ and *.egg-info next to setup.py.)
+    """
+    root = tmp_path_factory.mktemp("wheel")
+    src = root / "pyspark_durable_src"
+    src.mkdir()
+    shutil.copytree(REPO / "pyspark_durable", src / "pyspark_durable",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    done = subprocess.run([str(MAIN_PYTHON), "-m", "pip", "wheel", "-q", "--no-deps", str(src),
+                           "-w", str(root / "dist")], capture_output=True, text=True, cwd=root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    wheels = list((root / "dist").glob("pyspark_durable-*-py3-none-any.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+def test_executor_python_lacks_the_package(exec_python, tmp_path):
+    """This tests that the executors' Python imports pyarrow and pyspark but not pyspark_durable."""
+    code = "import pyarrow, pyspark, fastavro, kafka, crc32c, yaml; import pyspark_durable"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([str(exec_python), "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 1
+    assert MODULE_MISSING in done.stderr, done.stderr
+    assert "ModuleNotFoundError" not in done.stderr.replace(MODULE_MISSING, "")
+
+
+# ---------------------------------------------------------------- recipes
+
+RECIPE_FILES, RECIPE_ROWS = 2, 50
+
+
+def check_recipe(job: Job, rows: int, artifact: Path) -> None:
+    assert job.result() == {"wal_rows": rows, "wal_distinct_ids": rows, "out_rows": rows,
+                            "out_distinct_ids": rows}
+    # the package came from the shipped artifact, on the driver and on the executors
+    assert artifact.name in job.value("DRIVER_MODULE"), job.value("DRIVER_MODULE")
+    executor_modules = job.value("EXECUTOR_MODULE")
+    assert artifact.name in executor_modules and str(REPO) not in executor_modules
+
+
+def test_recipe_zip_py_files(cluster, package_zip, tmp_path):
+    """This tests that --py-files pyspark_durable.zip plus spark.executorEnv.PYTHONPATH=<zip> runs
+    the write and the streaming read on a cluster whose executors lack the package."""
+    rows = write_inputs(tmp_path / "in", RECIPE_FILES, RECIPE_ROWS)
+    wal, _ = wal_options("file", tmp_path, None)
+    job = run_to_end(cluster, "once", wal, tmp_path, [package_zip],
+                     {"spark.executorEnv.PYTHONPATH": str(package_zip)}, "zip")
+    check_recipe(job, rows, package_zip)
+
+
+def test_recipe_zip_without_executor_pythonpath_fails_the_streaming_read(cluster, package_zip,
+                                                                         tmp_path):
+    """This tests that --py-files alone writes, but the streaming read fails with
+    ModuleNotFoundError (Spark's driver-side streaming source runner ignores --py-files)."""
+    rows = write_inputs(tmp_path / "in", RECIPE_FILES, RECIPE_ROWS)
+    wal, _ = wal_options("file", tmp_path, None)
+    job = Job(cluster, "once", wal, tmp_path, [package_zip], {}, "zip-no-pythonpath")
+    rc = job.finish()
+    assert rc != 0, job.lines
+    assert job.value("WROTE") == str(rows)  # the writing query and a batch read worked
+    assert "RESULT" not in "\n".join(job.lines)
+    err = job.stderr()
+    assert MODULE_MISSING in err, err[-5000:]
+    assert "python_streaming_source_runner.py" in err  # raised in the driver-side runner
+
+
+def test_recipe_wheel_py_files(cluster, package_wheel, tmp_path):
+    """This tests that a pure-Python wheel shipped with --py-files (and executorEnv.PYTHONPATH)
+    runs the write and the streaming read on the cluster."""
+    rows = write_inputs(tmp_path / "in", RECIPE_FILES, RECIPE_ROWS)
+    wal, _ = wal_options("file", tmp_path, None)
+    job = run_to_end(cluster, "once", wal, tmp_path, [package_wheel],
+                     {"spark.executorEnv.PYTHONPATH": str(package_wheel)}, "wheel")
+    check_recipe(job, rows, package_wheel)
+
+
+# ---------------------------------------------------------------- exactly once under kills
+
+KILL_FILES, KILL_ROWS = 8, 50
+EXECUTOR_KILL_AT = 2  # sink micro-batches with data, then kill -9 one executor JVM
+DRIVER_KILL_AFTER = 2  # more sink micro-batches, then kill -9 the driver's process group
+
+
+def parquet_rows(out_dir: Path) -> list[dict]:
+    """The parquet sink's committed output: only the files its _spark_metadata log lists."""
+    files: set[str] = set()
+    for log in sorted((out_dir / "_spark_metadata").iterdir()):
+        if log.name.startswith("."):
+            continue
+        for line in log.read_text().splitlines()[1:]:  # "v1", then one JSON entry per file
+            entry = json.loads(line)
+            if entry["action"] == "add":
+                files.add(entry["path"].removeprefix("file://"))
+    rows: list[dict] = []
+    for path in sorted(files):
+        rows.extend(pq.read_table(path, columns=["id", "payload", "_step"]).to_pylist())
+    return rows
+
+
+@pytest.mark.crash
+@pytest.mark.parametrize("backend", ["file", "kafka"])
+def test_exactly_once_across_executor_and_driver_kills(cluster, package_zip, backend, tmp_path,
+                                                       request):
+    """This tests that JSON -> durablewal -> parquet on the cluster, with one executor JVM and
+    then the driver SIGKILLed mid-batch and restarted, holds every row exactly once in the WAL
+    and in the parquet output."""
+    broker = request.getfixturevalue("kafka_broker") if backend == "kafka" else None
+    rng = random.Random(zlib.crc32(backend.encode()))
+    total = write_inputs(tmp_path / "in", KILL_FILES, KILL_ROWS)
+    wal, config = wal_options(backend, tmp_path, broker)
+    ship = {"py_files": [package_zip], "conf": {"spark.executorEnv.PYTHONPATH": str(package_zip)}}
+
+    # run 1: kill an executor mid-batch, let the query go on, then kill the driver
+    job = Job(cluster, "stream", wal, tmp_path, run="run1", **ship)
+    sink_batches = 0
+    executor_killed = driver_killed = killed_at = None
+    killed_in_task: set[int] = set()
+    for line in job:
+        if not line.startswith("BATCH "):
+            continue
+        if line.startswith("BATCH sink ") and int(line.split()[3]) > 0:
+            sink_batches += 1
+        if executor_killed is None and sink_batches >= EXECUTOR_KILL_AT:
+            time.sleep(rng.uniform(0.0, 0.3))  # land inside the next micro-batch
+            busy = {pid: cluster.running_tasks(pid) for pid in cluster.executor_pids()}
+            busy = {pid: tids for pid, tids in busy.items() if tids}
+            if busy:  # else: try again after the next micro-batch
+                executor_killed = rng.choice(sorted(busy))
+                os.kill(executor_killed, signal.SIGKILL)
+                killed_in_task = busy[executor_killed]
+                killed_at = sink_batches
+        elif executor_killed is not None and sink_batches >= killed_at + DRIVER_KILL_AFTER:
+            time.sleep(rng.uniform(0.0, 0.5))
+            job.kill_group()
+            driver_killed = sink_batches
+            break
+    rc = job.finish()
+    assert driver_killed, f"run 1 ended (exit {rc}) before the driver kill\n{job.lines}\n" \
+                          f"{job.stderr()[-5000:]}"
+    app = job.value("APP")
+    # the query survived the executor loss (more batches after it) and the worker relaunched one
+    master_log = cluster.master.log_text()
+    assert f"Launching executor {app}/2 " in master_log, master_log[-3000:]
+    assert executor_killed not in cluster.executor_pids()
+
+    # run 2: restart from the same checkpoints, run to the end of the input
+    job2 = run_to_end(cluster, "stream", wal, tmp_path, run="run2", **ship)
+    assert job2.result() == {"wal_rows": total, "wal_distinct_ids": total, "out_rows": total,
+                             "out_distinct_ids": total}
+
+    # every id once in the WAL, by content, and no batch committed twice
+    ns = open_namespace(config)
+    got = read_steps(ns, "default")
+    ids = got.column("id").to_pylist()
+    assert sorted(ids) == list(range(total)), "WAL: lost or duplicated rows"
+    assert got.column("payload").to_pylist() == [payload(i) for i in ids]
+    writer_steps = [ns.step_commit(s).writer_step for s in ns.steps()]
+    assert len(writer_steps) == len(set(writer_steps)) == KILL_FILES, writer_steps
+    step_of = dict(zip(ids, got.column("_step").to_pylist(), strict=True))
+
+    # every id once in the parquet output, by content
+    out = parquet_rows(tmp_path / "out")
+    assert sorted(r["id"] for r in out) == list(range(total)), "parquet: lost or duplicated rows"
+    assert all(r["payload"] == payload(r["id"]) for r in out)
+    assert all(r["_step"] == step_of[r["id"]] for r in out)
+    print(f"{backend}: executor {executor_killed} killed after sink batch {killed_at} while running "
+          f"task(s) {sorted(killed_in_task)}, driver killed after sink batch {driver_killed}; "
+          f"{total} rows once", file=sys.stderr)

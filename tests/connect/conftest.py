@@ -1,0 +1,227 @@
+"""Spark Connect servers (separate JVMs on 127.0.0.1) and Connect clients for the tests.
+
+``connect_server``: a server whose Python workers run /work/main/.venv's interpreter,
+where pyspark_durable is installed. ``bare_connect_server``: a server whose Python has
+pyarrow, pyspark and the rest but not pyspark_durable (an "exec env": a venv of the
+base interpreter whose .pth file adds the project venv's site-packages, which skips
+the editable install's own .pth), to see what ``spark.addArtifacts`` ships.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import uuid
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyspark
+import pytest
+
+PYSPARK_HOME = Path(pyspark.__file__).parent
+CONNECT_JAR = PYSPARK_HOME / "jars" / "spark-connect_2.13-4.3.0.jar"
+PACKAGE_DIR = Path(__file__).resolve().parents[2] / "pyspark_durable"
+CLIENT = Path(__file__).with_name("connect_client.py")
+START_TIMEOUT_S = 180.0
+POLL_S = 0.2
+REQUEST_TIMEOUT_S = 300.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ConnectServer:
+    """One SparkConnectServer JVM (spark-submit execs java: the PID is the JVM's)."""
+
+    def __init__(self, python: str, workdir: Path, extra_env: dict | None = None) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.log_path = workdir / "server.log"
+        env = {**os.environ, "SPARK_HOME": str(PYSPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
+               "PYSPARK_PYTHON": python, **(extra_env or {})}
+        env.pop("PYSPARK_DRIVER_PYTHON", None)
+        env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+        cmd = [str(PYSPARK_HOME / "bin" / "spark-submit"),
+               "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+               "--name", "durablewal-connect-tests", "--master", "local[2]",
+               "--conf", f"spark.connect.grpc.binding.port={self.port}",
+               "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+               "--conf", "spark.ui.enabled=false",
+               "--conf", "spark.sql.shuffle.partitions=2",
+               "--conf", "spark.sql.session.timeZone=UTC",
+               "--conf", "spark.driver.extraJavaOptions=-Dlog4j2.level=warn",
+               "spark-internal"]
+        with open(self.log_path, "wb") as log:
+            # cwd outside the repository: a worker's sys.path[0] must not find ./pyspark_durable
+            self.process = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=log,
+                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    @property
+    def url(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError as exc:
+            return f"<no server log: {exc}>"
+
+    def wait_ready(self) -> ConnectServer:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"Connect server exited with {self.process.returncode}:\n{self.log_tail()}",
+                            pytrace=False)
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=POLL_S):
+                    return self
+            except OSError:
+                time.sleep(POLL_S)
+        self.stop()
+        pytest.fail(f"Connect server not listening after {START_TIMEOUT_S}s:\n{self.log_tail()}",
+                    pytrace=False)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=30)
+
+
+class ConnectClient:
+    """connect_client.py in a subprocess, with one Connect session for every request."""
+
+    def __init__(self, python: str, workdir: Path) -> None:
+        self.log_path = workdir / f"client-{uuid.uuid4().hex[:6]}.log"
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")}
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen([python, str(CLIENT)], cwd=workdir, env=env,
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=log, text=True)
+
+    def call(self, op: str, **args) -> dict:
+        """The answer to one request: {"ok": True, "result": ...} or the error."""
+        self.process.stdin.write(json.dumps({"op": op, "args": args}) + "\n")
+        self.process.stdin.flush()
+        for line in self.process.stdout:
+            if line.startswith("@@ "):
+                return json.loads(line[3:])
+        tail = self.log_path.read_text(errors="replace")[-4000:]
+        pytest.fail(f"Connect client died during {op!r}:\n{tail}", pytrace=False)
+
+    def ok(self, op: str, **args):
+        answer = self.call(op, **args)
+        assert answer["ok"], f"{op} failed: {answer['error']}: {answer['traceback']}"
+        return answer["result"]
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def connect_servers(request, tmp_path_factory) -> Iterator[dict[str, ConnectServer]]:
+    """Both servers, started at once (their JVM start-ups overlap); each test waits for its own.
+
+    The bare server starts only when a collected test needs it.
+    """
+    assert CONNECT_JAR.is_file(), f"the spark-connect jar is not in the pyspark wheel: {CONNECT_JAR}"
+    servers = {"installed": ConnectServer(sys.executable, tmp_path_factory.mktemp("connect_server"))}
+    if any("bare_connect_server" in item.fixturenames for item in request.session.items):
+        python = request.getfixturevalue("exec_env_python")
+        servers["bare"] = ConnectServer(python, tmp_path_factory.mktemp("bare_connect_server"))
+    yield servers
+    for server in servers.values():
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_server(connect_servers) -> ConnectServer:
+    """The server whose Python has pyspark_durable installed (the supported set-up)."""
+    return connect_servers["installed"].wait_ready()
+
+
+@pytest.fixture(scope="session")
+def connect(connect_server: ConnectServer, tmp_path_factory) -> Iterator[ConnectClient]:
+    """A Connect client of connect_server with durablewal registered by register(spark)."""
+    client = ConnectClient(sys.executable, tmp_path_factory.mktemp("connect_client"))
+    client.session_type = client.ok("connect", url=connect_server.url)["session"]
+    yield client
+    client.close()
+    assert connect_server.process.poll() is None, connect_server.log_tail()
+
+
+@pytest.fixture
+def make_client(tmp_path) -> Iterator:
+    """Open more Connect clients (the project venv's Python); closed at the end of the test."""
+    clients: list[ConnectClient] = []
+
+    def make() -> ConnectClient:
+        clients.append(ConnectClient(sys.executable, tmp_path))
+        return clients[-1]
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def exec_env_python(tmp_path_factory) -> str:
+    """A Python with the project venv's packages except pyspark_durable itself."""
+    root = tmp_path_factory.mktemp("exec_env")
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(root / "env")], check=True)
+    python = str(root / "env" / "bin" / "python")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    Path(site, "project_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    probe = subprocess.run([python, "-c", "import pyarrow, pyspark, fastavro; import pyspark_durable"],
+                           cwd=root, capture_output=True, text=True)
+    assert "No module named 'pyspark_durable'" in probe.stderr, probe
+    return python
+
+
+@pytest.fixture(scope="session")
+def bare_connect_server(connect_servers) -> ConnectServer:
+    """The server whose Python lacks pyspark_durable."""
+    return connect_servers["bare"].wait_ready()
+
+
+@pytest.fixture(scope="session")
+def package_zip(tmp_path_factory) -> str:
+    """pyspark_durable as a zip, as for --py-files or addArtifacts(pyfile=True)."""
+    path = tmp_path_factory.mktemp("artifact") / "pyspark_durable.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for file in sorted(PACKAGE_DIR.rglob("*")):
+            if file.is_file() and "__pycache__" not in file.parts:
+                zf.write(file, file.relative_to(PACKAGE_DIR.parent))
+    return str(path)
+
+
+@pytest.fixture(params=["file", "kafka"])
+def wal(request, tmp_path) -> dict:
+    """Reader/writer options of a fresh namespace on one backend."""
+    ns = f"c{uuid.uuid4().hex[:10]}"
+    if request.param == "file":
+        return {"namespace": ns, "path": str(tmp_path / "wal")}
+    broker = request.getfixturevalue("kafka_broker")
+    return {"namespace": ns, "backend": "kafka", "kafka.bootstrap.servers": broker}

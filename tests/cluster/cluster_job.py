@@ -1,23 +1,17 @@
 """A spark-submit job for the standalone-cluster tests: JSON -> durablewal -> parquet.
 
 Usage: spark-submit --master spark://HOST:PORT --py-files ... cluster_job.py
-       MODE WAL_OPTIONS_JSON IN_DIR OUT_DIR CHECKPOINT_ROOT
+       stream WAL_OPTIONS_JSON IN_DIR OUT_DIR CHECKPOINT_ROOT
 
 It imports nothing from the test suite: the package arrives with ``--py-files``.
+Both queries run at once with a processing-time trigger, one input file and one step
+per micro-batch; the job stops both when the input is used up (the writer is idle,
+then the reader is idle).
 
-MODE ``once``: the writing query (JSON files -> durablewal) and then the reading query
-(durablewal -> parquet) run with ``trigger(availableNow=True)``, one after the other
-(no per-batch limits: a deployment check, kept short).
-MODE ``stream``: both queries run at once with a processing-time trigger, one input
-file and one step per micro-batch; the job stops both when the input is used up (the
-writer is idle, then the reader is idle).
-
-Prints (flushed) ``WROTE <rows>`` after the writing query of ``once``,
-``BATCH <sink|source> <batch id> <rows>`` after each micro-batch,
+Prints (flushed) ``BATCH <sink|source> <batch id> <rows>`` after each micro-batch,
 ``APP <application id>``, ``DRIVER_MODULE`` / ``EXECUTOR_MODULE`` (where
 pyspark_durable was imported from), ``RESULT <json>`` (a batch read of the WAL and of
-the parquet output) and ``DONE``.
-"""
+the parquet output) and ``DONE``."""
 
 from __future__ import annotations
 
@@ -73,28 +67,22 @@ class Progress(StreamingQueryListener):
         self.source_idle.set()
 
 
-def writer_query(spark, wal: dict, in_dir: str, ckpt: str, available_now: bool):
-    reader = spark.readStream.schema("id long, payload string")
-    if not available_now:  # one input file per micro-batch
-        reader = reader.option("maxFilesPerTrigger", 1)
-    stream = reader.json(in_dir)
-    writer = (stream.writeStream.format("durablewal").options(**wal).queryName("sink")
-              .option("checkpointLocation", f"{ckpt}/sink"))
-    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
-        processingTime=TRIGGER)
-    return writer.start()
+def writer_query(spark, wal: dict, in_dir: str, ckpt: str):
+    """JSON files -> durablewal, one input file per micro-batch."""
+    stream = spark.readStream.schema("id long, payload string").option(
+        "maxFilesPerTrigger", 1).json(in_dir)
+    return (stream.writeStream.format("durablewal").options(**wal).queryName("sink")
+            .option("checkpointLocation", f"{ckpt}/sink").trigger(processingTime=TRIGGER)
+            .start())
 
 
-def reader_query(spark, wal: dict, out_dir: str, ckpt: str, available_now: bool):
-    reader = spark.readStream.format("durablewal").options(**wal)
-    if not available_now:  # one step per micro-batch
-        reader = reader.option("maxStepsPerTrigger", 1)
-    stream = reader.load()
-    writer = (stream.select("id", "payload", "_step").writeStream.format("parquet")
-              .queryName("source").option("checkpointLocation", f"{ckpt}/source"))
-    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
-        processingTime=TRIGGER)
-    return writer.start(out_dir)
+def reader_query(spark, wal: dict, out_dir: str, ckpt: str):
+    """durablewal -> parquet, one step per micro-batch."""
+    stream = spark.readStream.format("durablewal").options(**wal).option(
+        "maxStepsPerTrigger", 1).load()
+    return (stream.select("id", "payload", "_step").writeStream.format("parquet")
+            .queryName("source").option("checkpointLocation", f"{ckpt}/source")
+            .trigger(processingTime=TRIGGER).start(out_dir))
 
 
 def check(query) -> None:
@@ -118,21 +106,12 @@ def main() -> None:
     print(f"EXECUTOR_MODULE {sorted(set(files.collect()))}", flush=True)
     progress = Progress()
     spark.streams.addListener(progress)
-    if mode == "once":
-        sink = writer_query(spark, wal, in_dir, ckpt, available_now=True)
-        sink.awaitTermination()
-        check(sink)
-        wrote = spark.read.format("durablewal").options(**wal).load().count()
-        print(f"WROTE {wrote}", flush=True)
-        source = reader_query(spark, wal, out_dir, ckpt, available_now=True)
-        source.awaitTermination()
-        check(source)
-    elif mode == "stream":
-        sink = writer_query(spark, wal, in_dir, ckpt, available_now=False)
+    if mode == "stream":
+        sink = writer_query(spark, wal, in_dir, ckpt)
         progress.names[str(sink.id)] = "sink"
         while not progress.sink_progressed.wait(timeout=1.0):  # the namespace exists then
             check(sink)
-        source = reader_query(spark, wal, out_dir, ckpt, available_now=False)
+        source = reader_query(spark, wal, out_dir, ckpt)
         progress.names[str(source.id)] = "source"
         while not progress.source_idle.wait(timeout=1.0):
             check(sink)

@@ -2,9 +2,10 @@
 
 The executors (and the spark-submit driver) run a Python that does NOT have
 pyspark_durable installed: every test ships the package with the job, the way a user
-deploys it. The recipes (a zip, a wheel) are checked end to end with
-``cluster_job.py``; the exactly-once test kills an executor JVM and then the whole
-driver with SIGKILL, restarts from the same checkpoints and checks every row by content.
+deploys it (a wheel on the file backend, a zip on Kafka, each in ``--py-files``). The
+exactly-once test spark-submits ``cluster_job.py``, kills an executor JVM and then the
+whole driver with SIGKILL, restarts from the same checkpoints and checks every row by
+content.
 """
 
 from __future__ import annotations
@@ -157,7 +158,6 @@ def test_executor_python_lacks_the_package(exec_python, tmp_path):
 
 # ---------------------------------------------------------------- recipes
 
-RECIPE_FILES, RECIPE_ROWS = 2, 50
 
 
 def check_origin(job: Job, artifact: Path) -> None:
@@ -167,24 +167,9 @@ def check_origin(job: Job, artifact: Path) -> None:
     assert artifact.name in executor_modules and str(REPO) not in executor_modules
 
 
-def check_recipe(job: Job, rows: int, artifact: Path) -> None:
-    assert job.result() == {"wal_rows": rows, "wal_distinct_ids": rows, "out_rows": rows,
-                            "out_distinct_ids": rows}
-    check_origin(job, artifact)
-
-
-# The zip recipe (--py-files pyspark_durable.zip with spark.executorEnv.PYTHONPATH=<zip>) is
-# the one the exactly-once test below deploys with, so it is checked there, on both backends.
-
-
-def test_recipe_wheel_py_files(cluster, package_wheel, tmp_path):
-    """This tests that a pure-Python wheel shipped with --py-files (and executorEnv.PYTHONPATH)
-    runs the write and the streaming read on the cluster."""
-    rows = write_inputs(tmp_path / "in", RECIPE_FILES, RECIPE_ROWS)
-    wal, _ = wal_options("file", tmp_path, None)
-    job = run_to_end(cluster, "once", wal, tmp_path, [package_wheel],
-                     {"spark.executorEnv.PYTHONPATH": str(package_wheel)}, "wheel")
-    check_recipe(job, rows, package_wheel)
+# The recipes (--py-files with spark.executorEnv.PYTHONPATH pointing at the same file: a
+# wheel, a zip) are what the exactly-once test below deploys with, one per backend, so each
+# recipe runs a streaming write and a streaming read under kills, from a spark-submit.
 
 
 # ---------------------------------------------------------------- exactly once under kills
@@ -211,17 +196,19 @@ def parquet_rows(out_dir: Path) -> list[dict]:
 
 
 @pytest.mark.crash
-@pytest.mark.parametrize("backend", ["file", "kafka"])
-def test_exactly_once_across_executor_and_driver_kills(cluster, package_zip, backend, tmp_path,
+@pytest.mark.parametrize("backend, recipe", [("file", "package_wheel"), ("kafka", "package_zip")])
+def test_exactly_once_across_executor_and_driver_kills(cluster, backend, recipe, tmp_path,
                                                        request):
-    """This tests that JSON -> durablewal -> parquet on the cluster, with one executor JVM and
-    then the driver SIGKILLed mid-batch and restarted, holds every row exactly once in the WAL
-    and in the parquet output."""
+    """This tests that JSON -> durablewal -> parquet on the cluster, deployed with a recipe
+    (a wheel or a zip in --py-files), with one executor JVM and then the driver SIGKILLed
+    mid-batch and restarted, holds every row exactly once in the WAL and in the parquet
+    output, and that the package came from the shipped file."""
+    package = request.getfixturevalue(recipe)
     broker = request.getfixturevalue("kafka_broker") if backend == "kafka" else None
     rng = random.Random(zlib.crc32(backend.encode()))
     total = write_inputs(tmp_path / "in", KILL_FILES, KILL_ROWS)
     wal, config = wal_options(backend, tmp_path, broker)
-    ship = {"py_files": [package_zip], "conf": {"spark.executorEnv.PYTHONPATH": str(package_zip)}}
+    ship = {"py_files": [package], "conf": {"spark.executorEnv.PYTHONPATH": str(package)}}
 
     # run 1: kill an executor mid-batch, let the query go on, then kill the driver
     job = Job(cluster, "stream", wal, tmp_path, run="run1", **ship)
@@ -260,7 +247,7 @@ def test_exactly_once_across_executor_and_driver_kills(cluster, package_zip, bac
     job2 = run_to_end(cluster, "stream", wal, tmp_path, run="run2", **ship)
     assert job2.result() == {"wal_rows": total, "wal_distinct_ids": total, "out_rows": total,
                              "out_distinct_ids": total}
-    check_origin(job2, package_zip)
+    check_origin(job2, package)
 
     # every id once in the WAL, by content, and no batch committed twice
     ns = open_namespace(config)

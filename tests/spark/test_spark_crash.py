@@ -119,6 +119,7 @@ def test_sink_exactly_once_across_kills(wal, tmp_path):
     assert writer_steps == sorted(writer_steps)
 
 
+@pytest.mark.parametrize("wal", ["file"], indirect=True)  # Kafka: tests/cluster kills a reader
 def test_source_exactly_once_across_kills(spark, wal, tmp_path):
     """This tests that durablewal -> parquet, killed mid-batch ≥3 times, outputs every row once."""
     spark_opts, config = wal

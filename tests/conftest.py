@@ -50,6 +50,16 @@ def namespace() -> str:
 StoreFactory = Callable[..., LogStore]
 
 
+@pytest.fixture(params=["file", "kafka"])
+def wal(request, tmp_path) -> dict:
+    """Spark options (``format("durablewal")``) of a fresh namespace on one backend."""
+    ns = f"s{uuid.uuid4().hex[:10]}"
+    if request.param == "file":
+        return {"namespace": ns, "path": str(tmp_path / "wal")}
+    broker = request.getfixturevalue("kafka_broker")
+    return {"namespace": ns, "backend": "kafka", "kafka.bootstrap.servers": broker}
+
+
 @pytest.fixture
 def store_config(request: pytest.FixtureRequest, tmp_path) -> tuple[str, dict]:
     backend = request.param

@@ -37,9 +37,9 @@ def _payload_schema(opts: WalOptions, strict: bool = False
         if strict:
             chosen = [ns.table(t) for t in opts.tables]  # unknown: RoutingError listing them
         else:
-            ids = [ns.resolve_table(t) for t in opts.tables]
-            chosen = [state.tables[i] for i in ids if i in state.tables]
-        ids = frozenset(ns.resolve_table(t) for t in opts.tables)
+            chosen = [state.tables[i] for i in map(ns.resolve_table, opts.tables)
+                      if i in state.tables]
+        ids = frozenset(map(ns.resolve_table, opts.tables))
     else:
         in_regions = None if opts.regions is None else {
             t for r, t in state.next_sequences if r in opts.regions}

@@ -215,13 +215,3 @@ def package_zip(tmp_path_factory) -> str:
             if file.is_file() and "__pycache__" not in file.parts:
                 zf.write(file, file.relative_to(PACKAGE_DIR.parent))
     return str(path)
-
-
-@pytest.fixture(params=["file", "kafka"])
-def wal(request, tmp_path) -> dict:
-    """Reader/writer options of a fresh namespace on one backend."""
-    ns = f"c{uuid.uuid4().hex[:10]}"
-    if request.param == "file":
-        return {"namespace": ns, "path": str(tmp_path / "wal")}
-    broker = request.getfixturevalue("kafka_broker")
-    return {"namespace": ns, "backend": "kafka", "kafka.bootstrap.servers": broker}

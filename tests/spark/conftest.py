@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -19,12 +18,3 @@ def spark() -> Iterator:
     yield session
     session.stop()
 
-
-@pytest.fixture(params=["file", "kafka"])
-def wal(request, tmp_path) -> dict:
-    """Reader/writer options of a fresh namespace on one backend."""
-    ns = f"s{uuid.uuid4().hex[:10]}"
-    if request.param == "file":
-        return {"namespace": ns, "path": str(tmp_path / "wal")}
-    broker = request.getfixturevalue("kafka_broker")
-    return {"namespace": ns, "backend": "kafka", "kafka.bootstrap.servers": broker}

@@ -24,7 +24,7 @@ def _payload_schema(opts: WalOptions, strict: bool = False
     user's schema they are allowed: a stream may wait for them to be written.
     """
     ns = namespace_for(opts, create=False)
-    state = ns.refresh()
+    state = ns.state  # namespace_for caught the handle up: no second round trip
     if strict and opts.regions is not None:
         known = state.regions()
         unknown = [r for r in opts.regions if r not in known]

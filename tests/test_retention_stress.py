@@ -40,9 +40,9 @@ CLEANERS = ("c0", "c1")
 READER = "stress-reader"
 TABLES = ("a", "b")
 REGION_OF = {"a": 0, "b": 1}  # as in stress_child.py
-WRITER_STEPS = {"file": 1000, "kafka": 120}  # per writer
-# kills per process of each kind: file 2*5 + 6 + 2*5 = 26, kafka 2*2 + 2 + 2*2 = 10
-KILLS = {"file": {"writer": 5, "reader": 6, "cleaner": 5},
+WRITER_STEPS = {"file": 600, "kafka": 80}  # per writer
+# kills per process of each kind: file 2*3 + 4 + 2*3 = 16, kafka 2*2 + 2 + 2*2 = 10
+KILLS = {"file": {"writer": 3, "reader": 4, "cleaner": 3},
          "kafka": {"writer": 2, "reader": 2, "cleaner": 2}}
 KILL_DELAY_S = 0.03  # at most, after the k-th line: lands the kill anywhere in the next one
 STALL_S = 90.0  # a running child with no progress line for this long has stalled

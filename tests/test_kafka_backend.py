@@ -1,4 +1,5 @@
-"""Kafka-only behaviour of the log layer, against the Tansu broker the suite starts."""
+"""Kafka-only behaviour of the log layer, against the Tansu broker the suite starts,
+with each client: confluent-kafka (librdkafka) and kafka-python."""
 
 from __future__ import annotations
 
@@ -20,12 +21,18 @@ from pyspark_durable.log.kafka_admin import FORBIDDEN
 pytestmark = pytest.mark.kafka
 
 
+@pytest.fixture(params=["confluent", "kafka-python"])
+def client(request) -> str:
+    return request.param
+
+
 @pytest.fixture
-def make_kafka(kafka_broker, namespace):
+def make_kafka(kafka_broker, namespace, client):
     opened = []
 
     def make(ns: str | None = None, **options) -> KafkaLogStore:
-        store = open_store("kafka", ns or namespace, bootstrap_servers=kafka_broker, **options)
+        store = open_store("kafka", ns or namespace, bootstrap_servers=kafka_broker,
+                           client=client, **options)
         opened.append(store)
         return store
 
@@ -113,45 +120,65 @@ def test_high_watermark_not_from_list_offsets(make_kafka, kafka_broker):
 
 
 @pytest.mark.parametrize("option", sorted(FORBIDDEN))
-def test_forbidden_options_are_refused(kafka_broker, namespace, option):
+def test_forbidden_options_are_refused(kafka_broker, namespace, option, client):
     """This tests that options breaking the guarantees are refused, naming the option."""
     with pytest.raises(ConfigError, match=f"'{option}' cannot be set"):
-        KafkaLogStore(namespace, bootstrap_servers=kafka_broker, **{option: "x"})
+        KafkaLogStore(namespace, client=client, bootstrap_servers=kafka_broker, **{option: "x"})
     dotted = "kafka." + option.replace("_", ".")
     with pytest.raises(ConfigError, match=f"'{dotted}' cannot be set"):
-        KafkaLogStore(namespace, **{"kafka.bootstrap.servers": kafka_broker, dotted: "x"})
+        KafkaLogStore(namespace, client=client, **{"kafka.bootstrap.servers": kafka_broker, dotted: "x"})
 
 
-def test_unknown_options_list_valid_ones(kafka_broker, namespace):
-    """This tests that an unknown option is refused with the list of valid option names."""
-    unknown = r"unknown kafka backend option 'kafka\.no\.such'"
-    with pytest.raises(ConfigError, match=unknown) as info:
-        KafkaLogStore(namespace, bootstrap_servers=kafka_broker, **{"kafka.no.such": 1})
-    for valid in ("bootstrap_servers", "connect_timeout_ms", "linger_ms", "max_poll_records"):
-        assert valid in str(info.value)
-    assert "'acks'" not in str(info.value).split("valid")[1]
+def test_unknown_options_list_valid_ones(kafka_broker, namespace, client):
+    """This tests that an unknown option is refused naming it, with the valid option names
+    (kafka-python: all of them; librdkafka names the property it does not know)."""
+    with pytest.raises(ConfigError, match=r"no\.such") as info:
+        KafkaLogStore(namespace, client=client, bootstrap_servers=kafka_broker,
+                      **{"kafka.no.such": 1})
+    if client == "kafka-python":
+        assert "unknown kafka backend option 'kafka.no.such'" in str(info.value)
+        for valid in ("bootstrap_servers", "connect_timeout_ms", "linger_ms", "max_poll_records"):
+            assert valid in str(info.value)
+        assert "'acks'" not in str(info.value).split("valid")[1]
+    else:
+        assert "No such configuration property" in str(info.value)
+        for valid in ("bootstrap_servers", "connect_timeout_ms", "topic_config", "client"):
+            assert valid in str(info.value)
     with pytest.raises(ConfigError, match="needs bootstrap_servers"):
-        KafkaLogStore(namespace)
+        KafkaLogStore(namespace, client=client)
     with pytest.raises(ConfigError, match="given twice"):
-        KafkaLogStore(namespace, bootstrap_servers=kafka_broker,
+        KafkaLogStore(namespace, client=client, bootstrap_servers=kafka_broker,
                       **{"kafka.bootstrap.servers": kafka_broker})
-    with pytest.raises(ConfigError, match=r"kafka\.linger\.ms"):
-        KafkaLogStore(namespace, bootstrap_servers=kafka_broker, **{"kafka.linger.ms": "soon"})
+    with pytest.raises(ConfigError, match=r"linger\.ms"):
+        KafkaLogStore(namespace, client=client, bootstrap_servers=kafka_broker,
+                      **{"kafka.linger.ms": "soon"})
+    with pytest.raises(ConfigError, match="client='fastest' is invalid; valid: auto, confluent"):
+        KafkaLogStore(namespace, client="fastest", bootstrap_servers=kafka_broker)
 
 
-def test_option_spellings_and_string_values(make_kafka, namespace):
-    """This tests that kafka.-prefixed, dotted and string-valued options (Spark style) work."""
-    store = make_kafka(**{"kafka.linger.ms": "2", "max.poll.records": "50",
-                          "kafka.compression.type": "gzip", "connect_timeout_ms": "5000"})
-    assert store.settings.clients["producer"]["linger_ms"] == 2
-    assert store.settings.clients["consumer"]["max_poll_records"] == 50
+def test_option_spellings_and_string_values(make_kafka, namespace, client):
+    """This tests that kafka.-prefixed, dotted and string-valued options (Spark style) work,
+    on both clients (kafka-python names are translated for librdkafka)."""
+    store = make_kafka(**{"kafka.linger.ms": "2", "kafka.compression.type": "gzip",
+                          "connect_timeout_ms": "5000", "fetch_max_wait_ms": "7"})
+    assert store.settings.client == client
+    consumer = store.settings.clients["consumer"]
+    if client == "kafka-python":
+        assert store.settings.clients["producer"]["linger_ms"] == 2
+        assert consumer["fetch_max_wait_ms"] == 7
+    else:
+        assert store.settings.clients["producer"]["linger.ms"] == "2"
+        assert consumer["fetch.wait.max.ms"] == "7"  # kafka-python's name, translated
+        assert store.settings.clients["producer"]["acks"] == "all"
+        assert store.settings.clients["producer"]["enable.idempotence"] == "true"
+        assert consumer["auto.offset.reset"] == "error"
     assert store.settings.connect_timeout_ms == 5000
     log = store.open_region(0)
     assert log.append([Record(b"k", b"x" * 1000)] * 3) == [0, 1, 2]
     assert [e.value for e in log.read(0)] == [b"x" * 1000] * 3
 
 
-def test_unreachable_bootstrap_fails_in_bounded_time(namespace):
+def test_unreachable_bootstrap_fails_in_bounded_time(namespace, client):
     """This tests that a closed port fails within connect_timeout_ms, naming the address."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -159,13 +186,14 @@ def test_unreachable_bootstrap_fails_in_bounded_time(namespace):
     address = f"127.0.0.1:{port}"
     start = time.monotonic()
     with pytest.raises(BackendUnavailable, match=address) as info:
-        KafkaLogStore(namespace, bootstrap_servers=address, connect_timeout_ms=1500)
+        KafkaLogStore(namespace, client=client, bootstrap_servers=address, connect_timeout_ms=1500)
     elapsed = time.monotonic() - start
     assert elapsed < 1.5 + 1.5, elapsed
     assert info.value.retriable
     start = time.monotonic()
     with pytest.raises(BackendUnavailable, match=address):
-        KafkaLogStore.list_namespaces({"bootstrap_servers": address, "connect_timeout_ms": 500})
+        KafkaLogStore.list_namespaces({"bootstrap_servers": address, "connect_timeout_ms": 500,
+                                        "client": client})
     assert time.monotonic() - start < 0.5 + 1.5
 
 
@@ -216,12 +244,12 @@ def test_headers_and_2mb_values_round_trip(make_kafka):
     ]
 
 
-def test_broker_going_away_mid_read_is_retriable(tmp_path, caplog):
+def test_broker_going_away_mid_read_is_retriable(tmp_path, caplog, client):
     """This tests that a broker killed mid-read is a retriable error, not a short read or hang."""
     broker = start_broker(tmp_path / "private-tansu")
     namespace = f"t{uuid.uuid4().hex[:12]}"
     store = KafkaLogStore(
-        namespace, bootstrap_servers=broker.address, request_timeout_ms=1500,
+        namespace, client=client, bootstrap_servers=broker.address, request_timeout_ms=1500,
         connect_timeout_ms=1500, **{"kafka.max.partition.fetch.bytes": 64 << 10,
                                     "kafka.fetch.max.bytes": 64 << 10, "batch_size": 64 << 10},
     )

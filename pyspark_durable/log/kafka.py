@@ -49,16 +49,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
-import kafka.errors as kerr
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from pyspark_durable.errors import BackendUnavailable, ConfigError, LogNotFound
+from pyspark_durable.errors import BackendUnavailable, ConfigError, LogNotFound, OffsetOutOfRange
 from pyspark_durable.log.base import (
     NAME_RE,
     Entry,
@@ -68,14 +67,109 @@ from pyspark_durable.log.base import (
     check_name,
     check_version,
 )
-from pyspark_durable.log.kafka_admin import KafkaSettings, TopicAdmin, translated
+from pyspark_durable.log.kafka_admin import KafkaSettings, topic_admin, translated
 
 log = logging.getLogger(__name__)
 
 SNAPSHOTS = "snapshots"
 PROBE_POLL_MS = 200
+SCAN_CHUNK = 10_000  # entries asked of one fetch call
 LOG_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
 META_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "compact"}
+
+
+class Reader(Protocol):
+    """A client's reader of partition 0 of one topic: what the log needs of a consumer."""
+
+    def begin(self) -> int:
+        """The first offset the broker still has."""
+
+    def end(self) -> int:
+        """ListOffsets(latest): exact on Kafka, a lower bound (0 only if empty) on Tansu."""
+
+    def highwater(self) -> int | None:
+        """The high watermark of the last fetch response, None before any."""
+
+    def seek(self, offset: int) -> None:
+        """Fetch from ``offset`` next."""
+
+    def fetch(self, max_records: int | None, timeout_ms: int) -> list[Entry]:
+        """The next entries (at most ``max_records``), [] if none came within ``timeout_ms``;
+        :class:`OffsetOutOfRange` if the position is outside the partition."""
+
+    def close(self) -> None:
+        """Release the connection."""
+
+
+class Sender(Protocol):
+    """A client's producer: sends records to partition 0, reports each acknowledgement."""
+
+    def send(self, topic: str, records: Sequence[Record], acked: Callable[[int, int], None],
+             failed: Callable[[BaseException], None], where: Mapping[str, Any]) -> None:
+        """Send now; ``acked(i, offset)`` or ``failed(exc)`` is called later, per record."""
+
+    def close(self, timeout_s: float) -> None:
+        """Flush what is in flight and release the connection."""
+
+
+class PyReader:
+    """kafka-python's KafkaConsumer as a :class:`Reader`."""
+
+    def __init__(self, settings: KafkaSettings, topic: str, where: Mapping[str, Any]) -> None:
+        self.address = settings.bootstrap_servers
+        self.timeout_ms = settings.request_timeout_ms
+        self.where = dict(where)
+        self.tp = TopicPartition(topic, 0)
+        with translated("connecting a consumer", self.address, **where):
+            self.consumer = KafkaConsumer(**settings.clients["consumer"])
+            self.consumer.assign([self.tp])
+
+    def begin(self) -> int:
+        with translated("reading watermarks", self.address, **self.where):
+            return self.consumer.beginning_offsets([self.tp], self.timeout_ms)[self.tp]
+
+    def end(self) -> int:
+        with translated("reading watermarks", self.address, **self.where):
+            return self.consumer.end_offsets([self.tp], self.timeout_ms)[self.tp]
+
+    def highwater(self) -> int | None:
+        return self.consumer.highwater(self.tp)
+
+    def seek(self, offset: int) -> None:
+        self.consumer.seek(self.tp, offset)
+
+    def fetch(self, max_records: int | None, timeout_ms: int) -> list[Entry]:
+        with translated("fetching", self.address, **self.where):
+            got = self.consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+        return [Entry(r.offset, r.key or b"", r.value or b"",
+                      tuple(r.headers) if r.headers else (), r.timestamp)
+                for r in got.get(self.tp, ())]
+
+    def close(self) -> None:
+        _close_quietly(self.consumer)
+
+
+class PySender:
+    """kafka-python's KafkaProducer as a :class:`Sender`."""
+
+    def __init__(self, settings: KafkaSettings, namespace: str) -> None:
+        self.address = settings.bootstrap_servers
+        with translated("connecting the producer", self.address, namespace=namespace):
+            self.producer = KafkaProducer(**settings.clients["producer"])
+
+    def send(self, topic: str, records: Sequence[Record], acked: Callable[[int, int], None],
+             failed: Callable[[BaseException], None], where: Mapping[str, Any]) -> None:
+        with translated("append", self.address, **where):
+            send = self.producer.send
+            for i, r in enumerate(records):
+                fut = send(topic, value=r.value if type(r.value) is bytes else bytes(r.value),
+                           key=r.key if type(r.key) is bytes else bytes(r.key),
+                           headers=[(k, bytes(v)) for k, v in r.headers] or None, partition=0)
+                fut.add_callback(lambda meta, i=i: acked(i, meta.offset))
+                fut.add_errback(failed)
+
+    def close(self, timeout_s: float) -> None:
+        _close_quietly(self.producer, timeout=timeout_s)
 
 
 class KafkaLog(Log):
@@ -85,9 +179,8 @@ class KafkaLog(Log):
         super().__init__(store.namespace, name)
         self.store = store
         self.topic = topic
-        self.tp = TopicPartition(topic, 0)
         self._known_high = 0  # highest high watermark seen (appends and fetches)
-        self._idle: list[KafkaConsumer] = []
+        self._idle: list[Reader] = []
         self._lock = threading.Lock()
         self._closed = False
 
@@ -118,15 +211,15 @@ class KafkaLog(Log):
         if not records:
             out.set_result([])
             return out
-        producer = self.store.producer()
+        sender = self.store.sender()
         address = self.store.settings.bootstrap_servers
         offsets: list[int | None] = [None] * len(records)
         left = [len(records)]
         lock = threading.Lock()
 
-        def acked(i: int, meta: Any) -> None:
+        def acked(i: int, offset: int) -> None:
             with lock:
-                offsets[i] = meta.offset
+                offsets[i] = offset
                 left[0] -= 1
                 if left[0] or out.done():
                     return
@@ -144,28 +237,20 @@ class KafkaLog(Log):
                     f"of {len(records)} records acknowledged (the rest may or may not be "
                     f"stored): {type(exc).__name__}: {exc}", **self._where()))
 
-        with translated("append", address, **self._where()):
-            send = producer.send
-            for i, r in enumerate(records):
-                fut = send(self.topic, value=r.value if type(r.value) is bytes else bytes(r.value),
-                           key=r.key if type(r.key) is bytes else bytes(r.key),
-                           headers=[(k, bytes(v)) for k, v in r.headers] or None, partition=0)
-                fut.add_callback(acked, i)
-                fut.add_errback(failed)
+        sender.send(self.topic, records, acked, failed, self._where())
         return out
 
     # -- consumers and bounds -----------------------------------------------------
 
     @contextmanager
-    def _consumer(self) -> Iterator[KafkaConsumer]:
-        """Borrow a consumer assigned to the partition; pooled, closed on error."""
+    def _consumer(self) -> Iterator[Reader]:
+        """Borrow a reader of the partition; pooled, closed on error."""
         with self._lock:
             if self._closed:
                 raise BackendUnavailable("log is closed", **self._where())
             consumer = self._idle.pop() if self._idle else None
         if consumer is None:
-            consumer = self.store.new_consumer(self._where())
-            consumer.assign([self.tp])
+            consumer = self.store.new_reader(self.topic, self._where())
         ok = False
         try:
             yield consumer
@@ -179,7 +264,7 @@ class KafkaLog(Log):
                 if keep:
                     self._idle.append(consumer)
             if not keep:
-                _close_quietly(consumer)
+                consumer.close()
 
     def _bounds(self, probe: bool = True) -> tuple[int, int]:
         """(first offset the broker still has, high watermark), from the broker.
@@ -189,25 +274,24 @@ class KafkaLog(Log):
         (deleted and recreated under this handle) answers with a lower high watermark
         or an out-of-range error, and then its real end is probed and believed.
         """
-        address = self.store.settings.bootstrap_servers
         timeout_ms = self.store.settings.request_timeout_ms
         known = self._known_high
-        with self._consumer() as c, translated("reading watermarks", address, **self._where()):
+        with self._consumer() as c:
             for attempt in range(3):
-                begin = c.beginning_offsets([self.tp], timeout_ms)[self.tp]
+                begin = c.begin()
                 if not probe:
                     return begin, max(begin, known)
                 hint = max(known, begin)
                 if hint == begin:
                     # Tansu: a lower bound of the end, 0 only when empty; Kafka: exact
-                    end = c.end_offsets([self.tp], timeout_ms)[self.tp]
+                    end = c.end()
                     if end <= begin:
                         return begin, max(begin, end)
                     hint = end
-                c.seek(self.tp, hint - 1)
+                c.seek(hint - 1)
                 try:
                     high = self._probe(c, hint, timeout_ms)
-                except kerr.OffsetOutOfRangeError:
+                except OffsetOutOfRange:
                     if attempt == 2:
                         raise
                     known = 0  # deleted meanwhile, or the topic is shorter: ask its end
@@ -221,12 +305,12 @@ class KafkaLog(Log):
                 max(self._known_high, high)
             return begin, self._known_high
 
-    def _probe(self, c: KafkaConsumer, hint: int, timeout_ms: int) -> int:
+    def _probe(self, c: Reader, hint: int, timeout_ms: int) -> int:
         """Fetch at ``hint - 1`` until an entry or a high watermark below ``hint`` comes."""
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            got = c.poll(timeout_ms=PROBE_POLL_MS, max_records=1)
-            high = c.highwater(self.tp)
+            got = c.fetch(1, PROBE_POLL_MS)
+            high = c.highwater()
             if got:
                 return hint if high is None else high
             if high is not None and high < hint:
@@ -263,26 +347,22 @@ class KafkaLog(Log):
         if start >= stop:
             return
         settings = self.store.settings
-        tp, timeout_ms = self.tp, settings.request_timeout_ms
-        with self._consumer() as c, translated(
-            f"reading [{start}, {stop})", settings.bootstrap_servers, **self._where()
-        ):
-            c.seek(tp, start)
+        timeout_ms = settings.request_timeout_ms
+        with self._consumer() as c:
+            c.seek(start)
             offset = start
             while offset < stop:
-                got = c.poll(timeout_ms=timeout_ms)
-                batch = got.get(tp)
+                batch = c.fetch(min(stop - offset, SCAN_CHUNK), timeout_ms)
                 if not batch:
                     raise BackendUnavailable(
                         f"Kafka broker {settings.bootstrap_servers} sent nothing for "
                         f"request_timeout_ms={timeout_ms} while reading topic {self.topic} at "
                         f"offset {offset} (expected entries up to {stop})", **self._where())
-                for r in batch:
-                    offset = r.offset
+                for entry in batch:
+                    offset = entry.offset
                     if offset >= stop:
                         return
-                    yield Entry(offset, r.key or b"", r.value or b"",
-                                tuple(r.headers) if r.headers else (), r.timestamp)
+                    yield entry
                 offset += 1
 
     # -- deleting and closing ---------------------------------------------------
@@ -300,7 +380,7 @@ class KafkaLog(Log):
             self._closed = True
             idle, self._idle = self._idle, []
         for consumer in idle:
-            _close_quietly(consumer)
+            consumer.close()
 
 
 def _close_quietly(client: Any, **kwargs: Any) -> None:
@@ -332,8 +412,8 @@ class KafkaLogStore(LogStore):
             "request_timeout_ms": request_timeout_ms, "linger_ms": linger_ms,
             "batch_size": batch_size, "compression_type": compression_type, **kafka_options,
         })
-        self.admin = TopicAdmin(self.settings, namespace)
-        self._producer: KafkaProducer | None = None
+        self.admin = topic_admin(self.settings, namespace)
+        self._sender: Sender | None = None
         self._logs: dict[str, KafkaLog] = {}
         self._lock = threading.Lock()
         self._meta_lock = threading.Lock()
@@ -344,17 +424,23 @@ class KafkaLogStore(LogStore):
 
     # -- clients -------------------------------------------------------------
 
-    def producer(self) -> KafkaProducer:
+    def sender(self) -> Sender:
         with self._lock:
-            if self._producer is None:
-                with translated("connecting the producer", self.settings.bootstrap_servers,
-                                namespace=self.namespace):
-                    self._producer = KafkaProducer(**self.settings.clients["producer"])
-            return self._producer
+            if self._sender is None:
+                if self.settings.client == "confluent":
+                    from pyspark_durable.log.kafka_confluent import RdSender
 
-    def new_consumer(self, where: Mapping[str, Any]) -> KafkaConsumer:
-        with translated("connecting a consumer", self.settings.bootstrap_servers, **where):
-            return KafkaConsumer(**self.settings.clients["consumer"])
+                    self._sender = RdSender(self.settings, self.namespace)
+                else:
+                    self._sender = PySender(self.settings, self.namespace)
+            return self._sender
+
+    def new_reader(self, topic: str, where: Mapping[str, Any]) -> Reader:
+        if self.settings.client == "confluent":
+            from pyspark_durable.log.kafka_confluent import RdReader
+
+            return RdReader(self.settings, topic, where)
+        return PyReader(self.settings, topic, where)
 
     def topic(self, name: str) -> str:
         return f"{self.namespace}_{name}"
@@ -363,7 +449,7 @@ class KafkaLogStore(LogStore):
 
     @classmethod
     def list_namespaces(cls, config: Mapping[str, Any]) -> list[str]:
-        admin = TopicAdmin(KafkaSettings.parse(config))
+        admin = topic_admin(KafkaSettings.parse(config))
         try:
             return cls._namespaces_in(admin.list_topics())
         finally:
@@ -495,11 +581,11 @@ class KafkaLogStore(LogStore):
     def close(self) -> None:
         with self._lock:
             logs, self._logs = list(self._logs.values()), {}
-            producer, self._producer = self._producer, None
+            sender, self._sender = self._sender, None
         if self._meta_log is not None:
             logs.append(self._meta_log)
         for log_ in logs:
             log_.close()
-        if producer is not None:
-            _close_quietly(producer, timeout=self.settings.request_timeout_ms / 1000)
+        if sender is not None:
+            sender.close(self.settings.request_timeout_ms / 1000)
         self.admin.close()

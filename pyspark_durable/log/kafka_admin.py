@@ -6,7 +6,10 @@ a key may carry a ``kafka.`` prefix, and ``.``/``-`` count as ``_``; so
 option. After that, a key must be one of this backend's own options
 (:data:`OWN_OPTIONS`) or a kafka-python config name (``KafkaProducer``,
 ``KafkaConsumer`` or ``KafkaAdminClient`` ``DEFAULT_CONFIG``); each kafka-python
-option goes to every client that knows it. String values are coerced to the type
+option goes to every client that knows it. With ``client=confluent`` (librdkafka, the
+default when confluent-kafka is installed) a key may also be any librdkafka
+property, and kafka-python names are translated to librdkafka's
+(:mod:`pyspark_durable.log.kafka_confluent`). String values are coerced to the type
 of the option's default (Spark passes every option as a string).
 
 Options that would break the log's guarantees are refused (:data:`FORBIDDEN`), as
@@ -36,6 +39,8 @@ AUTO_CREATED_RETRIES = 3
 
 FORBIDDEN: dict[str, str] = {
     "acks": "appends are durable only with acks=all, which the backend forces",
+    "request_required_acks": "appends are durable only with acks=all, which the backend forces",
+    "enable_partition_eof": "reads need the end-of-partition events (forced on, confluent)",
     "enable_idempotence": "retried sends must not duplicate entries (forced on)",
     "key_serializer": "keys are bytes, passed through unchanged",
     "value_serializer": "values are bytes, passed through unchanged",
@@ -57,7 +62,9 @@ OWN_OPTIONS: dict[str, Any] = {
     "request_timeout_ms": 30_000,
     "replication_factor": -1,  # -1: the broker's default.replication.factor
     "topic_config": None,  # extra topic configs for created topics, e.g. min.insync.replicas
+    "client": "auto",  # "confluent" (librdkafka), "kafka-python", or "auto": confluent if installed
 }
+CLIENT_NAMES = ("auto", "confluent", "kafka-python")
 
 # kafka-python defaults we change, for throughput on batches of ~100 KB entries
 TUNED: dict[str, Any] = {
@@ -105,9 +112,31 @@ def _coerce(name: str, value: Any, default: Any) -> Any:
     return value
 
 
+def confluent_installed() -> bool:
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_client(value: Any) -> str:
+    """``auto`` is confluent-kafka (librdkafka) when installed, else kafka-python."""
+    name = str(value or "auto").lower().replace("_", "-")
+    if name not in CLIENT_NAMES:
+        raise ConfigError(f"option client={value!r} is invalid; valid: {', '.join(CLIENT_NAMES)}")
+    if name == "auto":
+        return "confluent" if confluent_installed() else "kafka-python"
+    if name == "confluent" and not confluent_installed():
+        raise ConfigError("option client='confluent' needs the confluent-kafka package: "
+                          "pip install 'pyspark_durable[kafka-fast]'")
+    return name
+
+
 @dataclass
 class KafkaSettings:
-    """Parsed options: our own ones, and the kwargs of each kafka-python client."""
+    """Parsed options: our own ones, and the config of each client (kafka-python kwargs,
+    or librdkafka properties when ``client`` is ``confluent``)."""
 
     bootstrap_servers: str
     connect_timeout_ms: int
@@ -115,6 +144,8 @@ class KafkaSettings:
     replication_factor: int
     topic_config: dict[str, str]
     clients: dict[str, dict[str, Any]] = field(default_factory=dict)
+    client: str = "kafka-python"
+    delivery_timeout_ms: int = 0
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> KafkaSettings:
@@ -126,7 +157,8 @@ class KafkaSettings:
             name = normalize_key(str(raw))
             if name in FORBIDDEN:
                 raise ConfigError(f"option {raw!r} cannot be set: {FORBIDDEN[name]}")
-            if name not in OWN_OPTIONS and name not in KAFKA_KEYS:
+            if name not in OWN_OPTIONS and name not in KAFKA_KEYS \
+                    and not _is_librdkafka_key(name, options):
                 valid = sorted((set(OWN_OPTIONS) | KAFKA_KEYS) - set(FORBIDDEN))
                 raise ConfigError(
                     f"unknown kafka backend option {raw!r}; valid (optionally prefixed "
@@ -135,10 +167,11 @@ class KafkaSettings:
             if name in merged:
                 raise ConfigError(f"option {raw!r} given twice (also as {spelled[name]!r})")
             merged[name], spelled[name] = value, str(raw)
+        client = resolve_client(merged.get("client"))
         for name, value in list(merged.items()):
             default = OWN_OPTIONS.get(name)
-            for client in CLIENTS.values():
-                default = default if default is not None else client.DEFAULT_CONFIG.get(name)  # type: ignore[attr-defined]
+            for kind_cls in CLIENTS.values():
+                default = default if default is not None else kind_cls.DEFAULT_CONFIG.get(name)  # type: ignore[attr-defined]
             merged[name] = _coerce(spelled[name], value, default)
         servers = merged.get("bootstrap_servers")
         if not servers:
@@ -146,10 +179,20 @@ class KafkaSettings:
         if not isinstance(servers, str):
             servers = ",".join(servers)
         own = {k: merged.pop(k, d) for k, d in OWN_OPTIONS.items()}
-        for k, v in TUNED.items():
-            merged.setdefault(k, v)
         if int(own["connect_timeout_ms"]) <= 0 or int(own["request_timeout_ms"]) <= 0:
             raise ConfigError("connect_timeout_ms and request_timeout_ms must be positive")
+        if not isinstance(own["topic_config"] or {}, Mapping):
+            raise ConfigError(f"topic_config must be a mapping, got {own['topic_config']!r}")
+        topic_config = {str(k): str(v) for k, v in (own["topic_config"] or {}).items()}
+        if client == "confluent":
+            from pyspark_durable.log.kafka_confluent import librdkafka_configs
+
+            configs, delivery_ms = librdkafka_configs(servers, own, merged, spelled)
+            return cls(servers, int(own["connect_timeout_ms"]), int(own["request_timeout_ms"]),
+                       int(own["replication_factor"]), topic_config, configs, client,
+                       delivery_ms)
+        for k, v in TUNED.items():
+            merged.setdefault(k, v)
         common = {
             "bootstrap_servers": servers.split(","),
             "bootstrap_timeout_ms": int(own["connect_timeout_ms"]),
@@ -164,8 +207,8 @@ class KafkaSettings:
             "admin": {},
         }
         clients: dict[str, dict[str, Any]] = {}
-        for kind, client in CLIENTS.items():
-            keys = client.DEFAULT_CONFIG  # type: ignore[attr-defined]
+        for kind, kind_cls in CLIENTS.items():
+            keys = kind_cls.DEFAULT_CONFIG  # type: ignore[attr-defined]
             cfg = {k: v for k, v in {**common, **merged}.items() if k in keys}
             clients[kind] = {**cfg, **forced[kind]}
         prod = clients["producer"]
@@ -173,17 +216,24 @@ class KafkaSettings:
         prod.setdefault(
             "delivery_timeout_ms", int(own["request_timeout_ms"]) + int(prod["linger_ms"]) + 1000
         )
-        if not isinstance(own["topic_config"] or {}, Mapping):
-            raise ConfigError(f"topic_config must be a mapping, got {own['topic_config']!r}")
-        topic_config = {str(k): str(v) for k, v in (own["topic_config"] or {}).items()}
         return cls(servers, int(own["connect_timeout_ms"]), int(own["request_timeout_ms"]),
-                   int(own["replication_factor"]), topic_config, clients)
+                   int(own["replication_factor"]), topic_config, clients, client,
+                   int(prod["delivery_timeout_ms"]))
 
     @property
     def wait_s(self) -> float:
         """Upper bound of one blocking client call (a poll, an append's acks)."""
-        prod = self.clients["producer"]
-        return max(self.request_timeout_ms, prod["delivery_timeout_ms"]) / 1000 + 5
+        return max(self.request_timeout_ms, self.delivery_timeout_ms) / 1000 + 5
+
+
+def _is_librdkafka_key(name: str, options: Mapping[str, Any]) -> bool:
+    """A property librdkafka knows (checked only when the confluent client is chosen)."""
+    chosen = next((v for k, v in options.items() if normalize_key(str(k)) == "client"), None)
+    if resolve_client(chosen) != "confluent":
+        return False
+    from pyspark_durable.log.kafka_confluent import is_librdkafka_property
+
+    return is_librdkafka_property(name)
 
 
 @contextmanager
@@ -214,8 +264,63 @@ def translated(what: str, address: str, **where: Any) -> Iterator[None]:
                                  **where) from exc
 
 
-class TopicAdmin:
-    """Creates, describes and lists topics; never relies on auto-creation."""
+class OneTopicRule:
+    """``ensure``, the rule of the log's topics, over any client's topic primitives."""
+
+    namespace: str | None
+
+    def partitions(self, topic: str) -> int | None:
+        raise NotImplementedError
+
+    def create(self, topic: str, configs: Mapping[str, str]) -> int | None:
+        raise NotImplementedError
+
+    def delete_topic(self, topic: str) -> None:
+        raise NotImplementedError
+
+    def empty(self, topic: str, count: int) -> bool:
+        raise NotImplementedError
+
+    def ensure(self, topic: str, create: bool, configs: Mapping[str, str]) -> bool:
+        """Make sure ``topic`` exists with ONE partition; False if missing and not ``create``.
+
+        A topic a broker auto-created with other partition counts (a client that still
+        knew a deleted topic asked for it) is replaced when it is empty and ``create``
+        is asked: nothing is lost. A non-empty one is an error, never used.
+        """
+        count = self.partitions(topic)
+        for _ in range(AUTO_CREATED_RETRIES):
+            if count in (None, 1) or not create or not self.empty(topic, count):
+                break
+            log.warning("namespace=%s: topic %s was auto-created with %d partitions and is "
+                        "empty; replacing it with a 1-partition topic", self.namespace, topic,
+                        count)
+            self.delete_topic(topic)
+            count = self.create(topic, configs)
+        if count is None:
+            if not create:
+                return False
+            count = self.create(topic, configs)
+        if count != 1:
+            raise ConfigError(
+                f"topic {topic!r} has {count} partitions; a log needs exactly 1 (created by "
+                "auto-creation or by hand?): delete it or use another namespace",
+                namespace=self.namespace,
+            )
+        return True
+
+
+def topic_admin(settings: KafkaSettings, namespace: str | None = None) -> OneTopicRule:
+    """The admin of the client the settings chose."""
+    if settings.client == "confluent":
+        from pyspark_durable.log.kafka_confluent import ConfluentTopicAdmin
+
+        return ConfluentTopicAdmin(settings, namespace)
+    return TopicAdmin(settings, namespace)
+
+
+class TopicAdmin(OneTopicRule):
+    """Creates, describes and lists topics with kafka-python; never relies on auto-creation."""
 
     def __init__(self, settings: KafkaSettings, namespace: str | None = None) -> None:
         self.settings = settings
@@ -247,40 +352,15 @@ class TopicAdmin:
                 raise err(f"describe_topics({topic})")
         return len(info.get("partitions") or [])
 
-    def ensure(self, topic: str, create: bool, configs: Mapping[str, str]) -> bool:
-        """Make sure ``topic`` exists with ONE partition; False if missing and not ``create``.
+    def delete_topic(self, topic: str) -> None:
+        with translated("replacing an auto-created topic", self.address,
+                        namespace=self.namespace, topic=topic):
+            try:
+                self.client.delete_topics([topic])
+            except kerr.UnknownTopicOrPartitionError:
+                pass  # another process replaced it first
 
-        A topic a broker auto-created with other partition counts (a client that still
-        knew a deleted topic asked for it) is replaced when it is empty and ``create``
-        is asked: nothing is lost. A non-empty one is an error, never used.
-        """
-        count = self.partitions(topic)
-        for _ in range(AUTO_CREATED_RETRIES):
-            if count in (None, 1) or not create or not self._empty(topic, count):
-                break
-            log.warning("namespace=%s: topic %s was auto-created with %d partitions and is "
-                        "empty; replacing it with a 1-partition topic", self.namespace, topic,
-                        count)
-            with translated("replacing an auto-created topic", self.address,
-                            namespace=self.namespace, topic=topic):
-                try:
-                    self.client.delete_topics([topic])
-                except kerr.UnknownTopicOrPartitionError:
-                    pass  # another process replaced it first
-            count = self._create(topic, configs)
-        if count is None:
-            if not create:
-                return False
-            count = self._create(topic, configs)
-        if count != 1:
-            raise ConfigError(
-                f"topic {topic!r} has {count} partitions; a log needs exactly 1 (created by "
-                "auto-creation or by hand?): delete it or use another namespace",
-                namespace=self.namespace,
-            )
-        return True
-
-    def _create(self, topic: str, configs: Mapping[str, str]) -> int | None:
+    def create(self, topic: str, configs: Mapping[str, str]) -> int | None:
         spec = {"num_partitions": 1, "replication_factor": self.settings.replication_factor,
                 "configs": {**configs, **self.settings.topic_config}}
         with translated("creating topic", self.address, namespace=self.namespace, topic=topic):
@@ -291,7 +371,7 @@ class TopicAdmin:
             self.client.wait_for_topics([topic], timeout_ms=self.settings.request_timeout_ms)
         return self.partitions(topic)
 
-    def _empty(self, topic: str, count: int) -> bool:
+    def empty(self, topic: str, count: int) -> bool:
         """Do all ``count`` partitions of ``topic`` hold nothing? (end offsets 0: on Tansu
         a lower bound of the end that is 0 only for an empty partition)."""
         with translated("reading end offsets", self.address, namespace=self.namespace,

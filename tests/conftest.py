@@ -10,7 +10,8 @@ from kafka_broker import BrokerStartError, start_broker, stop_broker
 
 from pyspark_durable.log import LogStore, open_store
 
-LOG_BACKENDS = ["file", "memory", "kafka"]
+# "kafka" is the Kafka log on confluent-kafka (librdkafka), "kafka-python" on kafka-python
+LOG_BACKENDS = ["file", "memory", "kafka", "kafka-python"]
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
@@ -67,9 +68,10 @@ def store_config(request: pytest.FixtureRequest, tmp_path) -> tuple[str, dict]:
         return backend, {"path": str(tmp_path / "wal"), "segment_size_bytes": 64 * 1024}
     if backend == "memory":
         return backend, {}
-    if backend == "kafka":
+    if backend in ("kafka", "kafka-python"):
         broker = request.getfixturevalue("kafka_broker")
-        return backend, {"bootstrap_servers": broker}
+        client = "confluent" if backend == "kafka" else "kafka-python"
+        return "kafka", {"bootstrap_servers": broker, "client": client}
     raise AssertionError(backend)
 
 

@@ -97,6 +97,9 @@ class Reader(Protocol):
         """The next entries (at most ``max_records``), [] if none came within ``timeout_ms``;
         :class:`OffsetOutOfRange` if the position is outside the partition."""
 
+    def idle(self) -> None:
+        """The reader goes back to its pool: stop any background fetching."""
+
     def close(self) -> None:
         """Release the connection."""
 
@@ -144,6 +147,9 @@ class PyReader:
         return [Entry(r.offset, r.key or b"", r.value or b"",
                       tuple(r.headers) if r.headers else (), r.timestamp)
                 for r in got.get(self.tp, ())]
+
+    def idle(self) -> None:
+        """kafka-python fetches only inside poll(): nothing to stop."""
 
     def close(self) -> None:
         _close_quietly(self.consumer)
@@ -259,6 +265,8 @@ class KafkaLog(Log):
             ok = True
             raise
         finally:
+            if ok:
+                consumer.idle()
             with self._lock:
                 keep = ok and not self._closed
                 if keep:
@@ -428,9 +436,9 @@ class KafkaLogStore(LogStore):
         with self._lock:
             if self._sender is None:
                 if self.settings.client == "confluent":
-                    from pyspark_durable.log.kafka_confluent import RdSender
+                    from pyspark_durable.log.kafka_confluent import shared_sender
 
-                    self._sender = RdSender(self.settings, self.namespace)
+                    self._sender = shared_sender(self.settings, self.namespace)
                 else:
                     self._sender = PySender(self.settings, self.namespace)
             return self._sender

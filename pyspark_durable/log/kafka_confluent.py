@@ -23,11 +23,12 @@ Implementation notes (why):
   each value into librdkafka's buffers (the Python API has no zero-copy produce), so
   values are passed as they are when they are ``bytes`` and converted only otherwise.
 * **Logs** of librdkafka go to the ``pyspark_durable.log.kafka.librdkafka`` logger
-  at warning level and above, not to stderr.
+  (warning level and above, as debug lines; see :class:`_LibrdkafkaLog`), not to stderr.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -55,7 +56,21 @@ from pyspark_durable.log.base import Entry, Record
 from pyspark_durable.log.kafka_admin import OneTopicRule
 
 log = logging.getLogger(__name__)
-rd_log = logging.getLogger("pyspark_durable.log.kafka.librdkafka")
+
+
+class _LibrdkafkaLog:
+    """librdkafka's log lines, as debug lines of our logger: its errors are transient
+    (a refused connection it retries) and every failure that matters reaches the caller
+    as a typed exception. Its configuration warnings stay warnings."""
+
+    logger = logging.getLogger("pyspark_durable.log.kafka.librdkafka")
+
+    def log(self, level: int, msg: str, *args: Any, **kwargs: Any) -> None:
+        text = msg % args if args else msg
+        self.logger.log(logging.WARNING if "CONFWARN" in text else logging.DEBUG, "%s", text)
+
+
+rd_log = _LibrdkafkaLog()
 
 READER_GROUP = "pyspark_durable-assign-only"  # librdkafka wants one; never joined
 FETCH_SLICE_S = 0.05  # one consume() wait: short, so an end of log answers quickly
@@ -118,7 +133,9 @@ def librdkafka_configs(servers: str, own: Mapping[str, Any], merged: Mapping[str
     }
     linger = int(common.get("linger.ms", common.get("queue.buffering.max.ms", "5")))
     delivery_ms = int(common.pop("message.timeout.ms", request_ms + linger + 1000))
-    producer = {**common, "acks": "all", "enable.idempotence": "true",
+    consumer_only = ("fetch.wait.max.ms", "max.partition.fetch.bytes")
+    producer = {**{k: v for k, v in common.items() if k not in consumer_only or k in user},
+                "acks": "all", "enable.idempotence": "true",
                 "request.timeout.ms": str(request_ms), "message.timeout.ms": str(delivery_ms)}
     consumer = {**{k: v for k, v in common.items() if k not in ("linger.ms", "batch.size")},
                 "group.id": READER_GROUP, "enable.auto.commit": "false",
@@ -195,6 +212,33 @@ def build(kind: type, config: Mapping[str, Any], what: str, address: str, **wher
                           "replication_factor, topic_config, client)", **where) from exc
 
 
+_SENDERS: dict[frozenset, RdSender] = {}
+_SENDERS_LOCK = threading.Lock()
+
+
+def shared_sender(settings: Any, namespace: str) -> RdSender:
+    """The process's producer for these settings, shared by every store that uses them.
+
+    An idempotent librdkafka producer spends ~0.5 s acquiring its producer id before its
+    first delivery (measured on Tansu; its retry timer), so one per store made every
+    reopen pay it. Sharing is safe: librdkafka keeps the sequence numbers per partition.
+    """
+    key = frozenset(settings.clients["producer"].items())
+    with _SENDERS_LOCK:
+        sender = _SENDERS.get(key)
+        if sender is None or sender.closed:
+            sender = _SENDERS[key] = RdSender(settings, namespace)
+        return sender
+
+
+@atexit.register
+def _flush_senders() -> None:
+    with _SENDERS_LOCK:
+        senders = list(_SENDERS.values())
+    for sender in senders:
+        sender.stop(5.0)
+
+
 class RdSender:
     """One idempotent producer and the thread that serves its delivery reports."""
 
@@ -236,7 +280,15 @@ class RdSender:
                     except BufferError:  # the local queue is full: let deliveries drain
                         self.producer.poll(POLL_S)
 
+    @property
+    def closed(self) -> bool:
+        return self._stop.is_set()
+
     def close(self, timeout_s: float) -> None:
+        """A store is done with it: wait for what is in flight (it stays shared)."""
+        self.producer.flush(timeout_s)
+
+    def stop(self, timeout_s: float) -> None:
         self.producer.flush(timeout_s)
         self._stop.set()
         self._thread.join(timeout=timeout_s)
@@ -295,6 +347,12 @@ class RdReader:
                                      tuple(msg.headers() or ()), msg.timestamp()[1]))
                 if out or at_end or time.monotonic() >= deadline:
                     return out
+
+    def idle(self) -> None:
+        """Stop fetching: an assigned librdkafka consumer fetches in the background, so an
+        idle pooled one would keep asking the broker (every fetch.wait.max.ms)."""
+        with rd_translated("releasing a consumer", self.address, **self.where):
+            self.consumer.unassign()
 
     def close(self) -> None:
         try:

@@ -19,9 +19,13 @@ setup(
     ],
     extras_require={
         "kafka": ["kafka-python>=3.0", "crc32c>=2.4"],
+        # librdkafka's client (client=confluent, the default when installed); kafka-python
+        # stays, as the pure-Python client that always works (client=kafka-python)
+        "kafka-fast": ["kafka-python>=3.0", "crc32c>=2.4", "confluent-kafka>=2.6"],
         "connect": ["pyspark[connect]>=4.3"],  # a Spark Connect client (grpcio, zstandard, ...)
         "test": [
             "pyspark[connect]>=4.3",
+            "confluent-kafka>=2.6",
             "pytest>=8",
             "pytest-timeout>=2.3",
             "chispa>=0.10",

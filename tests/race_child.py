@@ -5,7 +5,7 @@ Usage: python race_child.py ROLE BACKEND CONFIG_JSON NAMESPACE PAUSE_AT [WRITER 
 ROLE ``commit`` writes rows of ``(WRITER, WS)`` into two regions and commits them;
 ROLE ``clean`` runs one cleaner pass with grace 0. At the failpoint ``PAUSE_AT``
 (see :mod:`pyspark_durable.wal.failpoints`; ``written`` is the moment between an
-attempt's writes and its commit) the child prints ``PAUSED <point>`` and blocks
+attempt's acknowledged writes and its commit) the child prints ``PAUSED <point>`` and blocks
 until the test writes a line to its stdin, so the test can act in between.
 A committer that gets ``AttemptLost`` prints ``LOST`` and writes the step again.
 """
@@ -48,6 +48,7 @@ def main() -> None:
         attempt.write("a", rows_for(writer, ws, "a"), region_id=0)
         attempt.write("b", rows_for(writer, ws, "b"), region_id=1)
         if pause_at == "written":
+            attempt.receipt()  # writes are asynchronous: pause once they are on the log
             pause("written")
         try:
             print("ACK", attempt.commit(), flush=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -104,16 +104,28 @@ def make_rows(start: int, n: int) -> pa.Table:
 
 @dataclass(frozen=True)
 class Target:
-    """Where a namespace lives: a file root or a Kafka broker."""
+    """Where a namespace lives: a file root, or a Kafka broker and the client to use.
+
+    ``client`` is the Kafka backend's ``client`` option (``confluent`` or
+    ``kafka-python``): it is part of the run, so every label says which client ran.
+    """
 
     backend: str
     namespace: str
     path: str | None = None
     bootstrap: str | None = None
+    client: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``file``, ``kafka/confluent`` or ``kafka/kafka-python``: what the report shows."""
+        return f"{self.backend}/{self.client}" if self.client else self.backend
 
     def config(self) -> dict:
-        opts = {"path": self.path} if self.backend == "file" else \
-            {"bootstrap_servers": self.bootstrap}
+        opts: dict[str, str] = {"path": str(self.path)} if self.backend == "file" else \
+            {"bootstrap_servers": str(self.bootstrap)}
+        if self.client:
+            opts["client"] = self.client
         return {"backend": self.backend, "namespace": self.namespace, "options": opts}
 
     def spark_options(self) -> dict[str, str]:
@@ -122,10 +134,41 @@ class Target:
             opts["path"] = str(self.path)
         else:
             opts["kafka.bootstrap.servers"] = str(self.bootstrap)
+        if self.client:
+            opts["kafka.client"] = self.client
         return opts
 
     def with_namespace(self, namespace: str) -> Target:
-        return Target(self.backend, namespace, self.path, self.bootstrap)
+        return replace(self, namespace=namespace)
+
+
+def prefill_steps(total_rows: int, rows_per_step: int,
+                  regions: int = 2) -> Iterator[list[tuple[int, pa.Table]]]:
+    """The rows of each prefill step as (region, table) pairs: one definition of "the
+    same rows" for the WAL (``prefill``) and for the parquet peer (``write_parquet``)."""
+    written = 0
+    while written < total_rows:
+        n = min(rows_per_step, total_rows - written)
+        per = -(-n // regions)
+        yield [(r, make_rows(written + r * per, min(per, n - r * per)))
+               for r in range(regions) if n - r * per > 0]
+        written += n
+
+
+def write_parquet(folder: Path, total_rows: int, rows_per_step: int, regions: int = 2) -> None:
+    """The rows ``prefill`` commits, as one parquet file per region (snappy, Spark's
+    default), so Spark's file source reads them in ``regions`` partitions like the WAL."""
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    per_region: list[list[pa.Table]] = [[] for _ in range(regions)]
+    for step in prefill_steps(total_rows, rows_per_step, regions):
+        for r, rows in step:
+            per_region[r].append(rows)
+    for r, tables in enumerate(per_region):
+        if tables:
+            pq.write_table(pa.concat_tables(tables), folder / f"part-{r:05d}.parquet",
+                           compression="snappy")
 
 
 def prefill(target: Target, total_rows: int, rows_per_step: int, regions: int = 2) -> int:
@@ -134,20 +177,13 @@ def prefill(target: Target, total_rows: int, rows_per_step: int, regions: int = 
     Returns the bytes of row data written."""
     ns = open_namespace(target.config())
     try:
-        written, step, nbytes = 0, 0, 0
-        while written < total_rows:
-            n = min(rows_per_step, total_rows - written)
+        nbytes = 0
+        for step, parts in enumerate(prefill_steps(total_rows, rows_per_step, regions)):
             attempt = ns.begin("prefill", step)
-            per = -(-n // regions)
-            for r in range(regions):
-                part = min(per, n - r * per)
-                if part > 0:
-                    rows = make_rows(written + r * per, part)
-                    nbytes += rows.nbytes
-                    attempt.write(f"t{r}", rows, r)
+            for r, rows in parts:
+                nbytes += rows.nbytes
+                attempt.write(f"t{r}", rows, r)
             attempt.commit()
-            written += n
-            step += 1
         return nbytes
     finally:
         ns.close()

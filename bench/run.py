@@ -1,10 +1,13 @@
 """The project benchmark: durablewal vs its peers, side by side in one process.
 
-    python bench/run.py [--scale small|full] [--backends file,kafka] [--reps 3]
-                        [--pairs 1,2,3,4,5,6,7] [--warmups 1] [--tag NAME]
+    python bench/run.py [--scale small|full] [--backends file,kafka,kafka-python]
+                        [--reps 3] [--pairs 1,2,3,4,5,6,7] [--warmups 1] [--tag NAME]
 
 One SparkSession (``local_session()``) for the whole run; a Tansu broker is started
 for the Kafka backend (tests/kafka_broker.py) and stopped by its PID at the end.
+``kafka`` is the Kafka backend on the confluent-kafka client, ``kafka-python`` the
+same backend on kafka-python; the file backend always runs first, so the parquet
+peers are measured in its run and the Kafka runs compare with its rates.
 Each measurement has one warm-up and ``--reps`` repetitions; medians and ratios go
 to bench/RESULTS.md and bench/results.png. See bench/README.md.
 """
@@ -31,6 +34,8 @@ from log_pairs import file_append_pair, kafka_log_pairs  # noqa: E402
 from memory import memory_pair, recovery_pair  # noqa: E402
 from spark_pairs import (  # noqa: E402
     ProgressWaiter,
+    SharedRates,
+    backend_goal_rows,
     kafka_connector_jars,
     latency_pairs,
     restart_pair,
@@ -46,14 +51,30 @@ SCALES = {
 }
 
 
+# --backends name -> (backend, Kafka client): the client is a run dimension of its own
+BACKENDS: dict[str, tuple[str, str | None]] = {
+    "file": ("file", None),
+    "kafka": ("kafka", "confluent"),
+    "kafka-python": ("kafka", "kafka-python"),
+}
+
+
 def say(msg: str) -> None:
     print(msg, flush=True)
+
+
+def backend_order(names: list[str]) -> list[str]:
+    """The file backend first (the parquet peers and the Kafka goal rows use its run),
+    the others in the order given, each once."""
+    unique = list(dict.fromkeys(names))
+    return sorted(unique, key=lambda b: b != "file")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="small")
-    parser.add_argument("--backends", default="file,kafka")
+    parser.add_argument("--backends", default="file,kafka,kafka-python",
+                        help="file, kafka (confluent-kafka client), kafka-python")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--pairs", default="1,2,3,4,5,6,7", help="which pairs to run")
     parser.add_argument("--warmups", type=int, default=1,
@@ -63,7 +84,10 @@ def main() -> None:
     if args.reps < 1:
         parser.error("--reps must be >= 1")
     WARMUPS[0] = max(0, args.warmups)
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    backends = backend_order([b.strip() for b in args.backends.split(",") if b.strip()])
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown or not backends:
+        parser.error(f"--backends: unknown {unknown}; choose from {', '.join(BACKENDS)}")
     pairs = {p.strip() for p in args.pairs.split(",")}
     scale = SCALES[args.scale]
     logging.basicConfig(level=logging.ERROR)
@@ -74,7 +98,7 @@ def main() -> None:
     broker = None
     spark = None
     try:
-        if "kafka" in backends:
+        if any(BACKENDS[b][0] == "kafka" for b in backends):
             broker = start_broker(work / "tansu")
             say(f"Tansu broker on {broker.address} (pid {broker.process.pid})")
         from pyspark_durable.session import local_session
@@ -90,33 +114,39 @@ def main() -> None:
         spark.dataSource.register(PythonFloor)
         waiter = ProgressWaiter()
         spark.streams.addListener(waiter)
-        for backend in backends:
+        shared = SharedRates()
+        for name in backends:
+            backend, client = BACKENDS[name]
             base = Target(backend, "x", path=str(work / "wal") if backend == "file" else None,
-                          bootstrap=broker.address if backend == "kafka" and broker else None)
+                          bootstrap=broker.address if backend == "kafka" and broker else None,
+                          client=client)
+            label = base.label
             n = scale["rows"]
             if pairs & {"1", "2"}:
-                say(f"[{backend}] pairs 1, 2: source / sink, {n:,} rows")
-                results += source_sink_pairs(spark, base, n, args.reps, say)
+                say(f"[{label}] pairs 1, 2: source / sink, {n:,} rows")
+                results += source_sink_pairs(spark, base, n, args.reps, say, shared)
+                if backend == "kafka":
+                    results += backend_goal_rows(shared, label, n)
             if "3" in pairs:
-                say(f"[{backend}] pair 3: per-batch latency")
+                say(f"[{label}] pair 3: per-batch latency")
                 results += latency_pairs(spark, base, scale["latency_batches"], args.reps,
                                          waiter, say)
             if "4" in pairs:
-                say(f"[{backend}] pair 4: log layer")
+                say(f"[{label}] pair 4: log layer")
                 if backend == "file":
                     results.append(file_append_pair(scale["log_entries"], scale["log_threads"],
                                                     args.reps, say))
                 else:
-                    results += kafka_log_pairs(broker.address, scale["kafka_entries"], 20,
-                                               args.reps, say)
+                    results += kafka_log_pairs(broker.address, str(client),
+                                               scale["kafka_entries"], 20, args.reps, say)
             if "5" in pairs and backend == "file":
-                say(f"[{backend}] pair 5: memory over {scale['memory_mb']} MB namespaces")
+                say(f"[{label}] pair 5: memory over {scale['memory_mb']} MB namespaces")
                 mem, small_ns = memory_pair(spark, base, scale["memory_mb"], args.reps, say)
                 results.append(mem)
                 if "6" in pairs:
                     results.append(recovery_pair(small_ns, args.reps, say))
             if "6" in pairs:
-                say(f"[{backend}] pair 6: restart from checkpoint")
+                say(f"[{label}] pair 6: restart from checkpoint")
                 results.append(restart_pair(spark, base, n, args.reps, say))
         if "7" in pairs:
             kbase = Target("kafka", "x", bootstrap=broker.address) if broker else None

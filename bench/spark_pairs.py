@@ -1,4 +1,5 @@
-"""Spark pairs: source and sink throughput, per-batch latency floor, restart, Kafka peer.
+"""Spark pairs: source and sink throughput (vs rate, the Python floor and Spark's parquet
+file source / sink), per-batch latency floor, restart, Kafka peer.
 
 Every query runs with its own fresh checkpoint. Throughput is rows divided by the
 sum of ``durationMs.triggerExecution`` of the query's progress events (query start
@@ -9,10 +10,12 @@ and stop excluded, the same for both sides of a pair); the wall time from
 from __future__ import annotations
 
 import glob
+import shutil
 import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import (
@@ -25,6 +28,7 @@ from common import (
     repeat,
     reported,
     uid,
+    write_parquet,
 )
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
@@ -130,14 +134,51 @@ def floor_df(spark: SparkSession, n: int) -> DataFrame:
     return spark.readStream.format("pyfloor").option("rows", n).load()
 
 
+@dataclass
+class SharedRates:
+    """What one run's backends share: the parquet peers, measured once (they do not
+    depend on the backend: the first backend run measures them side by side with its
+    own rows, later runs reuse them), and each backend's source / sink rates (for the
+    goal rows that compare a Kafka client with the file backend of the same run)."""
+
+    parquet_run: str = ""  # label of the backend run that measured the parquet peers
+    parquet_source: list[float] = field(default_factory=list)
+    parquet_sink: list[float] = field(default_factory=list)
+    source: dict[str, list[float]] = field(default_factory=dict)  # label -> rows/s
+    sink: dict[str, list[float]] = field(default_factory=dict)
+
+
+def parquet_sink_fn(spark: SparkSession, n: int) -> Callable[[], float]:
+    """rate → Spark's parquet file sink (its own checkpoint and output folder), rows/s."""
+    def run() -> float:
+        folder = tempfile.mkdtemp(prefix="parquet-sink-", dir=OUT)
+        try:
+            secs, _, progress = run_available_now(rate_df(spark, n), "parquet",
+                                                  {"path": folder})
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        assert rows_of(progress) == n, ("parquet", rows_of(progress), n)
+        LAST_DURATIONS["rate→parquet"] = durations(progress)
+        return n / secs
+    return run
+
+
 def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
-                      log: Callable[[str], None]) -> list[Result]:
-    """Pairs 1 and 2, each also against the Python Data Source floor; durablewal → durablewal."""
-    b = base.backend
+                      log: Callable[[str], None], shared: SharedRates) -> list[Result]:
+    """Pairs 1 and 2, each also against the Python Data Source floor and Spark's parquet
+    file source / sink (the peers a user would pick instead); durablewal → durablewal."""
+    b = base.label
     src = base.with_namespace(uid("src"))
     t0 = time.perf_counter()
     prefill(src, n, rows_per_step=min(n, 50_000))
     log(f"  prefilled {n:,} rows in {time.perf_counter() - t0:.1f}s")
+    measure_parquet = not shared.parquet_run
+    parquet_dir = Path(tempfile.mkdtemp(prefix="parquet-src-", dir=OUT)) \
+        if measure_parquet else None
+    if parquet_dir is not None:
+        t0 = time.perf_counter()
+        write_parquet(parquet_dir, n, rows_per_step=min(n, 50_000))
+        log(f"  wrote the same {n:,} rows as parquet in {time.perf_counter() - t0:.1f}s")
 
     def read_into_noop(key: str, make: Callable[[], DataFrame]) -> Callable[[], float]:
         def run() -> float:
@@ -148,15 +189,28 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
         return run
 
     payload_only = "id long, payload binary"
-    runs = repeat({
+    fns = {
         "ours": read_into_noop("durablewal→noop", lambda: wal_df(spark, src)),
         "payload": read_into_noop("durablewal(payload schema)→noop",
                                   lambda: spark.readStream.format("durablewal")
                                   .options(**src.spark_options()).schema(payload_only).load()),
         "pyfloor": read_into_noop("pyfloor→noop", lambda: floor_df(spark, n)),
-        "peer": rate_fn(spark, n, "noop")}, reps)
+        "peer": rate_fn(spark, n, "noop")}
+    if measure_parquet:
+        fns["parquet"] = read_into_noop(
+            "parquet→noop",
+            lambda: spark.readStream.format("parquet").schema(payload_only).load(str(parquet_dir)))
+    try:
+        runs = repeat(fns, reps)
+    finally:
+        if parquet_dir is not None:
+            shutil.rmtree(parquet_dir, ignore_errors=True)
     log(f"  source: {runs}")
+    if measure_parquet:
+        shared.parquet_run, shared.parquet_source = b, runs["parquet"]
+    shared.source[b] = runs["ours"]
     note = f"{n:,} rows"
+    pq_note = f"{note}; parquet measured in the [{shared.parquet_run}] run"
     out = [
         higher_is_better(f"1 source [{b}]: durablewal→noop vs rate→noop", runs["ours"],
                          runs["peer"], "rows/s", 0.7, note),
@@ -169,12 +223,29 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
         higher_is_better(f"1b source [{b}]: durablewal, payload columns only (user "
                          "schema)→noop vs rate→noop", runs["payload"], runs["peer"], "rows/s",
                          0.7, f"{note}; without the 5 metadata columns"),
+        reported(f"1 source peer [{b}]: durablewal→noop vs parquet file source→noop",
+                 runs["ours"], shared.parquet_source, "rows/s", pq_note),
+        reported(f"1b source peer [{b}]: durablewal, payload columns only→noop vs parquet "
+                 "file source→noop", runs["payload"], shared.parquet_source, "rows/s",
+                 f"{pq_note}; the same 2 columns on both sides"),
     ]
+    if measure_parquet:
+        out.append(reported(
+            f"1 source floor vs parquet [{b} run]: in-memory Python source→noop vs "
+            "parquet file source→noop", runs["pyfloor"], runs["parquet"], "rows/s",
+            f"{note}; PySpark's limit: the most any Python source reaches, as a share "
+            "of Spark's parquet source"))
 
     sink_ns = base.with_namespace(uid("sink"))
-    runs = repeat({"ours": rate_fn(spark, n, "durablewal", sink_ns.spark_options),
-                   "pyfloor": rate_fn(spark, n, "pyfloor"),
-                   "peer": rate_fn(spark, n, "noop")}, reps)
+    fns = {"ours": rate_fn(spark, n, "durablewal", sink_ns.spark_options),
+           "pyfloor": rate_fn(spark, n, "pyfloor"),
+           "peer": rate_fn(spark, n, "noop")}
+    if measure_parquet:
+        fns["parquet"] = parquet_sink_fn(spark, n)
+    runs = repeat(fns, reps)
+    if measure_parquet:
+        shared.parquet_sink = runs["parquet"]
+    shared.sink[b] = runs["ours"]
     out += [
         higher_is_better(f"2 sink [{b}]: rate→durablewal vs rate→noop", runs["ours"],
                          runs["peer"], "rows/s", 0.5, note),
@@ -184,7 +255,15 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
         reported(f"2 sink floor [{b} run]: rate→Python discarding sink vs "
                  "rate→noop", runs["pyfloor"], runs["peer"], "rows/s",
                  f"{note}; no I/O at all: the most any Python sink reaches"),
+        reported(f"2 sink peer [{b}]: rate→durablewal vs rate→parquet file sink",
+                 runs["ours"], shared.parquet_sink, "rows/s", pq_note),
     ]
+    if measure_parquet:
+        out.append(reported(
+            f"2 sink floor vs parquet [{b} run]: rate→Python discarding sink vs "
+            "rate→parquet file sink", runs["pyfloor"], runs["parquet"], "rows/s",
+            f"{note}; PySpark's limit: the most any Python sink reaches, as a share of "
+            "Spark's parquet sink"))
     log(f"  sink: {runs}")
     for k, v in LAST_DURATIONS.items():
         log(f"  durationMs of the last {k}: {v}")
@@ -203,6 +282,26 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
     return out
 
 
+KAFKA_VS_FILE = 0.8  # goal: a Kafka client's source / sink rate over the file backend's
+
+
+def backend_goal_rows(shared: SharedRates, label: str, n: int) -> list[Result]:
+    """Goal rows of one Kafka client: its source and sink rates (pairs 1, 2) as a share
+    of the file backend's in the same run, so the client's cost shows in one number."""
+    out = []
+    for pair, what, rates in (("1", "durablewal→noop", shared.source),
+                              ("2", "rate→durablewal", shared.sink)):
+        name = f"{pair} goal [{label}]: {what} on {label} vs on file"
+        if label not in rates or "file" not in rates:
+            out.append(Result(name, None, None, "rows/s", f">= {KAFKA_VS_FILE}",
+                              note="not available: needs the file backend in the same run"))
+            continue
+        out.append(higher_is_better(name, rates[label], rates["file"], "rows/s",
+                                    KAFKA_VS_FILE, f"{n:,} rows; the same rows/s as "
+                                    f"pair {pair} [{label}] and [file]"))
+    return out
+
+
 def batch_times(progress: list) -> list[float]:
     return [p.durationMs["triggerExecution"] / 1000 for p in progress if p.numInputRows > 0]
 
@@ -210,7 +309,7 @@ def batch_times(progress: list) -> list[float]:
 def latency_pairs(spark: SparkSession, base: Target, batches: int, reps: int,
                   waiter: ProgressWaiter, log: Callable[[str], None]) -> list[Result]:
     """Pair 3: median seconds per 10-row micro-batch, ours vs the JVM floor rate→noop."""
-    b = base.backend
+    b = base.label
     src = base.with_namespace(uid("lat"))
     prefill(src, 10 * batches, rows_per_step=10, regions=1)
 
@@ -275,7 +374,7 @@ def restart_pair(spark: SparkSession, base: Target, n: int, reps: int,
                 walls[key]["restart"].append(again)
     log(f"  restart wall s: {walls}")
     ours, peer = walls["ours"]["restart"], walls["peer"]["restart"]
-    return Result(f"6b restart [{base.backend}]: restarted durablewal query vs restarted "
+    return Result(f"6b restart [{base.label}]: restarted durablewal query vs restarted "
                   "parquet file-source query", median(ours), median(peer), "s (wall)",
                   "report", median(ours) / median(peer), None,
                   f"start()→terminated, all {n:,} rows already processed; first starts: "
@@ -315,7 +414,7 @@ def spark_kafka_pairs(spark: SparkSession, base: Target | None, n: int, reps: in
     source = repeat({"peer": kafka_source}, reps)["peer"]
     log(f"  spark kafka: sink {sink} source {source}")
     return [Result("7 Spark Kafka connector sink (rate→kafka)", None, median(sink), "rows/s",
-                   "report", note="compare with pair 2 [kafka]", samples={"peer": sink}),
+                   "report", note="compare with pair 2 [kafka/*]", samples={"peer": sink}),
             Result("7 Spark Kafka connector source (kafka→noop)", None, median(source),
-                   "rows/s", "report", note="compare with pair 1 [kafka]",
+                   "rows/s", "report", note="compare with pair 1 [kafka/*]",
                    samples={"peer": source})]

@@ -1,4 +1,11 @@
-"""The Kafka log: the distributed backend (kafka-python, any Kafka-protocol broker).
+"""The Kafka log: the distributed backend (any Kafka-protocol broker), on either client.
+
+The protocol below is written once against two small interfaces, :class:`Reader`
+(a consumer of partition 0 of one topic) and :class:`Sender` (a producer), with one
+implementation per client: kafka-python here (:class:`PyReader`, :class:`PySender`)
+and confluent-kafka / librdkafka in :mod:`pyspark_durable.log.kafka_confluent`
+(option ``client``: ``confluent``, ``kafka-python``, or ``auto``, confluent when
+installed). Both run the same contract, WAL and crash tests.
 
 Mapping (one namespace)::
 

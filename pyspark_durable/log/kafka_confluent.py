@@ -141,7 +141,11 @@ def librdkafka_configs(servers: str, own: Mapping[str, Any], merged: Mapping[str
                 "group.id": READER_GROUP, "enable.auto.commit": "false",
                 "enable.auto.offset.store": "false", "auto.offset.reset": "error",
                 "isolation.level": "read_uncommitted", "check.crcs": "true",
-                "allow.auto.create.topics": "false", "enable.partition.eof": "true"}
+                "allow.auto.create.topics": "false", "enable.partition.eof": "true",
+                # prefetch per reader (librdkafka's default is 64 MiB): a worker's memory
+                # stays bounded however many logs it reads
+                "queued.max.messages.kbytes": common.get("queued.max.messages.kbytes",
+                                                         str(16 << 10))}
     # librdkafka: a consumer's fetch.max.bytes must be >= message.max.bytes (a producer limit)
     fetch_max = int(consumer.get("fetch.max.bytes", 52_428_800))
     consumer["message.max.bytes"] = str(min(int(consumer["message.max.bytes"]), fetch_max))

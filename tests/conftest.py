@@ -92,8 +92,8 @@ def make_store(store_config, namespace) -> Iterator[StoreFactory]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "store_config" in metafunc.fixturenames and "store_config" not in [
-        m.args[0] for m in metafunc.definition.iter_markers("parametrize")
-    ]:
+    named = [name.strip() for m in metafunc.definition.iter_markers("parametrize")
+             for name in (m.args[0].split(",") if isinstance(m.args[0], str) else m.args[0])]
+    if "store_config" in metafunc.fixturenames and "store_config" not in named:
         backends = getattr(metafunc.module, "BACKENDS", LOG_BACKENDS)
         metafunc.parametrize("store_config", backends, indirect=True)

@@ -276,3 +276,28 @@ def test_broker_going_away_mid_read_is_retriable(tmp_path, caplog, client):
     finally:
         store.close()
         stop_broker(broker)
+
+
+def test_each_client_reads_what_the_other_wrote(kafka_broker, namespace):
+    """This tests that a log written with one client reads back identically with the other
+    (offsets, keys, values, headers), both ways, so a deployment can switch clients."""
+    opened = []
+
+    def store(client: str) -> KafkaLogStore:
+        opened.append(open_store("kafka", namespace, bootstrap_servers=kafka_broker,
+                                 client=client))
+        return opened[-1]
+
+    try:
+        records = [Record(b"k%d" % i, os.urandom(50 + i), (("h", b"%d" % i),)) for i in range(30)]
+        assert store("kafka-python").open_region(0).append(records[:15]) == list(range(15))
+        assert store("confluent").open_region(0).append(records[15:]) == list(range(15, 30))
+        for client in ("confluent", "kafka-python"):
+            log = store(client).open_region(0, create=False)
+            got = list(log.read(0))
+            assert [(e.offset, e.key, e.value, e.headers) for e in got] == [
+                (i, r.key, r.value, r.headers) for i, r in enumerate(records)], client
+            assert log.high_watermark() == 30
+    finally:
+        for s in opened:
+            s.close()

@@ -90,7 +90,10 @@ def check_namespace(ns: Namespace, acked: dict[int, int], retained_only: bool) -
         assert got_seqs == list(range(expect_end - len(got_seqs), expect_end)), key
 
 
-@pytest.mark.parametrize("mode", ["write", "clean"])
+# each Kafka client gets one of the two modes (kafka: confluent-kafka)
+@pytest.mark.parametrize("store_config,mode", [("file", "write"), ("file", "clean"),
+                                               ("kafka", "write"), ("kafka-python", "clean")],
+                         indirect=["store_config"])
 def test_writer_killed_at_random_points(make_store, store_config, namespace, mode):
     """This tests that a writer (and cleaner) killed by SIGKILL ≥ 20 times loses and duplicates nothing."""
     backend, config = store_config

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,6 +18,13 @@ from pyspark_durable.endpoint import open_namespace
 ROW_BYTES = 100  # id (8 bytes) + payload (92 bytes)
 PAYLOAD_BYTES = ROW_BYTES - 8
 OUT = Path(__file__).resolve().parent / "out"
+SCRATCH = [OUT]  # run.py points it at its own work dir, which it deletes at the end
+
+
+def scratch_dir(prefix: str) -> str:
+    """A fresh folder (checkpoint, parquet output) under the run's scratch dir, so it
+    goes away with the run instead of piling up in bench/out/."""
+    return tempfile.mkdtemp(prefix=prefix, dir=SCRATCH[0])
 
 
 @dataclass

@@ -28,7 +28,7 @@ ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT), str(ROOT / "tests")]
 
 import report  # noqa: E402
-from common import OUT, WARMUPS, Result, Target  # noqa: E402
+from common import OUT, SCRATCH, WARMUPS, Result, Target  # noqa: E402
 from kafka_broker import start_broker, stop_broker  # noqa: E402
 from log_pairs import file_append_pair, kafka_log_pairs  # noqa: E402
 from memory import memory_pair, recovery_pair  # noqa: E402
@@ -93,6 +93,7 @@ def main() -> None:
     logging.basicConfig(level=logging.ERROR)
     OUT.mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"run-{args.scale}-", dir=OUT))
+    SCRATCH[0] = work  # checkpoints and parquet folders: deleted with the run
     began = time.perf_counter()
     results: list[Result] = []
     broker = None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import glob
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -19,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import (
-    OUT,
     Result,
     Target,
     higher_is_better,
@@ -27,6 +25,7 @@ from common import (
     prefill,
     repeat,
     reported,
+    scratch_dir,
     uid,
     write_parquet,
 )
@@ -73,7 +72,7 @@ class ProgressWaiter(StreamingQueryListener):
 
 
 def checkpoint() -> str:
-    return tempfile.mkdtemp(prefix="ckpt-", dir=OUT)
+    return scratch_dir("ckpt-")
 
 
 def run_available_now(df: DataFrame, fmt: str, opts: dict[str, str] | None = None,
@@ -151,7 +150,7 @@ class SharedRates:
 def parquet_sink_fn(spark: SparkSession, n: int) -> Callable[[], float]:
     """rate → Spark's parquet file sink (its own checkpoint and output folder), rows/s."""
     def run() -> float:
-        folder = tempfile.mkdtemp(prefix="parquet-sink-", dir=OUT)
+        folder = scratch_dir("parquet-sink-")
         try:
             secs, _, progress = run_available_now(rate_df(spark, n), "parquet",
                                                   {"path": folder})
@@ -173,7 +172,7 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
     prefill(src, n, rows_per_step=min(n, 50_000))
     log(f"  prefilled {n:,} rows in {time.perf_counter() - t0:.1f}s")
     measure_parquet = not shared.parquet_run
-    parquet_dir = Path(tempfile.mkdtemp(prefix="parquet-src-", dir=OUT)) \
+    parquet_dir = Path(scratch_dir("parquet-src-")) \
         if measure_parquet else None
     if parquet_dir is not None:
         t0 = time.perf_counter()
@@ -354,7 +353,7 @@ def restart_pair(spark: SparkSession, base: Target, n: int, reps: int,
     with Spark's (JVM) parquet file source over the same rows."""
     src = base.with_namespace(uid("rst"))
     prefill(src, n, rows_per_step=min(n, 50_000))
-    folder = tempfile.mkdtemp(prefix="parquet-", dir=OUT)
+    folder = scratch_dir("parquet-")
     spark.range(n, numPartitions=2).selectExpr("id", PAYLOAD_EXPR.replace("value", "id")) \
         .write.mode("overwrite").parquet(folder)
     schema = spark.read.parquet(folder).schema

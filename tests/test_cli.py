@@ -141,6 +141,8 @@ def test_tables_show_schema_rows_and_sequences(wal, capsys):
     assert t["schema"] == [{"name": "id", "type": "int64", "nullable": True},
                            {"name": "item", "type": "string", "nullable": True}]
     assert doc["steps"] == [0, 12]
+    # named tables have ids >= 2**63: a string keeps them exact for JavaScript readers
+    assert t["id"] == rows["orders"][1] and int(t["id"]) >= 2**63
 
 
 def test_steps_list_writers_rows_and_ranges(wal, capsys):
@@ -325,6 +327,33 @@ def test_bad_input_is_one_line_exit_2(wal, tmp_path, capsys):
         main(["tail", str(wal), "-n", "-3", "--table", "orders"])
     assert info.value.code == 2
     assert "-3 is negative" in capsys.readouterr().err
+
+
+def test_version_and_typos_get_the_subcommands_usage(wal, capsys):
+    """This tests that --version names the package and the Kafka clients, and that a typo'd
+    flag fails with the subcommand's usage and the flag it meant, exit 2."""
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    out = capsys.readouterr().out
+    assert info.value.code == 0 and out.startswith("durablewal 0.1.0 (pyspark ")
+    assert "kafka clients:" in out and len(out.splitlines()) == 1
+    with pytest.raises(SystemExit) as info:
+        main(["tables", str(wal), "--namspace", NS])
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert err.startswith("usage: durablewal tables ")
+    assert "unrecognized arguments: --namspace (did you mean --namespace?)" in err
+
+
+def test_float_columns_show_even_decimals(tmp_path, capsys):
+    """This tests that `tail` prints every value of a float column with the same decimals."""
+    ns = open_namespace(file_config(tmp_path / "wal"))
+    write_step(ns, "w", 0, {"prices": pa.table({"p": pa.array([203.7, 328.36, 5.0, None])})})
+    ns.close()
+    code, out, err = cli(capsys, "tail", tmp_path / "wal", "--namespace", NS, "--table",
+                         "prices")
+    assert (code, err) == (0, "")
+    assert [r[-1] for r in lines(out)[2:]] == ["203.70", "328.36", "5.00", "null"]
 
 
 def test_demo_passes_remaining_arguments_through(monkeypatch, capsys):

@@ -85,14 +85,16 @@ def _namespace_option() -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Inspect, verify and clean a pyspark_durable WAL.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # --version on one line
         epilog="Exit codes: 0 done, 1 check found problems, 2 bad input or error.")
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     backend, namespace = _backend_options(), _namespace_option()
 
     def add(name: str, handler: object, help_: str, ns: bool = True) -> argparse.ArgumentParser:
         parents = [backend, namespace] if ns else [backend]
         p = sub.add_parser(name, parents=parents, help=help_, description=help_)
-        p.set_defaults(handler=handler)
+        p.set_defaults(handler=handler, parser=p)
         return p
 
     p = add("namespaces", commands.cmd_namespaces, "list namespaces", ns=False)
@@ -173,6 +175,39 @@ def _one_line(exc: BaseException) -> str:
     return text
 
 
+def _version() -> str:
+    """``durablewal 0.1.0 (pyspark 4.3.0, pyarrow 21.0.0, kafka clients: ...)``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from pyspark_durable import __version__
+
+    def of(dist: str) -> str | None:
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            return None
+
+    parts = [f"{d} {v}" for d in ("pyspark", "pyarrow") if (v := of(d))]
+    clients = [f"{d} {v}" for d in ("confluent-kafka", "kafka-python") if (v := of(d))]
+    parts.append("kafka clients: " + (", ".join(clients) or "none installed"))
+    return f"{PROG} {__version__} ({'; '.join(parts)})"
+
+
+def _unrecognized(sub: argparse.ArgumentParser, extra: Sequence[str]) -> str:
+    """``unrecognized arguments: --namspace (did you mean --namespace?)``."""
+    import difflib
+
+    flags = [s for a in sub._actions for s in a.option_strings if s.startswith("--")]
+    notes = []
+    for arg in extra:
+        close = difflib.get_close_matches(arg.split("=", 1)[0], flags, n=1, cutoff=0.6)
+        if arg.startswith("-") and close:
+            notes.append(f"{arg} (did you mean {close[0]}?)")
+        else:
+            notes.append(arg)
+    return "unrecognized arguments: " + " ".join(notes)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``durablewal`` and ``python -m pyspark_durable``; returns the exit code."""
     parser = build_parser()
@@ -181,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.demo_args = extra
         args.verbose = 0
     elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.parser.error(_unrecognized(args.parser, extra))  # the subcommand's usage
     with _logging(args.verbose):
         try:
             return args.handler(args)

@@ -150,7 +150,9 @@ def cmd_tables(args: argparse.Namespace) -> int:
                                 "first_sequence": first_of.get(key, nxt), "next_sequence": nxt,
                                 "marked_deleted_before": state.marks.get(key, 0)})
             found.append({
-                "name": info.name, "id": info.table_id, "format": info.payload_format,
+                # a string: named tables have ids >= 2**63, which a JSON number (a double
+                # in JavaScript) cannot hold exactly
+                "name": info.name, "id": str(info.table_id), "format": info.payload_format,
                 "rows": sum(r["rows"] for r in regions),
                 "bytes": sum(r["bytes"] for r in regions), "regions": regions,
                 "schema_version": info.version,

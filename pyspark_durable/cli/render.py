@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import math
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -30,6 +31,15 @@ def cell(value: Any) -> str:
     return str(value)
 
 
+def _decimals(value: float) -> int:
+    """Decimals of the shortest repr of ``value`` (``328.36`` -> 2; ``1e-07`` -> 7)."""
+    text = repr(value)
+    if "e" in text or "E" in text:
+        mantissa, _, exp = text.lower().partition("e")
+        return max(0, len(mantissa.partition(".")[2]) - int(exp))
+    return len(text.partition(".")[2].rstrip("0"))
+
+
 def _numeric(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -43,6 +53,13 @@ def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
     """
     raw = [list(r) for r in rows]
     text = [[cell(v) for v in r] for r in raw]
+    for i in range(len(headers)):  # a float column shows every value with the same decimals
+        floats = [r[i] for r in raw if isinstance(r[i], float) and math.isfinite(r[i])]
+        if floats:
+            places = min(6, max(_decimals(f) for f in floats))
+            for r, t in zip(raw, text, strict=True):
+                if isinstance(r[i], float) and math.isfinite(r[i]):
+                    t[i] = f"{r[i]:.{places}f}"
     text = [[t if len(t) <= width_max else t[: width_max - 3] + "..." for t in r] for r in text]
     widths = [max([len(h)] + [len(r[i]) for r in text]) for i, h in enumerate(headers)]
     right = [bool(raw) and all(_numeric(r[i]) or r[i] is None for r in raw)

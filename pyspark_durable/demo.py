@@ -165,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     ok = duplicates == 0 and lost == 0 and len(got) == rows_in
     print("  verdict      " + ("EXACTLY ONCE" if ok else "FAILED"))
     if not args.path:
-        print(f"  (WAL kept at {wal}; explore it with: durablewal steps {wal} --namespace shop)")
+        cli = f"{sys.executable} -m pyspark_durable"  # works without an activated venv
+        print(f"  (WAL kept at {wal}; explore it with: {cli} steps {wal} --namespace shop)")
     else:
         shutil.rmtree(work / "in", ignore_errors=True)
     return 0 if ok else 1

@@ -19,8 +19,8 @@ setup(
     ],
     extras_require={
         "kafka": ["kafka-python>=3.0", "crc32c>=2.4"],
-        # librdkafka's client (client=confluent, the default when installed); kafka-python
-        # stays, as the pure-Python client that always works (client=kafka-python)
+        # librdkafka's client, chosen with client=confluent; kafka-python stays the default
+        # (see pyspark_durable.log.kafka_admin.resolve_client)
         "kafka-fast": ["kafka-python>=3.0", "crc32c>=2.4", "confluent-kafka>=2.6"],
         "connect": ["pyspark[connect]>=4.3"],  # a Spark Connect client (grpcio, zstandard, ...)
         "test": [

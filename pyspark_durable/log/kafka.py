@@ -4,8 +4,9 @@ The protocol below is written once against two small interfaces, :class:`Reader`
 (a consumer of partition 0 of one topic) and :class:`Sender` (a producer), with one
 implementation per client: kafka-python here (:class:`PyReader`, :class:`PySender`)
 and confluent-kafka / librdkafka in :mod:`pyspark_durable.log.kafka_confluent`
-(option ``client``: ``confluent``, ``kafka-python``, or ``auto``, confluent when
-installed). Both run the same contract, WAL and crash tests.
+(option ``client``: ``kafka-python``, the default, or ``confluent``; see
+:func:`~pyspark_durable.log.kafka_admin.resolve_client` for why kafka-python is the
+default). Both run the same contract, WAL and crash tests.
 
 Mapping (one namespace)::
 

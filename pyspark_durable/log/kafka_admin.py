@@ -6,9 +6,9 @@ a key may carry a ``kafka.`` prefix, and ``.``/``-`` count as ``_``; so
 option. After that, a key must be one of this backend's own options
 (:data:`OWN_OPTIONS`) or a kafka-python config name (``KafkaProducer``,
 ``KafkaConsumer`` or ``KafkaAdminClient`` ``DEFAULT_CONFIG``); each kafka-python
-option goes to every client that knows it. With ``client=confluent`` (librdkafka, the
-default when confluent-kafka is installed) a key may also be any librdkafka
-property, and kafka-python names are translated to librdkafka's
+option goes to every client that knows it. With ``client=confluent`` (librdkafka,
+``pyspark_durable[kafka-fast]``) a key may also be any librdkafka property, and
+kafka-python names are translated to librdkafka's
 (:mod:`pyspark_durable.log.kafka_confluent`). String values are coerced to the type
 of the option's default (Spark passes every option as a string).
 
@@ -62,9 +62,9 @@ OWN_OPTIONS: dict[str, Any] = {
     "request_timeout_ms": 30_000,
     "replication_factor": -1,  # -1: the broker's default.replication.factor
     "topic_config": None,  # extra topic configs for created topics, e.g. min.insync.replicas
-    "client": "auto",  # "confluent" (librdkafka), "kafka-python", or "auto": confluent if installed
+    "client": "kafka-python",  # or "confluent" (librdkafka): see resolve_client
 }
-CLIENT_NAMES = ("auto", "confluent", "kafka-python")
+CLIENT_NAMES = ("kafka-python", "confluent")
 
 # kafka-python defaults we change, for throughput on batches of ~100 KB entries
 TUNED: dict[str, Any] = {
@@ -121,12 +121,18 @@ def confluent_installed() -> bool:
 
 
 def resolve_client(value: Any) -> str:
-    """``auto`` is confluent-kafka (librdkafka) when installed, else kafka-python."""
-    name = str(value or "auto").lower().replace("_", "-")
+    """The Kafka client: ``kafka-python`` unless ``confluent`` is asked for.
+
+    confluent-kafka (librdkafka) is faster, but not the default: every librdkafka
+    version tried (2.6 to 2.16) crashes the whole process with SIGSEGV (in
+    ``rd_kafka_metadata_cache_find``) when a topic it has seen is deleted and the
+    broker creates it again with another partition count, as the Tansu test broker
+    does on any metadata request. A WAL whose topics are lost then takes down the Spark
+    worker instead of failing with a typed error, which kafka-python does.
+    """
+    name = str(value or "kafka-python").lower().replace("_", "-")
     if name not in CLIENT_NAMES:
         raise ConfigError(f"option client={value!r} is invalid; valid: {', '.join(CLIENT_NAMES)}")
-    if name == "auto":
-        return "confluent" if confluent_installed() else "kafka-python"
     if name == "confluent" and not confluent_installed():
         raise ConfigError("option client='confluent' needs the confluent-kafka package: "
                           "pip install 'pyspark_durable[kafka-fast]'")

@@ -1,10 +1,10 @@
 """The Kafka log's librdkafka client (confluent-kafka): options, errors, sends, reads, topics.
 
 :mod:`pyspark_durable.log.kafka` runs the same log protocol over either client; this
-module is the confluent-kafka half, chosen with ``client=confluent`` (the default
-when ``pyspark_durable[kafka-fast]`` is installed). Why it exists: kafka-python moves
-~45 MB/s on this machine and librdkafka several times that, in C threads that do not
-hold the GIL.
+module is the confluent-kafka half, chosen with ``client=confluent``
+(``pyspark_durable[kafka-fast]``). Why it exists: kafka-python moves ~45 MB/s on this
+machine and librdkafka several times that, in C threads that do not hold the GIL. Why
+it is not the default: :func:`~pyspark_durable.log.kafka_admin.resolve_client`.
 
 Implementation notes (why):
 
@@ -135,7 +135,7 @@ def librdkafka_configs(servers: str, own: Mapping[str, Any], merged: Mapping[str
     delivery_ms = int(common.pop("message.timeout.ms", request_ms + linger + 1000))
     consumer_only = ("fetch.wait.max.ms", "max.partition.fetch.bytes")
     producer = {**{k: v for k, v in common.items() if k not in consumer_only or k in user},
-                "acks": "all", "enable.idempotence": "true",
+                "acks": "all", "allow.auto.create.topics": "false", "enable.idempotence": "true",
                 "request.timeout.ms": str(request_ms), "message.timeout.ms": str(delivery_ms)}
     consumer = {**{k: v for k, v in common.items() if k not in ("linger.ms", "batch.size")},
                 "group.id": READER_GROUP, "enable.auto.commit": "false",

@@ -71,15 +71,18 @@ def spark_wal(wal_opts: dict) -> dict:
 
 @pytest.fixture(params=["file", "kafka"])
 def wal(request, tmp_path) -> tuple[dict, dict]:
-    """(Spark options, endpoint config) of a fresh namespace."""
+    """(Spark options, endpoint config) of a fresh namespace; Kafka on the confluent client
+    (the rest of the Spark tests run the default, kafka-python)."""
     ns = f"c{uuid.uuid4().hex[:10]}"
     if request.param == "file":
         path = str(tmp_path / "wal")
         return {"namespace": ns, "path": path}, {"backend": "file", "namespace": ns,
                                                   "options": {"path": path}}
     broker = request.getfixturevalue("kafka_broker")
-    return ({"namespace": ns, "backend": "kafka", "kafka.bootstrap.servers": broker},
-            {"backend": "kafka", "namespace": ns, "options": {"bootstrap_servers": broker}})
+    return ({"namespace": ns, "backend": "kafka", "kafka.bootstrap.servers": broker,
+             "kafka.client": "confluent"},
+            {"backend": "kafka", "namespace": ns,
+             "options": {"bootstrap_servers": broker, "client": "confluent"}})
 
 
 def crash_loop(mode: str, wal: dict, tmp_path: Path) -> int:

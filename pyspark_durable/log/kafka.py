@@ -119,6 +119,9 @@ class Sender(Protocol):
              failed: Callable[[BaseException], None], where: Mapping[str, Any]) -> None:
         """Send now; ``acked(i, offset)`` or ``failed(exc)`` is called later, per record."""
 
+    def hurry(self) -> None:
+        """Send what waits for linger.ms now: a caller blocks on it."""
+
     def close(self, timeout_s: float) -> None:
         """Flush what is in flight and release the connection."""
 
@@ -182,6 +185,9 @@ class PySender:
                 fut.add_callback(lambda meta, i=i: acked(i, meta.offset))
                 fut.add_errback(failed)
 
+    def hurry(self) -> None:
+        """kafka-python has no way to cut linger.ms short without waiting: nothing."""
+
     def close(self, timeout_s: float) -> None:
         _close_quietly(self.producer, timeout=timeout_s)
 
@@ -205,6 +211,8 @@ class KafkaLog(Log):
 
     def append(self, records: Sequence[Record]) -> list[int]:
         fut = self.append_async(records)
+        if records:
+            self.store.sender().hurry()  # the caller waits: do not linger
         wait_s = self.store.settings.wait_s
         try:
             return fut.result(timeout=wait_s)

@@ -284,6 +284,10 @@ class RdSender:
                     except BufferError:  # the local queue is full: let deliveries drain
                         self.producer.poll(POLL_S)
 
+    def hurry(self) -> None:
+        """``flush(0)`` wakes the broker threads to send what lingers, without waiting."""
+        self.producer.flush(0)
+
     @property
     def closed(self) -> bool:
         return self._stop.is_set()

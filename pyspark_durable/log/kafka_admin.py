@@ -157,14 +157,16 @@ class KafkaSettings:
     def parse(cls, options: Mapping[str, Any]) -> KafkaSettings:
         merged: dict[str, Any] = {}
         spelled: dict[str, str] = {}
+        # librdkafka validates its own property names when a client is built
+        client = resolve_client(next((v for k, v in options.items()
+                                      if normalize_key(str(k)) == "client"), None))
         for raw, value in options.items():
             if value is None:
                 continue
             name = normalize_key(str(raw))
             if name in FORBIDDEN:
                 raise ConfigError(f"option {raw!r} cannot be set: {FORBIDDEN[name]}")
-            if name not in OWN_OPTIONS and name not in KAFKA_KEYS \
-                    and not _is_librdkafka_key(name, options):
+            if name not in OWN_OPTIONS and name not in KAFKA_KEYS and client != "confluent":
                 valid = sorted((set(OWN_OPTIONS) | KAFKA_KEYS) - set(FORBIDDEN))
                 raise ConfigError(
                     f"unknown kafka backend option {raw!r}; valid (optionally prefixed "
@@ -173,7 +175,6 @@ class KafkaSettings:
             if name in merged:
                 raise ConfigError(f"option {raw!r} given twice (also as {spelled[name]!r})")
             merged[name], spelled[name] = value, str(raw)
-        client = resolve_client(merged.get("client"))
         for name, value in list(merged.items()):
             default = OWN_OPTIONS.get(name)
             for kind_cls in CLIENTS.values():
@@ -193,7 +194,7 @@ class KafkaSettings:
         if client == "confluent":
             from pyspark_durable.log.kafka_confluent import librdkafka_configs
 
-            configs, delivery_ms = librdkafka_configs(servers, own, merged, spelled)
+            configs, delivery_ms = librdkafka_configs(servers, own, merged)
             return cls(servers, int(own["connect_timeout_ms"]), int(own["request_timeout_ms"]),
                        int(own["replication_factor"]), topic_config, configs, client,
                        delivery_ms)
@@ -230,16 +231,6 @@ class KafkaSettings:
     def wait_s(self) -> float:
         """Upper bound of one blocking client call (a poll, an append's acks)."""
         return max(self.request_timeout_ms, self.delivery_timeout_ms) / 1000 + 5
-
-
-def _is_librdkafka_key(name: str, options: Mapping[str, Any]) -> bool:
-    """A property librdkafka knows (checked only when the confluent client is chosen)."""
-    chosen = next((v for k, v in options.items() if normalize_key(str(k)) == "client"), None)
-    if resolve_client(chosen) != "confluent":
-        return False
-    from pyspark_durable.log.kafka_confluent import is_librdkafka_property
-
-    return is_librdkafka_property(name)
 
 
 @contextmanager

@@ -118,8 +118,8 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def librdkafka_configs(servers: str, own: Mapping[str, Any], merged: Mapping[str, Any],
-                       spelled: Mapping[str, str]) -> tuple[dict[str, dict[str, Any]], int]:
+def librdkafka_configs(servers: str, own: Mapping[str, Any],
+                       merged: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], int]:
     """The properties of the producer, consumer and admin client, and the delivery timeout."""
     user = {ALIASES.get(k, k.replace("_", ".")): _text(v) for k, v in merged.items()}
     request_ms = int(own["request_timeout_ms"])
@@ -152,13 +152,7 @@ def librdkafka_configs(servers: str, own: Mapping[str, Any], merged: Mapping[str
     # every property, so an unknown name fails when the store opens (librdkafka only
     # warns about producer or consumer properties on an admin client: errors only)
     admin = {**common, "log_level": "3"}
-    del spelled  # names are reported by librdkafka itself when a client refuses them
     return {"producer": producer, "consumer": consumer, "admin": admin}, delivery_ms
-
-
-def is_librdkafka_property(name: str) -> bool:
-    """Any name passes the parse; librdkafka validates it when the first client is built."""
-    return bool(name)
 
 
 def _error_of(exc: BaseException) -> KafkaError | None:

@@ -16,6 +16,7 @@ setup(
         "pyarrow>=15",
         "fastavro>=1.9",
         "pyyaml>=6",
+        "rich>=13",  # the CLI's and the demo's tables, colours (NO_COLOR) and progress bars
     ],
     extras_require={
         "kafka": ["kafka-python>=3.0", "crc32c>=2.4"],

@@ -71,6 +71,53 @@ def test_uncommitted_attempts_are_invisible(open_ns):
     assert read_steps(ns, "t").num_rows == 4
 
 
+def test_region_steps_read_in_one_pass_equal_step_by_step_reads(open_ns, monkeypatch):
+    """This tests that reading many steps of a region at once (what a Spark task does)
+    gives exactly the rows of step-by-step reads, in step order, across foreign entries
+    between runs (an aborted attempt, another table, another region), runs whose offsets
+    are out of step order (two writers committing in reverse order), and a gap too wide
+    to read over; and that close runs share one log read."""
+    ns = open_ns(entry_max_bytes=4096)  # several entries per run
+    write_step(ns, "w", 0, {"a": rows("s0a", 300), "b": rows("s0b", 5)})
+    ghost = ns.begin("w", 1)  # written, never committed: foreign entries in region 0
+    ghost.write("a", rows("ghost", 100))
+    write_step(ns, "w", 1, {"a": rows("s1a", 200, 1000)})
+    late, early = ns.begin("x", 0), ns.begin("y", 0)
+    late.write("a", rows("x0", 50, 2000))  # lower offsets ...
+    late.write("a", rows("x0r2", 20, 2100), region_id=2)
+    early.write("a", rows("y0", 60, 3000))
+    assert early.commit() == 2 and late.commit() == 3  # ... committed later
+    wide = ns.begin("w", 9)
+    wide.write("b", rows("wide", 20_000))  # far more than READ_GAP_ENTRIES entries
+    write_step(ns, "w", 2, {"a": rows("s4a", 10, 4000)})
+    ns = open_ns()  # a reader that did not write
+    steps = list(ns.steps())
+    assert steps == [0, 1, 2, 3, 4]
+
+    def tags(batches) -> list[tuple[int, int, str]]:
+        return [(sb.step, sb.sequence_num, tag) for sb in batches
+                for b in sb.batches for tag in b.column("tag").to_pylist()]
+
+    by_name = {info.name: tid for tid, info in ns.state.tables.items()}
+    for tables in (None, {by_name["a"]}, {by_name["b"]}):
+        for region in (0, 2):
+            one_by_one = [sb for s in steps for sb in ns.read_step(s, tables, {region})]
+            log = ns.store.open_region(region, create=False)
+            calls = []
+            real = type(log).read
+            monkeypatch.setattr(type(log), "read",
+                                lambda self, *a, **k: calls.append(a) or real(self, *a, **k))
+            together = list(ns.read_region_steps(region, steps, tables))
+            monkeypatch.undo()
+            assert tags(together) == tags(one_by_one), (tables, region)
+            if region == 0 and tables is None:
+                # steps 0, 1 and 2 in one read (over the ghost's and x's entries); step 3
+                # (x, lower offsets than step 2) and step 4 (past the wide gap): one each
+                assert len(calls) == 3, calls
+    s1 = [t for _, _, t in tags(ns.read_region_steps(0, [1]))]
+    assert s1 == [f"s1a-{i}" for i in range(1000, 1200)]
+
+
 def test_recommit_is_idempotent_across_reopen(open_ns):
     """This tests that committing (writer, writer_step) again, even after reopening, is a no-op."""
     ns = open_ns()

@@ -97,33 +97,32 @@ class ReadPlan:
         names = {}
         payload = pa.schema([f for f in self.arrow_schema
                              if f.name not in {m.name for m in METADATA_FIELDS}])
-        for step in partition.steps:
-            for sb in ns.read_step(step, None if self.table_ids is None else set(self.table_ids),
-                                   {partition.region_id}):
-                name = names.get(sb.table_id) or names.setdefault(
-                    sb.table_id, ns.state.tables[sb.table_id].name)
-                for batch in sb.batches:
-                    n = batch.num_rows
-                    if n == 0:
-                        continue
-                    # by name: a table without a column of the union reads it as null
-                    cols = []
-                    for f in payload:
-                        i = batch.schema.get_field_index(f.name)
-                        cols.append(batch.column(i) if i >= 0 else pa.nulls(n, f.type))
-                    if self.with_metadata:
-                        # built directly in their final types: no cast per batch
-                        cols += [
-                            pa.repeat(pa.scalar(sb.region_id, pa.int64()), n),
-                            pa.repeat(pa.scalar(name, pa.string()), n),
-                            pa.repeat(pa.scalar(sb.sequence_num, pa.int64()), n),
-                            pa.repeat(pa.scalar(sb.step, pa.int64()), n),
-                            pa.repeat(pa.scalar(sb.commit_timestamp_ms * 1000, UTC_US), n),
-                        ]
-                    out = pa.RecordBatch.from_arrays(
-                        cols, names=self.arrow_schema.names)
-                    yield out if out.schema.equals(self.arrow_schema) else \
-                        out.cast(self.arrow_schema)
+        tables = None if self.table_ids is None else set(self.table_ids)
+        for sb in ns.read_region_steps(partition.region_id, partition.steps, tables):
+            name = names.get(sb.table_id) or names.setdefault(
+                sb.table_id, ns.state.tables[sb.table_id].name)
+            for batch in sb.batches:
+                n = batch.num_rows
+                if n == 0:
+                    continue
+                # by name: a table without a column of the union reads it as null
+                cols = []
+                for f in payload:
+                    i = batch.schema.get_field_index(f.name)
+                    cols.append(batch.column(i) if i >= 0 else pa.nulls(n, f.type))
+                if self.with_metadata:
+                    # built directly in their final types: no cast per batch
+                    cols += [
+                        pa.repeat(pa.scalar(sb.region_id, pa.int64()), n),
+                        pa.repeat(pa.scalar(name, pa.string()), n),
+                        pa.repeat(pa.scalar(sb.sequence_num, pa.int64()), n),
+                        pa.repeat(pa.scalar(sb.step, pa.int64()), n),
+                        pa.repeat(pa.scalar(sb.commit_timestamp_ms * 1000, UTC_US), n),
+                    ]
+                out = pa.RecordBatch.from_arrays(
+                    cols, names=self.arrow_schema.names)
+                yield out if out.schema.equals(self.arrow_schema) else \
+                    out.cast(self.arrow_schema)
 
 
 def first_step(ns: Namespace, opts: WalOptions) -> int:

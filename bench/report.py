@@ -73,7 +73,8 @@ def chart(results: list[Result], path: Path) -> None:
 
     ratios = [r for r in results if r.ratio is not None and (
         r.target.startswith((">=", "~")) or (r.target == "report" and r.unit == "rows/s"))]
-    lat = [r for r in results if r.ratio is not None and r.target.startswith("<= +")]
+    lat = [r for r in results if r.ratio is not None and r.target.startswith("<= +")
+           and r.unit == "s/batch"]  # the restart differences are in the table only
     fig, axes = plt.subplots(2, 1, figsize=(11, 0.45 * (len(ratios) + len(lat)) + 3.5),
                              gridspec_kw={"height_ratios": [max(len(ratios), 1),
                                                             max(len(lat), 1)]})

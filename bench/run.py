@@ -148,7 +148,7 @@ def main() -> None:
                     results.append(recovery_pair(small_ns, args.reps, say))
             if "6" in pairs:
                 say(f"[{label}] pair 6: restart from checkpoint")
-                results.append(restart_pair(spark, base, n, args.reps, say))
+                results.extend(restart_pair(spark, base, n, args.reps, say))
         if "7" in pairs:
             kbase = Target("kafka", "x", bootstrap=broker.address) if broker else None
             results += spark_kafka_pairs(spark, kbase, scale["rows"], args.reps, say)

@@ -325,3 +325,28 @@ def test_librdkafka_crashes_when_a_known_topic_is_recreated_why_kafka_python_is_
             assert done.returncode == 0 and ("ERROR" in done.stdout or "READ" in done.stdout), \
                 done.stdout + done.stderr[-3000:]
     assert outcome["confluent"] == -signal.SIGSEGV, outcome
+
+
+def test_confluent_client_never_imports_kafka_python(kafka_broker, namespace):
+    """This tests that a process on the confluent client (a Spark worker reading or writing
+    a WAL) never imports kafka-python: the import costs ~0.25 s in every Python process
+    Spark starts for a streaming source, on a restart's critical path."""
+    code = f"""
+import sys
+from pyspark_durable.endpoint import open_namespace, write_step, read_steps
+import pyarrow as pa
+import pyspark_durable.spark.datasource
+cfg = {{"backend": "kafka", "namespace": {namespace!r},
+        "options": {{"bootstrap_servers": {kafka_broker!r}, "client": "confluent",
+                    "linger.ms": "1"}}}}
+ns = open_namespace(cfg)
+write_step(ns, "w", 0, {{"t": pa.table({{"id": [1, 2, 3]}})}})
+assert read_steps(ns, "t", with_metadata=False).column("id").to_pylist() == [1, 2, 3]
+ns.close()
+print("KAFKA-PYTHON", "kafka" in sys.modules)
+"""
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "KAFKA-PYTHON False" in done.stdout, done.stdout

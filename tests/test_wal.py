@@ -106,7 +106,8 @@ def test_region_steps_read_in_one_pass_equal_step_by_step_reads(open_ns, monkeyp
             calls = []
             real = type(log).read
             monkeypatch.setattr(type(log), "read",
-                                lambda self, *a, **k: calls.append(a) or real(self, *a, **k))
+                                lambda self, *a, _calls=calls, _real=real, **k:
+                                _calls.append(a) or _real(self, *a, **k))
             together = list(ns.read_region_steps(region, steps, tables))
             monkeypatch.undo()
             assert tags(together) == tags(one_by_one), (tables, region)

@@ -2,8 +2,9 @@
 
 The protocol below is written once against two small interfaces, :class:`Reader`
 (a consumer of partition 0 of one topic) and :class:`Sender` (a producer), with one
-implementation per client: kafka-python here (:class:`PyReader`, :class:`PySender`)
-and confluent-kafka / librdkafka in :mod:`pyspark_durable.log.kafka_confluent`
+implementation per client: kafka-python in :mod:`pyspark_durable.log.kafka_python`
+and confluent-kafka / librdkafka in :mod:`pyspark_durable.log.kafka_confluent`,
+each imported only when chosen
 (option ``client``: ``kafka-python``, the default, or ``confluent``; see
 :func:`~pyspark_durable.log.kafka_admin.resolve_client` for why kafka-python is the
 default). Both run the same contract, WAL and crash tests.
@@ -63,8 +64,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-
 from pyspark_durable.errors import BackendUnavailable, ConfigError, LogNotFound, OffsetOutOfRange
 from pyspark_durable.log.base import (
     NAME_RE,
@@ -75,7 +74,7 @@ from pyspark_durable.log.base import (
     check_name,
     check_version,
 )
-from pyspark_durable.log.kafka_admin import KafkaSettings, topic_admin, translated
+from pyspark_durable.log.kafka_admin import KafkaSettings, topic_admin
 
 log = logging.getLogger(__name__)
 
@@ -124,72 +123,6 @@ class Sender(Protocol):
 
     def close(self, timeout_s: float) -> None:
         """Flush what is in flight and release the connection."""
-
-
-class PyReader:
-    """kafka-python's KafkaConsumer as a :class:`Reader`."""
-
-    def __init__(self, settings: KafkaSettings, topic: str, where: Mapping[str, Any]) -> None:
-        self.address = settings.bootstrap_servers
-        self.timeout_ms = settings.request_timeout_ms
-        self.where = dict(where)
-        self.tp = TopicPartition(topic, 0)
-        with translated("connecting a consumer", self.address, **where):
-            self.consumer = KafkaConsumer(**settings.clients["consumer"])
-            self.consumer.assign([self.tp])
-
-    def begin(self) -> int:
-        with translated("reading watermarks", self.address, **self.where):
-            return self.consumer.beginning_offsets([self.tp], self.timeout_ms)[self.tp]
-
-    def end(self) -> int:
-        with translated("reading watermarks", self.address, **self.where):
-            return self.consumer.end_offsets([self.tp], self.timeout_ms)[self.tp]
-
-    def highwater(self) -> int | None:
-        return self.consumer.highwater(self.tp)
-
-    def seek(self, offset: int) -> None:
-        self.consumer.seek(self.tp, offset)
-
-    def fetch(self, max_records: int | None, timeout_ms: int) -> list[Entry]:
-        with translated("fetching", self.address, **self.where):
-            got = self.consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
-        return [Entry(r.offset, r.key or b"", r.value or b"",
-                      tuple(r.headers) if r.headers else (), r.timestamp)
-                for r in got.get(self.tp, ())]
-
-    def idle(self) -> None:
-        """kafka-python fetches only inside poll(): nothing to stop."""
-
-    def close(self) -> None:
-        _close_quietly(self.consumer)
-
-
-class PySender:
-    """kafka-python's KafkaProducer as a :class:`Sender`."""
-
-    def __init__(self, settings: KafkaSettings, namespace: str) -> None:
-        self.address = settings.bootstrap_servers
-        with translated("connecting the producer", self.address, namespace=namespace):
-            self.producer = KafkaProducer(**settings.clients["producer"])
-
-    def send(self, topic: str, records: Sequence[Record], acked: Callable[[int, int], None],
-             failed: Callable[[BaseException], None], where: Mapping[str, Any]) -> None:
-        with translated("append", self.address, **where):
-            send = self.producer.send
-            for i, r in enumerate(records):
-                fut = send(topic, value=r.value if type(r.value) is bytes else bytes(r.value),
-                           key=r.key if type(r.key) is bytes else bytes(r.key),
-                           headers=[(k, bytes(v)) for k, v in r.headers] or None, partition=0)
-                fut.add_callback(lambda meta, i=i: acked(i, meta.offset))
-                fut.add_errback(failed)
-
-    def hurry(self) -> None:
-        """kafka-python has no way to cut linger.ms short without waiting: nothing."""
-
-    def close(self, timeout_s: float) -> None:
-        _close_quietly(self.producer, timeout=timeout_s)
 
 
 class KafkaLog(Log):
@@ -407,13 +340,6 @@ class KafkaLog(Log):
             consumer.close()
 
 
-def _close_quietly(client: Any, **kwargs: Any) -> None:
-    try:
-        client.close(**kwargs)
-    except Exception as exc:  # noqa: BLE001 - closing must not mask the real error
-        log.debug("closing a Kafka client failed: %s", exc)
-
-
 class KafkaLogStore(LogStore):
     """The logs of one namespace as topics ``{namespace}_{log}``; see the module docstring."""
 
@@ -456,6 +382,8 @@ class KafkaLogStore(LogStore):
 
                     self._sender = shared_sender(self.settings, self.namespace)
                 else:
+                    from pyspark_durable.log.kafka_python import PySender
+
                     self._sender = PySender(self.settings, self.namespace)
             return self._sender
 
@@ -464,6 +392,8 @@ class KafkaLogStore(LogStore):
             from pyspark_durable.log.kafka_confluent import RdReader
 
             return RdReader(self.settings, topic, where)
+        from pyspark_durable.log.kafka_python import PyReader
+
         return PyReader(self.settings, topic, where)
 
     def topic(self, name: str) -> str:

@@ -19,20 +19,11 @@ are unknown ones, with the list of valid names.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import kafka.errors as kerr
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-
-from pyspark_durable.errors import (
-    BackendUnavailable,
-    ConfigError,
-    DurableWalError,
-    OffsetOutOfRange,
-)
+from pyspark_durable.errors import ConfigError
 
 log = logging.getLogger(__name__)
 AUTO_CREATED_RETRIES = 3
@@ -66,23 +57,17 @@ OWN_OPTIONS: dict[str, Any] = {
 }
 CLIENT_NAMES = ("kafka-python", "confluent")
 
-# kafka-python defaults we change, for throughput on batches of ~100 KB entries
-TUNED: dict[str, Any] = {
-    "linger_ms": 5,
-    "batch_size": 1 << 20,
-    "max_request_size": 16 << 20,
-    "max_partition_fetch_bytes": 8 << 20,
-    # a prefetch left at the end of a log blocks the next request on its connection
-    # (ListOffsets, the next read) for up to this long: keep it short
-    "fetch_max_wait_ms": 5,
-}
+def kafka_keys() -> frozenset[str]:
+    """Every kafka-python client config name (imports kafka-python: only when it is used)."""
+    from pyspark_durable.log.kafka_python import KAFKA_KEYS
 
-CLIENTS: dict[str, type] = {
-    "producer": KafkaProducer,
-    "consumer": KafkaConsumer,
-    "admin": KafkaAdminClient,
-}
-KAFKA_KEYS = frozenset().union(*(c.DEFAULT_CONFIG for c in CLIENTS.values()))  # type: ignore[attr-defined]
+    return KAFKA_KEYS
+
+
+def kafka_python_default(name: str) -> Any:
+    from pyspark_durable.log.kafka_python import default_of
+
+    return default_of(name)
 
 
 def normalize_key(key: str) -> str:
@@ -166,8 +151,8 @@ class KafkaSettings:
             name = normalize_key(str(raw))
             if name in FORBIDDEN:
                 raise ConfigError(f"option {raw!r} cannot be set: {FORBIDDEN[name]}")
-            if name not in OWN_OPTIONS and name not in KAFKA_KEYS and client != "confluent":
-                valid = sorted((set(OWN_OPTIONS) | KAFKA_KEYS) - set(FORBIDDEN))
+            if client != "confluent" and name not in OWN_OPTIONS and name not in kafka_keys():
+                valid = sorted((set(OWN_OPTIONS) | kafka_keys()) - set(FORBIDDEN))
                 raise ConfigError(
                     f"unknown kafka backend option {raw!r}; valid (optionally prefixed "
                     f"'kafka.', '.' for '_'): {', '.join(valid)}"
@@ -176,9 +161,9 @@ class KafkaSettings:
                 raise ConfigError(f"option {raw!r} given twice (also as {spelled[name]!r})")
             merged[name], spelled[name] = value, str(raw)
         for name, value in list(merged.items()):
-            default = OWN_OPTIONS.get(name)
-            for kind_cls in CLIENTS.values():
-                default = default if default is not None else kind_cls.DEFAULT_CONFIG.get(name)  # type: ignore[attr-defined]
+            # librdkafka takes every property as text and checks it itself
+            default = OWN_OPTIONS.get(name) if client == "confluent" or name in OWN_OPTIONS \
+                else kafka_python_default(name)
             merged[name] = _coerce(spelled[name], value, default)
         servers = merged.get("bootstrap_servers")
         if not servers:
@@ -198,67 +183,16 @@ class KafkaSettings:
             return cls(servers, int(own["connect_timeout_ms"]), int(own["request_timeout_ms"]),
                        int(own["replication_factor"]), topic_config, configs, client,
                        delivery_ms)
-        for k, v in TUNED.items():
-            merged.setdefault(k, v)
-        common = {
-            "bootstrap_servers": servers.split(","),
-            "bootstrap_timeout_ms": int(own["connect_timeout_ms"]),
-            "request_timeout_ms": int(own["request_timeout_ms"]),
-        }
-        forced = {
-            "producer": {"acks": "all", "enable_idempotence": True,
-                         "allow_auto_create_topics": False},
-            "consumer": {"group_id": None, "enable_auto_commit": False,
-                         "auto_offset_reset": "none", "isolation_level": "read_uncommitted",
-                         "check_crcs": True, "allow_auto_create_topics": False},
-            "admin": {},
-        }
-        clients: dict[str, dict[str, Any]] = {}
-        for kind, kind_cls in CLIENTS.items():
-            keys = kind_cls.DEFAULT_CONFIG  # type: ignore[attr-defined]
-            cfg = {k: v for k, v in {**common, **merged}.items() if k in keys}
-            clients[kind] = {**cfg, **forced[kind]}
-        prod = clients["producer"]
-        prod.setdefault("max_block_ms", int(own["connect_timeout_ms"]))
-        prod.setdefault(
-            "delivery_timeout_ms", int(own["request_timeout_ms"]) + int(prod["linger_ms"]) + 1000
-        )
+        from pyspark_durable.log.kafka_python import client_configs
+
+        configs, delivery_ms = client_configs(servers, own, merged)
         return cls(servers, int(own["connect_timeout_ms"]), int(own["request_timeout_ms"]),
-                   int(own["replication_factor"]), topic_config, clients, client,
-                   int(prod["delivery_timeout_ms"]))
+                   int(own["replication_factor"]), topic_config, configs, client, delivery_ms)
 
     @property
     def wait_s(self) -> float:
         """Upper bound of one blocking client call (a poll, an append's acks)."""
         return max(self.request_timeout_ms, self.delivery_timeout_ms) / 1000 + 5
-
-
-@contextmanager
-def translated(what: str, address: str, **where: Any) -> Iterator[None]:
-    """Turn kafka-python errors into this package's typed errors, naming the broker."""
-    try:
-        yield
-    except DurableWalError:
-        raise
-    except kerr.KafkaConfigurationError as exc:
-        raise ConfigError(f"{what}: invalid kafka client option: {exc}", **where) from exc
-    except kerr.OffsetOutOfRangeError as exc:
-        raise OffsetOutOfRange(f"{what}: broker {address} has no such offset: {exc}",
-                               **where) from exc
-    except kerr.MessageSizeTooLargeError as exc:
-        raise ConfigError(
-            f"{what}: entry too large for broker {address} ({exc}); raise max_request_size "
-            "and the topic's max.message.bytes", **where) from exc
-    except kerr.KafkaError as exc:
-        msg = f"{what}: Kafka broker {address} failed: {type(exc).__name__}: {exc}"
-        if getattr(exc, "retriable", False) or isinstance(
-            exc, kerr.KafkaConnectionError | kerr.NoBrokersAvailable | kerr.KafkaTimeoutError
-        ):
-            raise BackendUnavailable(msg, **where) from exc
-        raise DurableWalError(msg, **where) from exc
-    except (OSError, TimeoutError) as exc:
-        raise BackendUnavailable(f"{what}: Kafka broker {address} unreachable: {exc}",
-                                 **where) from exc
 
 
 class OneTopicRule:
@@ -313,91 +247,6 @@ def topic_admin(settings: KafkaSettings, namespace: str | None = None) -> OneTop
         from pyspark_durable.log.kafka_confluent import ConfluentTopicAdmin
 
         return ConfluentTopicAdmin(settings, namespace)
+    from pyspark_durable.log.kafka_python import TopicAdmin
+
     return TopicAdmin(settings, namespace)
-
-
-class TopicAdmin(OneTopicRule):
-    """Creates, describes and lists topics with kafka-python; never relies on auto-creation."""
-
-    def __init__(self, settings: KafkaSettings, namespace: str | None = None) -> None:
-        self.settings = settings
-        self.address = settings.bootstrap_servers
-        self.namespace = namespace
-        with translated("connecting the admin client", self.address, namespace=namespace):
-            try:
-                self.client = KafkaAdminClient(**settings.clients["admin"])
-            except kerr.KafkaTimeoutError as exc:
-                raise BackendUnavailable(
-                    f"cannot reach Kafka broker {self.address} within "
-                    f"connect_timeout_ms={settings.connect_timeout_ms}: {exc}",
-                    namespace=namespace,
-                ) from exc
-
-    def list_topics(self) -> list[str]:
-        with translated("listing topics", self.address, namespace=self.namespace):
-            return list(self.client.list_topics())
-
-    def partitions(self, topic: str) -> int | None:
-        """Number of partitions of ``topic``, None if it does not exist."""
-        with translated("describing topic", self.address, namespace=self.namespace, topic=topic):
-            (info,) = self.client.describe_topics([topic])
-        if info.get("error_code", 0) == kerr.UnknownTopicOrPartitionError.errno:
-            return None
-        if info.get("error_code", 0):
-            err = kerr.for_code(info["error_code"])
-            with translated("describing topic", self.address, topic=topic):
-                raise err(f"describe_topics({topic})")
-        return len(info.get("partitions") or [])
-
-    def delete_topic(self, topic: str) -> None:
-        with translated("replacing an auto-created topic", self.address,
-                        namespace=self.namespace, topic=topic):
-            try:
-                self.client.delete_topics([topic])
-            except kerr.UnknownTopicOrPartitionError:
-                pass  # another process replaced it first
-
-    def create(self, topic: str, configs: Mapping[str, str]) -> int | None:
-        spec = {"num_partitions": 1, "replication_factor": self.settings.replication_factor,
-                "configs": {**configs, **self.settings.topic_config}}
-        with translated("creating topic", self.address, namespace=self.namespace, topic=topic):
-            try:
-                self.client.create_topics({topic: spec})
-            except kerr.TopicAlreadyExistsError:
-                pass  # another process won the race: verified by the caller
-            self.client.wait_for_topics([topic], timeout_ms=self.settings.request_timeout_ms)
-        return self.partitions(topic)
-
-    def empty(self, topic: str, count: int) -> bool:
-        """Do all ``count`` partitions of ``topic`` hold nothing? (end offsets 0: on Tansu
-        a lower bound of the end that is 0 only for an empty partition)."""
-        with translated("reading end offsets", self.address, namespace=self.namespace,
-                        topic=topic):
-            consumer = KafkaConsumer(**self.settings.clients["consumer"])
-            try:
-                parts = [TopicPartition(topic, p) for p in range(count)]
-                ends = consumer.end_offsets(parts, self.settings.request_timeout_ms)
-                return all(ends[p] == 0 for p in parts)
-            finally:
-                consumer.close()
-
-    def delete_records(self, topic: str, offset: int) -> bool:
-        """DeleteRecords below ``offset``; False if the broker does not support it."""
-        tp = TopicPartition(topic, 0)
-        with translated("DeleteRecords", self.address, namespace=self.namespace, topic=topic):
-            try:
-                self.client.delete_records({tp: offset},
-                                           timeout_ms=self.settings.request_timeout_ms)
-                return True
-            except (kerr.KafkaConnectionError, kerr.UnsupportedVersionError,
-                    kerr.KafkaProtocolError) as exc:
-                # Tansu closes the socket on DeleteRecords: unsupported if the broker answers
-                self.partitions(topic)
-                log.debug("DeleteRecords failed on a reachable broker: %s", exc)
-                return False
-
-    def close(self) -> None:
-        try:
-            self.client.close()
-        except Exception as exc:  # noqa: BLE001 - closing must not mask the real error
-            log.debug("closing the Kafka admin client failed: %s", exc)

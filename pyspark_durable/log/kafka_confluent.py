@@ -118,6 +118,15 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+def _int(props: Mapping[str, Any], name: str, default: int) -> int:
+    """An integer property the backend computes with: a typed error names a bad value."""
+    value = props.get(name, default)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"option {name}={value!r} is not a valid int") from None
+
+
 def librdkafka_configs(servers: str, own: Mapping[str, Any],
                        merged: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], int]:
     """The properties of the producer, consumer and admin client, and the delivery timeout."""
@@ -131,8 +140,9 @@ def librdkafka_configs(servers: str, own: Mapping[str, Any],
         "logger": rd_log,
         **user,
     }
-    linger = int(common.get("linger.ms", common.get("queue.buffering.max.ms", "5")))
-    delivery_ms = int(common.pop("message.timeout.ms", request_ms + linger + 1000))
+    linger = _int(common, "linger.ms", _int(common, "queue.buffering.max.ms", 5))
+    delivery_ms = _int(common, "message.timeout.ms", request_ms + linger + 1000)
+    common.pop("message.timeout.ms", None)
     consumer_only = ("fetch.wait.max.ms", "max.partition.fetch.bytes")
     producer = {**{k: v for k, v in common.items() if k not in consumer_only or k in user},
                 "acks": "all", "allow.auto.create.topics": "false", "enable.idempotence": "true",
@@ -147,8 +157,8 @@ def librdkafka_configs(servers: str, own: Mapping[str, Any],
                 "queued.max.messages.kbytes": common.get("queued.max.messages.kbytes",
                                                          str(16 << 10))}
     # librdkafka: a consumer's fetch.max.bytes must be >= message.max.bytes (a producer limit)
-    fetch_max = int(consumer.get("fetch.max.bytes", 52_428_800))
-    consumer["message.max.bytes"] = str(min(int(consumer["message.max.bytes"]), fetch_max))
+    fetch_max = _int(consumer, "fetch.max.bytes", 52_428_800)
+    consumer["message.max.bytes"] = str(min(_int(consumer, "message.max.bytes", 0), fetch_max))
     # every property, so an unknown name fails when the store opens (librdkafka only
     # warns about producer or consumer properties on an admin client: errors only)
     admin = {**common, "log_level": "3"}
@@ -364,7 +374,7 @@ class RdReader:
 
 
 class ConfluentTopicAdmin(OneTopicRule):
-    """Topic administration with librdkafka's AdminClient (see :class:`~.kafka_admin.TopicAdmin`)."""
+    """Topic administration with librdkafka's AdminClient (see :class:`~.kafka_python.TopicAdmin`)."""
 
     def __init__(self, settings: Any, namespace: str | None = None) -> None:
         self.settings = settings

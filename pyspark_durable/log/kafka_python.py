@@ -1,0 +1,273 @@
+"""kafka-python (pure Python) as the Kafka log's client: options, errors, topics, I/O.
+
+Imported only when ``client`` is ``kafka-python`` (the default): importing kafka-python
+costs about a quarter of a second, which every Python process Spark starts for a
+streaming source would otherwise pay even on the confluent client.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import kafka.errors as kerr
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+
+from pyspark_durable.errors import (
+    BackendUnavailable,
+    ConfigError,
+    DurableWalError,
+    OffsetOutOfRange,
+)
+from pyspark_durable.log.base import Entry, Record
+from pyspark_durable.log.kafka_admin import KafkaSettings, OneTopicRule
+
+log = logging.getLogger(__name__)
+
+# kafka-python defaults we change, for throughput on batches of ~100 KB entries
+TUNED: dict[str, Any] = {
+    "linger_ms": 5,
+    "batch_size": 1 << 20,
+    "max_request_size": 16 << 20,
+    "max_partition_fetch_bytes": 8 << 20,
+    # a prefetch left at the end of a log blocks the next request on its connection
+    # (ListOffsets, the next read) for up to this long: keep it short
+    "fetch_max_wait_ms": 5,
+}
+
+CLIENTS: dict[str, type] = {
+    "producer": KafkaProducer,
+    "consumer": KafkaConsumer,
+    "admin": KafkaAdminClient,
+}
+KAFKA_KEYS = frozenset().union(*(c.DEFAULT_CONFIG for c in CLIENTS.values()))  # type: ignore[attr-defined]
+
+
+def default_of(name: str) -> Any:
+    """The default of a kafka-python option (its type is what a Spark string becomes)."""
+    for kind_cls in CLIENTS.values():
+        default = kind_cls.DEFAULT_CONFIG.get(name)  # type: ignore[attr-defined]
+        if default is not None:
+            return default
+    return None
+
+
+def client_configs(servers: str, own: Mapping[str, Any],
+                   merged: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], int]:
+    """The kwargs of the producer, consumer and admin client, and the delivery timeout."""
+    for k, v in TUNED.items():
+        merged.setdefault(k, v)
+    common = {
+        "bootstrap_servers": servers.split(","),
+        "bootstrap_timeout_ms": int(own["connect_timeout_ms"]),
+        "request_timeout_ms": int(own["request_timeout_ms"]),
+    }
+    forced = {
+        "producer": {"acks": "all", "enable_idempotence": True,
+                     "allow_auto_create_topics": False},
+        "consumer": {"group_id": None, "enable_auto_commit": False,
+                     "auto_offset_reset": "none", "isolation_level": "read_uncommitted",
+                     "check_crcs": True, "allow_auto_create_topics": False},
+        "admin": {},
+    }
+    clients: dict[str, dict[str, Any]] = {}
+    for kind, kind_cls in CLIENTS.items():
+        keys = kind_cls.DEFAULT_CONFIG  # type: ignore[attr-defined]
+        cfg = {k: v for k, v in {**common, **merged}.items() if k in keys}
+        clients[kind] = {**cfg, **forced[kind]}
+    prod = clients["producer"]
+    prod.setdefault("max_block_ms", int(own["connect_timeout_ms"]))
+    prod.setdefault(
+        "delivery_timeout_ms", int(own["request_timeout_ms"]) + int(prod["linger_ms"]) + 1000
+    )
+    return clients, int(prod["delivery_timeout_ms"])
+
+
+@contextmanager
+def translated(what: str, address: str, **where: Any) -> Iterator[None]:
+    """Turn kafka-python errors into this package's typed errors, naming the broker."""
+    try:
+        yield
+    except DurableWalError:
+        raise
+    except kerr.KafkaConfigurationError as exc:
+        raise ConfigError(f"{what}: invalid kafka client option: {exc}", **where) from exc
+    except kerr.OffsetOutOfRangeError as exc:
+        raise OffsetOutOfRange(f"{what}: broker {address} has no such offset: {exc}",
+                               **where) from exc
+    except kerr.MessageSizeTooLargeError as exc:
+        raise ConfigError(
+            f"{what}: entry too large for broker {address} ({exc}); raise max_request_size "
+            "and the topic's max.message.bytes", **where) from exc
+    except kerr.KafkaError as exc:
+        msg = f"{what}: Kafka broker {address} failed: {type(exc).__name__}: {exc}"
+        if getattr(exc, "retriable", False) or isinstance(
+            exc, kerr.KafkaConnectionError | kerr.NoBrokersAvailable | kerr.KafkaTimeoutError
+        ):
+            raise BackendUnavailable(msg, **where) from exc
+        raise DurableWalError(msg, **where) from exc
+    except (OSError, TimeoutError) as exc:
+        raise BackendUnavailable(f"{what}: Kafka broker {address} unreachable: {exc}",
+                                 **where) from exc
+
+
+class PyReader:
+    """kafka-python's KafkaConsumer as a :class:`Reader`."""
+
+    def __init__(self, settings: KafkaSettings, topic: str, where: Mapping[str, Any]) -> None:
+        self.address = settings.bootstrap_servers
+        self.timeout_ms = settings.request_timeout_ms
+        self.where = dict(where)
+        self.tp = TopicPartition(topic, 0)
+        with translated("connecting a consumer", self.address, **where):
+            self.consumer = KafkaConsumer(**settings.clients["consumer"])
+            self.consumer.assign([self.tp])
+
+    def begin(self) -> int:
+        with translated("reading watermarks", self.address, **self.where):
+            return self.consumer.beginning_offsets([self.tp], self.timeout_ms)[self.tp]
+
+    def end(self) -> int:
+        with translated("reading watermarks", self.address, **self.where):
+            return self.consumer.end_offsets([self.tp], self.timeout_ms)[self.tp]
+
+    def highwater(self) -> int | None:
+        return self.consumer.highwater(self.tp)
+
+    def seek(self, offset: int) -> None:
+        self.consumer.seek(self.tp, offset)
+
+    def fetch(self, max_records: int | None, timeout_ms: int) -> list[Entry]:
+        with translated("fetching", self.address, **self.where):
+            got = self.consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+        return [Entry(r.offset, r.key or b"", r.value or b"",
+                      tuple(r.headers) if r.headers else (), r.timestamp)
+                for r in got.get(self.tp, ())]
+
+    def idle(self) -> None:
+        """kafka-python fetches only inside poll(): nothing to stop."""
+
+    def close(self) -> None:
+        _close_quietly(self.consumer)
+
+
+class PySender:
+    """kafka-python's KafkaProducer as a :class:`Sender`."""
+
+    def __init__(self, settings: KafkaSettings, namespace: str) -> None:
+        self.address = settings.bootstrap_servers
+        with translated("connecting the producer", self.address, namespace=namespace):
+            self.producer = KafkaProducer(**settings.clients["producer"])
+
+    def send(self, topic: str, records: Sequence[Record], acked: Callable[[int, int], None],
+             failed: Callable[[BaseException], None], where: Mapping[str, Any]) -> None:
+        with translated("append", self.address, **where):
+            send = self.producer.send
+            for i, r in enumerate(records):
+                fut = send(topic, value=r.value if type(r.value) is bytes else bytes(r.value),
+                           key=r.key if type(r.key) is bytes else bytes(r.key),
+                           headers=[(k, bytes(v)) for k, v in r.headers] or None, partition=0)
+                fut.add_callback(lambda meta, i=i: acked(i, meta.offset))
+                fut.add_errback(failed)
+
+    def hurry(self) -> None:
+        """kafka-python has no way to cut linger.ms short without waiting: nothing."""
+
+    def close(self, timeout_s: float) -> None:
+        _close_quietly(self.producer, timeout=timeout_s)
+
+
+def _close_quietly(client: Any, **kwargs: Any) -> None:
+    try:
+        client.close(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - closing must not mask the real error
+        log.debug("closing a Kafka client failed: %s", exc)
+
+
+class TopicAdmin(OneTopicRule):
+    """Creates, describes and lists topics with kafka-python; never relies on auto-creation."""
+
+    def __init__(self, settings: KafkaSettings, namespace: str | None = None) -> None:
+        self.settings = settings
+        self.address = settings.bootstrap_servers
+        self.namespace = namespace
+        with translated("connecting the admin client", self.address, namespace=namespace):
+            try:
+                self.client = KafkaAdminClient(**settings.clients["admin"])
+            except kerr.KafkaTimeoutError as exc:
+                raise BackendUnavailable(
+                    f"cannot reach Kafka broker {self.address} within "
+                    f"connect_timeout_ms={settings.connect_timeout_ms}: {exc}",
+                    namespace=namespace,
+                ) from exc
+
+    def list_topics(self) -> list[str]:
+        with translated("listing topics", self.address, namespace=self.namespace):
+            return list(self.client.list_topics())
+
+    def partitions(self, topic: str) -> int | None:
+        """Number of partitions of ``topic``, None if it does not exist."""
+        with translated("describing topic", self.address, namespace=self.namespace, topic=topic):
+            (info,) = self.client.describe_topics([topic])
+        if info.get("error_code", 0) == kerr.UnknownTopicOrPartitionError.errno:
+            return None
+        if info.get("error_code", 0):
+            err = kerr.for_code(info["error_code"])
+            with translated("describing topic", self.address, topic=topic):
+                raise err(f"describe_topics({topic})")
+        return len(info.get("partitions") or [])
+
+    def delete_topic(self, topic: str) -> None:
+        with translated("replacing an auto-created topic", self.address,
+                        namespace=self.namespace, topic=topic):
+            try:
+                self.client.delete_topics([topic])
+            except kerr.UnknownTopicOrPartitionError:
+                pass  # another process replaced it first
+
+    def create(self, topic: str, configs: Mapping[str, str]) -> int | None:
+        spec = {"num_partitions": 1, "replication_factor": self.settings.replication_factor,
+                "configs": {**configs, **self.settings.topic_config}}
+        with translated("creating topic", self.address, namespace=self.namespace, topic=topic):
+            try:
+                self.client.create_topics({topic: spec})
+            except kerr.TopicAlreadyExistsError:
+                pass  # another process won the race: verified by the caller
+            self.client.wait_for_topics([topic], timeout_ms=self.settings.request_timeout_ms)
+        return self.partitions(topic)
+
+    def empty(self, topic: str, count: int) -> bool:
+        """Do all ``count`` partitions of ``topic`` hold nothing? (end offsets 0: on Tansu
+        a lower bound of the end that is 0 only for an empty partition)."""
+        with translated("reading end offsets", self.address, namespace=self.namespace,
+                        topic=topic):
+            consumer = KafkaConsumer(**self.settings.clients["consumer"])
+            try:
+                parts = [TopicPartition(topic, p) for p in range(count)]
+                ends = consumer.end_offsets(parts, self.settings.request_timeout_ms)
+                return all(ends[p] == 0 for p in parts)
+            finally:
+                consumer.close()
+
+    def delete_records(self, topic: str, offset: int) -> bool:
+        """DeleteRecords below ``offset``; False if the broker does not support it."""
+        tp = TopicPartition(topic, 0)
+        with translated("DeleteRecords", self.address, namespace=self.namespace, topic=topic):
+            try:
+                self.client.delete_records({tp: offset},
+                                           timeout_ms=self.settings.request_timeout_ms)
+                return True
+            except (kerr.KafkaConnectionError, kerr.UnsupportedVersionError,
+                    kerr.KafkaProtocolError) as exc:
+                # Tansu closes the socket on DeleteRecords: unsupported if the broker answers
+                self.partitions(topic)
+                log.debug("DeleteRecords failed on a reachable broker: %s", exc)
+                return False
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        except Exception as exc:  # noqa: BLE001 - closing must not mask the real error
+            log.debug("closing the Kafka admin client failed: %s", exc)

@@ -6,8 +6,10 @@ with table and ``--json`` output, and the read commands on Kafka too.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -116,14 +118,66 @@ def test_regions_show_watermarks_and_tables(wal, capsys):
     """This tests that `regions` shows each region's watermarks, entry count and tables."""
     code, out, err = cli(capsys, "regions", wal, "--namespace", NS)
     assert (code, err) == (0, "")
-    assert lines(out)[2:] == [["0", "0", "6", "6", "orders"], ["1", "0", "6", "6", "events"]]
+    assert lines(out)[0] == ["region", "low", "high", "entries", "committed", "expired",
+                             "uncommitted", "tables"]
+    assert lines(out)[2:] == [["0", "0", "6", "6", "6", "0", "0", "orders"],
+                              ["1", "0", "6", "6", "6", "0", "0", "events"]]
     doc = cli_json(capsys, "regions", wal, "--namespace", NS)
     assert doc["regions"] == [
         {"region": 0, "low_watermark": 0, "high_watermark": 6, "entries": 6,
-         "tables": ["orders"]},
+         "tables": ["orders"], "committed": 6, "expired": 0, "uncommitted": 0},
         {"region": 1, "low_watermark": 0, "high_watermark": 6, "entries": 6,
-         "tables": ["events"]},
+         "tables": ["events"], "committed": 6, "expired": 0, "uncommitted": 0},
     ]
+    assert (doc["steps"], doc["first_indexed_step"]) == ([0, 12], 0)
+
+
+def test_regions_count_uncommitted_and_expired_entries_apart(wal, capsys):
+    """This tests that `regions` counts apart, by number, in the table and in --json, the
+    entries of a killed attempt that never committed and of an expired step, so that the
+    committed count matches the sequence range `tables` shows."""
+    ns = open_namespace(file_config(wal))
+    killed = ns.begin("loader", STEPS)  # a task attempt killed after writing: never committed
+    killed.write("orders", orders(90))
+    killed.receipt()
+    retry = ns.begin("loader", STEPS)  # the retried attempt commits the batch
+    retry.write("orders", orders(STEPS))
+    retry.commit()
+    ghost = ns.begin("loader", STEPS)  # a late duplicate of the committed batch
+    ghost.write("orders", orders(91))
+    assert ghost.commit() == 12  # the pair is committed: the duplicate adds nothing
+    ns.expire(2)  # steps 0 and 1: one entry of orders, one of events
+    ns.close()
+    tables = cli_json(capsys, "tables", wal, "--namespace", NS)
+    orders_seq = {t["name"]: t for t in tables["tables"]}["orders"]["regions"][0]
+    assert (orders_seq["first_sequence"], orders_seq["next_sequence"]) == (1, 7)
+    doc = cli_json(capsys, "regions", wal, "--namespace", NS)
+    assert [{k: r[k] for k in ("region", "entries", "committed", "expired", "uncommitted")}
+            for r in doc["regions"]] == [
+        {"region": 0, "entries": 9, "committed": 6, "expired": 1, "uncommitted": 2},
+        {"region": 1, "entries": 6, "committed": 5, "expired": 1, "uncommitted": 0}]
+    code, out, err = cli(capsys, "regions", wal, "--namespace", NS)
+    assert (code, err) == (0, "")
+    assert lines(out)[2:4] == [["0", "0", "9", "9", "6", "1", "2", "orders"],
+                               ["1", "0", "6", "6", "5", "1", "0", "events"]]
+    notes = out.splitlines()[4:]
+    assert notes[0].startswith("expired: entries of steps below 2, ")
+    assert notes[1].startswith("uncommitted: entries no committed step refers to (killed, ")
+    assert len(notes) == 2  # all steps are indexed: nothing else counts as uncommitted
+    clean = cli_json(capsys, "clean", wal, "--namespace", NS, "--grace-ms", "0")
+    # the expired entry goes; the uncommitted ones lie between retained entries and stay
+    assert clean["regions"][0]["low_after"] == 1
+    doc = cli_json(capsys, "regions", wal, "--namespace", NS)
+    assert [(r["entries"], r["committed"], r["expired"], r["uncommitted"])
+            for r in doc["regions"]] == [(8, 6, 0, 2), (5, 5, 0, 0)]
+    assert doc["first_indexed_step"] == 2  # the cleaner's snapshot forgot steps 0 and 1
+    out = cli(capsys, "regions", wal, "--namespace", NS)[1]
+    assert out.splitlines()[4:] == [
+        "uncommitted: entries no committed step refers to (killed, failed or aborted task "
+        "attempts, duplicates of a committed batch, attempts in flight); readers never see "
+        "them, the cleaner deletes them",
+        "  (steps below 2 are no longer indexed: entries of them the cleaner has not deleted "
+        "yet count as uncommitted too)"]
 
 
 def test_tables_show_schema_rows_and_sequences(wal, capsys):
@@ -366,20 +420,123 @@ def test_demo_passes_remaining_arguments_through(monkeypatch, capsys):
     assert seen == [["--rows", "5", "--path", "/x", "-v", "--json"]]
 
 
-def test_progress_goes_to_a_terminal_stderr_only(wal, monkeypatch, capsys):
-    """This tests that long commands draw progress on stderr when it is a TTY, and that
-    stdout stays the plain result."""
-    import io
+class Tty(io.StringIO):
+    """A stream that says it is a terminal."""
 
-    class Tty(io.StringIO):
-        def isatty(self) -> bool:
-            return True
+    def isatty(self) -> bool:
+        return True
 
+
+SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
+def colour_codes(text: str) -> list[str]:
+    """SGR parameters that set a colour (30-49, 90-107), as in ``\x1b[1;32m`` -> ["32"]."""
+    return [p for params in SGR.findall(text) for p in params.split(";")
+            if p and (30 <= int(p) <= 49 or 90 <= int(p) <= 107)]
+
+
+@pytest.fixture
+def terminal_env(monkeypatch):
+    """A colour terminal, whatever the environment running the tests says."""
+    for name in ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "COLUMNS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    return monkeypatch
+
+
+def test_progress_goes_to_a_terminal_stderr_only(wal, terminal_env, capsys):
+    """This tests that `check` and `clean` draw progress bars with rate and ETA on stderr
+    when it is a terminal, never with --json, and that stdout stays the plain result."""
     tty = Tty()
-    monkeypatch.setattr(sys, "stderr", tty)
+    terminal_env.setattr(sys, "stderr", tty)
     assert main(["check", str(wal), "--namespace", NS]) == 0
-    assert "check: reading regions: " in tty.getvalue() and tty.getvalue().endswith("\x1b[K")
+    bars = tty.getvalue()
+    assert "check: commits log" in bars and "check: region" in bars
+    assert "12/12" in bars and "entries/s" in bars and "ETA" in bars
     assert capsys.readouterr().out.startswith("OK: ")
+    tty.seek(0), tty.truncate()
+    assert main(["clean", str(wal), "--namespace", NS]) == 0
+    assert "clean: done" in tty.getvalue()
+    assert "2/2" in tty.getvalue() and "regions/s" in tty.getvalue()
+    assert capsys.readouterr().out.startswith("cleaned namespace 'shop'")
+    tty.seek(0), tty.truncate()
+    for argv in (["check", "--namespace", NS], ["clean", "--namespace", NS],
+                 ["tail", "--namespace", NS, "--table", "orders"], ["namespaces"]):
+        assert main([*argv, str(wal), "--json"]) == 0
+        json.loads(capsys.readouterr().out)
+    assert tty.getvalue() == ""  # --json: no bars, even on a terminal
+
+
+def test_terminal_output_is_styled_unless_no_color(wal, terminal_env, capsys):
+    """This tests that on a terminal headers and errors are styled and coloured, that
+    NO_COLOR removes every colour, and that the text stays the same."""
+    tty = Tty()
+    terminal_env.setattr(sys, "stdout", tty)
+    assert main(["check", str(wal), "--namespace", NS]) == 0
+    assert colour_codes(tty.getvalue()) == ["32"]  # a green OK
+    tty.seek(0), tty.truncate()
+    assert main(["tables", str(wal), "--namespace", NS]) == 0
+    styled = tty.getvalue()
+    assert "\x1b[1m" in styled  # bold headers
+    plain = SGR.sub("", styled)
+    assert lines(plain)[0] == ["table", "id", "region", "format", "rows", "sequences", "schema"]
+    terminal_env.setattr(sys, "stderr", tty)
+    tty.seek(0), tty.truncate()
+    assert main(["tables", str(wal), "--namespace", "nope"]) == 2
+    assert colour_codes(tty.getvalue()) == ["31"]  # a red error line
+    assert SGR.sub("", tty.getvalue()).startswith("durablewal: error: unknown namespace")
+    terminal_env.setenv("NO_COLOR", "1")
+    for argv in (["check", str(wal), "--namespace", NS], ["tables", str(wal), "--namespace", NS],
+                 ["tables", str(wal), "--namespace", "nope"]):
+        tty.seek(0), tty.truncate()
+        main(argv)
+        assert colour_codes(tty.getvalue()) == [], argv
+    tty.seek(0), tty.truncate()
+    main(["tables", str(wal), "--namespace", NS])
+    assert SGR.sub("", tty.getvalue()) == plain  # NO_COLOR changes no text
+
+
+def test_long_tables_on_a_terminal_are_plain_lines(terminal_env):
+    """This tests that a table of more rows than rich draws quickly is printed on a terminal
+    as the same aligned lines as in a pipe, its header styled."""
+    from pyspark_durable.cli.render import TERMINAL_TABLE_ROWS_MAX, TextTable, emit
+
+    rows = [[i, f"item-{i}", i / 4] for i in range(TERMINAL_TABLE_ROWS_MAX + 1)]
+    tty, pipe = Tty(), io.StringIO()
+    emit(TextTable(["n", "item", "quarter"], rows), stream=tty)
+    emit(TextTable(["n", "item", "quarter"], rows), stream=pipe)
+    assert tty.getvalue().startswith("\x1b[1m")
+    assert SGR.sub("", tty.getvalue()) == pipe.getvalue()
+    assert pipe.getvalue().splitlines()[-1] == "1000  item-1000   250.00"
+
+
+def test_piped_output_is_plain_and_never_wrapped(tmp_path, monkeypatch, capsys):
+    """This tests that output to a pipe has no escape codes and keeps each row on one
+    line however wide (no wrapping at 80 columns), even with FORCE_COLOR and COLUMNS set."""
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "40")
+    ns = open_namespace(file_config(tmp_path / "wal"))
+    wide = pa.table({f"column_{i}": pa.array([f"value {i} " * 5]) for i in range(6)})
+    write_step(ns, "w", 0, {"wide_table_with_a_long_name": wide})
+    ns.close()
+    code, out, err = cli(capsys, "tables", tmp_path / "wal", "--namespace", NS)
+    assert (code, err) == (0, "")
+    assert "\x1b" not in out and len(out.splitlines()) == 3
+    assert len(out.splitlines()[2]) > 80 and not any(line.endswith(" ") for line in
+                                                      out.splitlines())
+    code, out, err = cli(capsys, "tail", tmp_path / "wal", "--namespace", NS, "--table",
+                         "wide_table_with_a_long_name")
+    assert (code, err) == (0, "") and "\x1b" not in out
+    assert lines(out)[2] == ["0", "0", "0", *[(f"value {i} " * 5).strip() for i in range(6)]]
+    long = "x" * 200  # one cell is cut at 60 characters (--json keeps it whole)
+    ns = open_namespace(file_config(tmp_path / "wal"))
+    write_step(ns, "w", 1, {"notes": pa.table({"note": [long]})})
+    ns.close()
+    out = cli(capsys, "tail", tmp_path / "wal", "--namespace", NS, "--table", "notes")[1]
+    assert lines(out)[2][-1] == "x" * 57 + "..."
+    assert cli_json(capsys, "tail", tmp_path / "wal", "--namespace", NS, "--table",
+                    "notes")["rows"][0]["note"] == long
 
 
 def test_subprocess_python_m(wal):

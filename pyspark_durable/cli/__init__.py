@@ -14,9 +14,13 @@ The WAL is a folder (file backend: ``PATH`` or ``--path``) or a Kafka cluster
 (``--bootstrap-servers``). Commands only read, except ``clean`` and ``retention``
 with a setting; none creates a namespace. ``--json`` prints one JSON document instead of tables.
 
+Tables are aligned plain text when piped, styled on a terminal (no colours with
+``NO_COLOR``); ``check``, ``clean``, ``tail`` and ``namespaces`` draw progress bars on
+stderr when it is a terminal and ``--json`` is not given.
+
 Exit codes: 0 done, 1 ``check`` found problems, 2 bad input or an error (one line
-on stderr: a missing folder, an unknown namespace or table, an unreachable broker,
-corrupt data). Unexpected exceptions are bugs and keep their traceback.
+on stderr, red on a terminal: a missing folder, an unknown namespace or table, an
+unreachable broker, corrupt data). Unexpected exceptions are bugs and keep their traceback.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from contextlib import contextmanager
 
 from pyspark_durable.errors import DecodeError, DurableWalError
 
-from . import commands
+from . import commands, render
 from .target import CliError
 
 PROG = "durablewal"
@@ -234,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             msg = _one_line(exc)
             if isinstance(exc, DecodeError) and args.command != "check":
                 msg += f" (run '{PROG} check' for a full report)"
-            sys.stderr.write(f"{PROG}: error: {msg}\n")
+            render.error(f"{PROG}: error: {msg}")
             return 2
 
 

@@ -63,8 +63,9 @@ def _strip_prefix(exc: DurableWalError) -> str:
 class Checker:
     """One ``check`` pass over one namespace of a store."""
 
-    def __init__(self, store: LogStore) -> None:
+    def __init__(self, store: LogStore, progress: Progress | None = None) -> None:
         self.store = store
+        self.progress = progress or Progress(enabled=False)
         self.report = CheckReport(store.namespace)
         self.state: NamespaceState | None = None
         self._full_replay: NamespaceState | None = None  # set while the log is whole
@@ -143,10 +144,12 @@ class Checker:
             return None
         full = NamespaceState(self.store.namespace) if low == 0 else None
         offset = low
+        task = self.progress.task("check: commits log", high - low, "records")
         try:
             for entry in commits.read(low, high):
                 offset = entry.offset + 1
                 self.report.commit_records += 1
+                self.progress.advance(task)
                 try:
                     record = decode_meta(entry.value, namespace=self.store.namespace,
                                          offset=entry.offset)
@@ -300,15 +303,16 @@ class Checker:
                 self.problem_from(exc, region=region_id)
                 self._not_verified(region_id, runs.get(region_id, []), None)
         self.report.regions = len(existing)
-        total = sum(high - low for _, _, low, high in opened)
-        with Progress("check: reading regions", total) as progress:
-            for region_id, region, low, high in opened:
-                self._check_region(state, region_id, region, low, high,
-                                   sorted(runs.get(region_id, []), key=lambda rc: rc.run.start),
-                                   progress)
+        task = self.progress.task("check: regions", sum(high - low for _, _, low, high in opened),
+                                  "entries")
+        for region_id, region, low, high in opened:
+            self.progress.update(task, description=f"check: region {region_id}")
+            self._check_region(state, region_id, region, low, high,
+                               sorted(runs.get(region_id, []), key=lambda rc: rc.run.start),
+                               task)
 
     def _check_region(self, state: NamespaceState | None, region_id: int, region: Log, low: int,
-                      high: int, runs: list[_RunCheck], progress: Progress) -> None:
+                      high: int, runs: list[_RunCheck], task: Any) -> None:
         bound = None if state is None else state.clean_bounds.get(region_id, 0)
         if bound is not None and low > bound:
             self.problem(f"the region was cleaned below {low}, above the bound {bound} the "
@@ -346,7 +350,7 @@ class Checker:
                 break
             offset = entry.offset + 1
             self.report.entries += 1
-            progress.advance()
+            self.progress.advance(task)
             table_id = self._check_entry(state, region_id, entry)
             while i < len(pending) and pending[i].run.end <= entry.offset:
                 self._finish(pending[i], region_id)
@@ -429,6 +433,6 @@ def _steps_text(steps: list[int]) -> str:
                                                if len(steps) > 10 else "")
 
 
-def run_check(store: LogStore) -> CheckReport:
+def run_check(store: LogStore, progress: Progress | None = None) -> CheckReport:
     """Check the namespace of ``store``; see the module docstring."""
-    return Checker(store).run()
+    return Checker(store, progress).run()

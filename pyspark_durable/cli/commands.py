@@ -12,18 +12,20 @@ import argparse
 import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
 from pyspark_durable.errors import DurableWalError
+from pyspark_durable.log import Log, LogStore
 from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy, StepCommit, TableInfo
 from pyspark_durable.wal.state import NamespaceState
 
 from .check import run_check
-from .render import Progress, emit_json, emit_text, format_table, iso_ms, span
+from .render import Part, Progress, TextTable, emit, emit_json, iso_ms, span, styled
 from .target import (
     CliError,
+    Target,
     list_namespaces,
     open_existing_namespace,
     open_existing_store,
@@ -41,11 +43,12 @@ def _namespace(args: argparse.Namespace) -> Iterator[Namespace]:
         ns.close()
 
 
-def _output(args: argparse.Namespace, doc: Any, text: str) -> None:
+def _output(args: argparse.Namespace, doc: Any, *parts: Part) -> None:
+    """``doc`` as JSON with ``--json``, else the parts: lines of text and tables."""
     if args.json:
         emit_json(doc)
     else:
-        emit_text(text)
+        emit(*parts)
 
 
 def _schema_text(info: TableInfo) -> str:
@@ -60,65 +63,109 @@ def _table_name(state: NamespaceState, table_id: int) -> str:
 # -- namespaces ---------------------------------------------------------------------
 
 
+def _namespace_summary(target: Target, name: str, names: list[str]) -> dict[str, Any]:
+    try:
+        store, state = open_existing_store(target, name, names)
+    except (DurableWalError, CliError) as exc:
+        return {"name": name, "error": str(exc)}
+    try:
+        return {"name": name, "id": state.namespace_id, "regions": store.list_regions(),
+                "tables": sorted(t.name for t in state.tables.values()),
+                "first_step": state.expired_before, "next_step": state.next_step}
+    finally:
+        store.close()
+
+
 def cmd_namespaces(args: argparse.Namespace) -> int:
     """List namespaces, with a summary of each unless ``--names-only``."""
     target = target_from_args(args)
     names = list_namespaces(target)
-    found: list[dict[str, Any]] = []
-    with Progress("namespaces", len(names)) as progress:
-        for name in names:
-            progress.advance(label=f"namespace {name}")
-            if args.names_only:
-                found.append({"name": name})
-                continue
-            try:
-                store, state = open_existing_store(target, name, names)
-            except (DurableWalError, CliError) as exc:
-                found.append({"name": name, "error": str(exc)})
-                continue
-            try:
-                found.append({
-                    "name": name, "id": state.namespace_id, "regions": store.list_regions(),
-                    "tables": sorted(t.name for t in state.tables.values()),
-                    "first_step": state.expired_before, "next_step": state.next_step,
-                })
-            finally:
-                store.close()
+    found: list[dict[str, Any]] = [{"name": name} for name in names]
+    if not args.names_only:
+        with Progress(not args.json) as progress:
+            task = progress.task("namespaces", len(names), "namespaces")
+            for i, name in enumerate(names):
+                progress.update(task, description=f"namespace {name}")
+                found[i] = _namespace_summary(target, name, names)
+                progress.advance(task)
     doc = {"backend": target.backend, "where": target.where, "namespaces": found}
     if args.names_only:
-        text = "\n".join(n["name"] for n in found) or f"no namespaces in {target.where}"
+        shown: Part = "\n".join(n["name"] for n in found) or f"no namespaces in {target.where}"
     elif not found:
-        text = f"no namespaces in {target.where}"
+        shown = f"no namespaces in {target.where}"
     else:
         rows = [[n["name"], "-", "-", "-", "-", n["error"]] if "error" in n else
                 [n["name"], n["id"], len(n["regions"]), len(n["tables"]),
                  span(n["first_step"], n["next_step"]), ""] for n in found]
-        text = format_table(["namespace", "id", "regions", "tables", "steps", "note"], rows)
-    _output(args, doc, text)
+        shown = TextTable(["namespace", "id", "regions", "tables", "steps", "note"], rows)
+    _output(args, doc, shown)
     return 0
 
 
 # -- regions ------------------------------------------------------------------------
 
 
+def _referenced(state: NamespaceState,
+                watermarks: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """Per region, its entries in ``[low, high)`` that committed steps refer to, as
+    (of retained steps, of expired steps): the runs of the indexed steps, which are
+    what readers read. An entry no step refers to (of an attempt that wrote but never
+    committed) is never read: rule 4 of the protocol in :mod:`pyspark_durable.wal.namespace`.
+    """
+    counts = {region_id: [0, 0] for region_id in watermarks}
+    for commit in state.index:
+        kind = 0 if commit.step >= state.expired_before else 1
+        for run in commit.runs:
+            if run.region_id in watermarks:
+                low, high = watermarks[run.region_id]
+                counts[run.region_id][kind] += max(0, min(run.end, high) - max(run.start, low))
+    return {region_id: (retained, expired) for region_id, (retained, expired) in counts.items()}
+
+
+def _regions_notes(state: NamespaceState, found: list[dict[str, Any]]) -> list[str]:
+    """Footnotes for the columns that need one, only when they are not all zero."""
+    notes = []
+    if any(r["expired"] for r in found):
+        notes.append(f"expired: entries of steps below {state.expired_before}, which readers no "
+                     "longer see; the cleaner deletes them once older than its grace")
+    if any(r["uncommitted"] for r in found):
+        notes.append("uncommitted: entries no committed step refers to (killed, failed or "
+                     "aborted task attempts, duplicates of a committed batch, attempts in "
+                     "flight); readers never see them, the cleaner deletes them")
+        if state.base_step > 0:
+            notes.append(f"  (steps below {state.base_step} are no longer indexed: entries of "
+                         "them the cleaner has not deleted yet count as uncommitted too)")
+    return notes
+
+
 def cmd_regions(args: argparse.Namespace) -> int:
-    """Regions with their watermarks and the tables living in each."""
+    """Regions with their watermarks, the tables living in each, and how many of their
+    entries belong to retained steps, to expired steps, or to no committed step."""
     with _namespace(args) as ns:
         state = ns.refresh()
-        found = []
+        watermarks = {}
         for region_id in ns.store.list_regions():
             region = ns.store.open_region(region_id, create=False)
-            low, high = region.low_watermark(), region.high_watermark()
-            tables = sorted(_table_name(state, t) for r, t in state.next_sequences
-                            if r == region_id)
-            found.append({"region": region_id, "low_watermark": low, "high_watermark": high,
-                          "entries": high - low, "tables": tables})
-    doc = {"namespace": args.namespace, "regions": found}
+            watermarks[region_id] = region.low_watermark(), region.high_watermark()
+        referenced = _referenced(state, watermarks)
+    found = []
+    for region_id, (low, high) in watermarks.items():
+        tables = sorted(_table_name(state, t) for r, t in state.next_sequences if r == region_id)
+        retained, expired = referenced[region_id]
+        found.append({"region": region_id, "low_watermark": low, "high_watermark": high,
+                      "entries": high - low, "tables": tables, "committed": retained,
+                      "expired": expired, "uncommitted": high - low - retained - expired})
+    doc = {"namespace": args.namespace, "regions": found,
+           "steps": [state.expired_before, state.next_step], "first_indexed_step": state.base_step}
+    if not found:
+        _output(args, doc, f"namespace {args.namespace!r} has no regions")
+        return 0
     rows = [[r["region"], r["low_watermark"], r["high_watermark"], r["entries"],
-             ", ".join(r["tables"]) or "-"] for r in found]
-    text = format_table(["region", "low", "high", "entries", "tables"], rows) if found \
-        else f"namespace {args.namespace!r} has no regions"
-    _output(args, doc, text)
+             r["committed"], r["expired"], r["uncommitted"], ", ".join(r["tables"]) or "-"]
+            for r in found]
+    headers = ["region", "low", "high", "entries", "committed", "expired", "uncommitted",
+               "tables"]
+    _output(args, doc, TextTable(headers, rows), *_regions_notes(state, found))
     return 0
 
 
@@ -170,9 +217,9 @@ def cmd_tables(args: argparse.Namespace) -> int:
             rows.append([t["name"], t["id"], r["region"], t["format"], r["rows"],
                          span(r["first_sequence"], r["next_sequence"]), schema])
             schema = "\""  # once per table
-    text = format_table(["table", "id", "region", "format", "rows", "sequences", "schema"],
-                        rows) if found else f"namespace {args.namespace!r} has no tables"
-    _output(args, doc, text)
+    shown = TextTable(["table", "id", "region", "format", "rows", "sequences", "schema"],
+                      rows) if found else f"namespace {args.namespace!r} has no tables"
+    _output(args, doc, shown)
     return 0
 
 
@@ -214,16 +261,16 @@ def cmd_steps(args: argparse.Namespace) -> int:
              ", ".join(s["tables"]), s["committed_at"]] for s in found]
     head = (f"namespace {args.namespace!r}: retained steps {span(retained.start, retained.stop)}"
             f", showing {len(found)}")
-    text = head + ("\n" + format_table(["step", "writer", "writer_step", "rows", "bytes",
-                                        "tables", "committed"], rows) if found else "")
-    _output(args, doc, text)
+    headers = ["step", "writer", "writer_step", "rows", "bytes", "tables", "committed"]
+    listing = [TextTable(headers, rows)] if found else []
+    _output(args, doc, head, *listing)
     return 0
 
 
 # -- tail ---------------------------------------------------------------------------
 
 
-def _tail_rows(ns: Namespace, info: TableInfo, n: int) -> pa.Table | None:
+def _tail_rows(ns: Namespace, info: TableInfo, n: int, progress: Progress) -> pa.Table | None:
     """The last ``n`` rows of a table: read back only the steps that hold them."""
     state = ns.refresh()
     chosen, missing = [], n
@@ -235,18 +282,18 @@ def _tail_rows(ns: Namespace, info: TableInfo, n: int) -> pa.Table | None:
             chosen.append(step)
             missing -= rows
     parts = []
-    with Progress(f"tail: reading {len(chosen)} steps", len(chosen)) as progress:
-        for step in reversed(chosen):
-            for sb in ns.read_step(step, tables={info.table_id}):
-                for batch in sb.batches:
-                    t = pa.Table.from_batches([batch])
-                    t = t.add_column(0, "_sequence", pa.array([sb.sequence_num] * t.num_rows,
-                                                              pa.int64()))
-                    t = t.add_column(0, "_region", pa.array([sb.region_id] * t.num_rows,
-                                                            pa.int64()))
-                    t = t.add_column(0, "_step", pa.array([sb.step] * t.num_rows, pa.int64()))
-                    parts.append(t)
-            progress.advance()
+    task = progress.task(f"tail: reading {len(chosen)} steps", len(chosen), "steps")
+    for step in reversed(chosen):
+        for sb in ns.read_step(step, tables={info.table_id}):
+            for batch in sb.batches:
+                t = pa.Table.from_batches([batch])
+                t = t.add_column(0, "_sequence", pa.array([sb.sequence_num] * t.num_rows,
+                                                          pa.int64()))
+                t = t.add_column(0, "_region", pa.array([sb.region_id] * t.num_rows,
+                                                        pa.int64()))
+                t = t.add_column(0, "_step", pa.array([sb.step] * t.num_rows, pa.int64()))
+                parts.append(t)
+        progress.advance(task)
     if not parts:
         return None
     table = pa.concat_tables(parts)
@@ -255,16 +302,16 @@ def _tail_rows(ns: Namespace, info: TableInfo, n: int) -> pa.Table | None:
 
 def cmd_tail(args: argparse.Namespace) -> int:
     """The last rows of one table, with the step and sequence each came from."""
-    with _namespace(args) as ns:
+    with _namespace(args) as ns, Progress(not args.json) as progress:
         info = ns.table(args.table)
-        table = _tail_rows(ns, info, args.n) if args.n else None
+        rows = _tail_rows(ns, info, args.n, progress) if args.n else None
     columns = ["_step", "_region", "_sequence", *info.schema.names]
-    records = table.to_pylist() if table is not None else []
+    records = rows.to_pylist() if rows is not None else []
     doc = {"namespace": args.namespace, "table": info.name, "columns": columns,
            "rows": records}
-    text = format_table(columns, [[r[c] for c in columns] for r in records]) if records \
+    shown = TextTable(columns, [[r[c] for c in columns] for r in records]) if records \
         else f"table {info.name!r} has no rows in the retained steps"
-    _output(args, doc, text)
+    _output(args, doc, shown)
     return 0
 
 
@@ -275,26 +322,72 @@ def cmd_check(args: argparse.Namespace) -> int:
     """Verify the namespace; exit 1 with the list of problems when anything is wrong."""
     store = open_listed_store(target_from_args(args), args.namespace)
     try:
-        report = run_check(store)
+        with Progress(not args.json) as progress:
+            report = run_check(store, progress)
     finally:
         store.close()
     where = f"namespace {args.namespace!r}"
     if report.ok:
-        text = f"OK: {where}: {report.summary()}"
+        _output(args, report.to_json(),
+                styled("OK", "bold green") + f": {where}: {report.summary()}")
     else:
-        lines = [f"FAILED: {where}: {len(report.problems)} problem(s) (checked "
-                 f"{report.summary()}):"]
-        lines += [f"  {p.text()}" for p in report.problems]
-        text = "\n".join(lines)
-    _output(args, report.to_json(), text)
+        head = styled("FAILED", "bold red") + (f": {where}: {len(report.problems)} problem(s) "
+                                               f"(checked {report.summary()}):")
+        _output(args, report.to_json(), head, *(f"  {p.text()}" for p in report.problems))
     return 0 if report.ok else 1
+
+
+class _WatchedStore:
+    """A namespace's store as a cleaner pass sees it, moving a progress bar.
+
+    The pass opens each region once, to read its watermarks and search for entries
+    younger than the grace (a few reads per region: slow on a remote broker), then
+    deletes below a bound in some regions. The bar counts regions examined (one is
+    done when the pass opens the next, all when it returns) and names what is under way.
+    """
+
+    def __init__(self, store: LogStore, progress: Progress, task: Any) -> None:
+        self._store, self._progress, self._task = store, progress, task
+        self._opened = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def open_region(self, region_id: int, create: bool = True) -> Log:
+        self._progress.update(self._task, completed=self._opened,
+                              description=f"clean: region {region_id}")
+        self._opened += 1
+        region = self._store.open_region(region_id, create=create)
+        return cast(Log, _WatchedRegion(region, region_id, self._progress, self._task))
+
+
+class _WatchedRegion:
+    """A region log whose deletions show on the progress bar."""
+
+    def __init__(self, log: Log, region_id: int, progress: Progress, task: Any) -> None:
+        self._log, self._region_id, self._progress, self._task = log, region_id, progress, task
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+    def delete_before(self, offset: int) -> None:
+        self._progress.update(self._task, description=f"clean: deleting region "
+                                                      f"{self._region_id} below {offset}")
+        self._log.delete_before(offset)
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
     """One cleaner pass: snapshot, then delete what no retained step or table needs."""
-    with _namespace(args) as ns, Progress("clean") as progress:
-        progress.show(f"cleaning namespace {args.namespace!r}")
-        report = Cleaner(ns, grace_ms=args.grace_ms).run_once()
+    with _namespace(args) as ns, Progress(not args.json) as progress:
+        regions_total = len(ns.store.list_regions())
+        task = progress.task("clean", regions_total, "regions")
+        store = ns.store
+        ns.store = cast(LogStore, _WatchedStore(store, progress, task))
+        try:
+            report = Cleaner(ns, grace_ms=args.grace_ms).run_once()
+        finally:
+            ns.store = store
+        progress.update(task, completed=regions_total, description="clean: done")
     regions = [{"region": r, "low_before": before, "low_after": after, "freed": after - before}
                for r, (before, after) in sorted(report.regions.items())]
     doc = {"namespace": args.namespace, "grace_ms": args.grace_ms,
@@ -303,7 +396,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
            "commits_low": {"before": report.commits_low[0], "after": report.commits_low[1]},
            "expired_before": {"before": report.expired_before[0],
                               "after": report.expired_before[1]}}
-    lines = [
+    lines: list[Part] = [
         f"cleaned namespace {args.namespace!r} (grace {args.grace_ms} ms): "
         f"{report.freed_entries} region entries freed",
         f"retention policy expired steps below: {report.expired_before[0]} -> "
@@ -313,10 +406,10 @@ def cmd_clean(args: argparse.Namespace) -> int:
         f"commits log low watermark: {report.commits_low[0]} -> {report.commits_low[1]}",
     ]
     if regions:
-        lines.append(format_table(["region", "low_before", "low_after", "freed"],
-                                  [[r["region"], r["low_before"], r["low_after"], r["freed"]]
-                                   for r in regions]))
-    _output(args, doc, "\n".join(lines))
+        lines.append(TextTable(["region", "low_before", "low_after", "freed"],
+                               [[r["region"], r["low_before"], r["low_after"], r["freed"]]
+                                for r in regions]))
+    _output(args, doc, *lines)
     return 0
 
 
@@ -344,16 +437,16 @@ def cmd_retention(args: argparse.Namespace) -> int:
            "last_clean_ms": state.last_clean_ms or None, "readers": readers}
     limits = [f"max_steps={policy.max_steps}" if policy.max_steps is not None else "",
               f"max_age_ms={policy.max_age_ms}" if policy.max_age_ms is not None else ""]
-    lines = [
+    lines: list[Part] = [
         f"retention policy: {' '.join(x for x in limits if x) or 'keep everything'}",
         f"retained steps: {span(state.expired_before, state.next_step)}; last cleaner pass: "
         f"{iso_ms(state.last_clean_ms) if state.last_clean_ms else 'never'}",
     ]
     if readers:
-        lines.append(format_table(["reader", "next_step", "holds_retention"],
-                                  [[r["reader"], r["next_step"], r["holds_retention"]]
-                                   for r in readers]))
-    _output(args, doc, "\n".join(lines))
+        lines.append(TextTable(["reader", "next_step", "holds_retention"],
+                               [[r["reader"], r["next_step"], r["holds_retention"]]
+                                for r in readers]))
+    _output(args, doc, *lines)
     return 0
 
 

@@ -7,6 +7,14 @@
 4. Prints a report: rows in, rows out, duplicates, lost, steps, time.
 
 Run it with ``durablewal demo`` or ``python -m pyspark_durable demo``.
+
+Every Spark session runs in a child process (``--child-writer``, ``--child-reader``)
+that reports to this one over its stdout, one line per event: ``SPARK_READY
+<seconds>``, ``QUERY <id>``, ``BATCH <batch id> <rows> <ms> <query id>``, ``RESULT
+<json>``, ``DONE``. Its stderr (Spark's JVM) goes to a log file in the work folder,
+shown only if the child fails. This process prints a line per phase and per
+committed micro-batch; on a terminal it adds a spinner with the time spent in the
+current phase (``rich``); piped, it prints the same lines, plain.
 """
 
 from __future__ import annotations
@@ -20,12 +28,18 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 
+from rich.console import Console
+from rich.progress import Progress, ProgressColumn, SpinnerColumn, TextColumn
+from rich.text import Text
+
 TABLES = {0: "orders_eu", 1: "orders_us", 2: "orders_apac"}
 PRODUCTS = ["kettle", "lamp", "chair", "desk", "mug", "plant"]
+NAMESPACE = "shop"
 
 
 def generate(in_dir: Path, files: int, rows: int, seed: int = 7) -> int:
@@ -49,13 +63,33 @@ def generate(in_dir: Path, files: int, rows: int, seed: int = 7) -> int:
     return order_id
 
 
+# -- the children: one Spark session each, events on stdout --------------------------
+
+
+def _say(*parts: object) -> None:
+    print(*parts, flush=True)
+
+
 def run_writer(wal: Path, in_dir: Path, ckpt: Path) -> None:
-    """Child: the writing query; prints one line per committed micro-batch."""
+    """Child: the writing query; prints one ``BATCH`` line per micro-batch with rows."""
+    started = time.monotonic()
     from pyspark.sql.streaming import StreamingQueryListener
 
     from pyspark_durable.session import local_session
 
     spark = local_session("durablewal-demo-writer")
+    _say("SPARK_READY", f"{time.monotonic() - started:.1f}")
+
+    lock = threading.Lock()
+    reported: set[int] = set()
+
+    def report(p) -> None:
+        # A batch without rows commits no step (the WAL only notes the writer's batch
+        # id), so it gets no line; every batch with rows is reported exactly once.
+        with lock:
+            if p.numInputRows > 0 and p.batchId not in reported:
+                reported.add(p.batchId)
+                _say("BATCH", p.batchId, p.numInputRows, p.batchDuration, p.id)
 
     class Progress(StreamingQueryListener):
         def onQueryStarted(self, event) -> None: ...
@@ -63,47 +97,286 @@ def run_writer(wal: Path, in_dir: Path, ckpt: Path) -> None:
         def onQueryTerminated(self, event) -> None: ...
 
         def onQueryProgress(self, event) -> None:
-            p = event.progress
-            print(f"BATCH {p.batchId} {p.numInputRows}", flush=True)
+            report(event.progress)
 
     spark.streams.addListener(Progress())
     schema = ("order_id long, region long, table string, customer string, product string, "
               "amount double")
     orders = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(in_dir))
     query = (orders.writeStream.format("durablewal")
-             .option("namespace", "shop").option("regionColumn", "region")
+             .option("namespace", NAMESPACE).option("regionColumn", "region")
              .option("tableColumn", "table").option("checkpointLocation", str(ckpt))
              .trigger(availableNow=True).start(str(wal)))
+    _say("QUERY", query.id)
     query.awaitTermination()
-    print("DONE", flush=True)
+    # The listener is asynchronous: the last batch's progress event may arrive after
+    # the query ended (or never, once the process exits). The query's own record of
+    # its progress is complete when awaitTermination returns.
+    for p in query.recentProgress:
+        report(p)
+    _say("DONE")
 
 
-def _line(text: str) -> None:
-    print(f"  {text}", flush=True)
+def run_reader(wal: Path, out: Path, ckpt: Path, rows_in: int) -> None:
+    """Child: a streaming query copies the WAL to parquet; prints what it read."""
+    started = time.monotonic()
+    from pyspark_durable.session import local_session
+
+    spark = local_session("durablewal-demo-reader")
+    _say("SPARK_READY", f"{time.monotonic() - started:.1f}")
+    started = time.monotonic()
+    query = (spark.readStream.format("durablewal").option("namespace", NAMESPACE)
+             .load(str(wal))
+             .writeStream.format("parquet").option("checkpointLocation", str(ckpt))
+             .trigger(availableNow=True).start(str(out)))
+    query.awaitTermination()
+    got = spark.read.parquet(str(out)).select("order_id", "_region", "_step").collect()
+    counts = Counter(r.order_id for r in got)
+    _say("RESULT", json.dumps({
+        "rows_out": len(got),
+        "duplicates": sum(c - 1 for c in counts.values() if c > 1),
+        "lost": sum(1 for i in range(rows_in) if i not in counts),
+        "steps": sorted({r._step for r in got}),
+        "per_region": sorted(Counter(r._region for r in got).items()),
+        "seconds": round(time.monotonic() - started, 1),
+    }))
+    spark.stop()
+    _say("DONE")
 
 
-def writer_process(wal: Path, in_dir: Path, ckpt: Path, kill_after: int | None) -> tuple[int, bool]:
-    """Run the writer child; SIGKILL its process group after ``kill_after`` batches."""
-    cmd = [sys.executable, "-m", "pyspark_durable.demo", "--child-writer", str(wal), str(in_dir),
-           str(ckpt)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    batches = 0
-    killed = False
-    for line in proc.stdout:
-        parts = line.split()
-        if parts and parts[0] == "BATCH" and int(parts[2]) > 0:
-            batches += 1
-            _line(f"micro-batch {parts[1]:>3} -> one WAL step, {parts[2]} rows")
-            if kill_after is not None and batches >= kill_after:
-                time.sleep(random.uniform(0.1, 0.5))  # somewhere inside the next batch
-                os.killpg(proc.pid, signal.SIGKILL)
-                killed = True
-                break
-    _, err = proc.communicate()
-    if not killed and proc.returncode != 0:
-        raise SystemExit(f"the writing query failed:\n{err[-2000:]}")
-    return batches, killed
+# -- the parent: what the user sees ---------------------------------------------------
+
+
+class _Elapsed(ProgressColumn):
+    def render(self, task) -> Text:
+        return Text(f"{task.elapsed or 0:5.1f} s", style="cyan")
+
+
+class Ui:
+    """Plain lines; on an interactive terminal also a spinner with the current phase's time.
+
+    Piped, in CI or under tests (stdout not a terminal) rich writes no ANSI codes and
+    the spinner is never started; NO_COLOR turns colours off on a terminal.
+    """
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(highlight=False, soft_wrap=True, emoji=False)
+        self.dots = "…" if self.console.encoding.startswith("utf") else "..."
+        self.progress: Progress | None = None
+        self.task = None
+        if self.console.is_interactive and not self.console.is_dumb_terminal:
+            self.progress = Progress(TextColumn(" "), SpinnerColumn(),
+                                     TextColumn("{task.description}", markup=False), _Elapsed(),
+                                     console=self.console, transient=True)
+
+    def __enter__(self) -> Ui:
+        if self.progress is not None:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def print(self, text: str = "", style: str | None = None) -> None:
+        self.console.print(Text(text, style=style or ""))
+
+    def header(self, text: str) -> None:
+        self.print(text, "bold")
+
+    def line(self, text: str, style: str | None = None) -> None:
+        self.print(f"  {text}", style)
+
+    def phase(self, text: str, spinner: str | None = None) -> None:
+        """A slow phase starts: its line now, and the spinner (terminal) until the next."""
+        self.line(text + self.dots, "yellow")
+        self.activity(spinner or text)
+
+    def activity(self, text: str) -> None:
+        """What the spinner shows (its clock restarts); no line is printed."""
+        if self.progress is None:
+            return
+        if self.task is None:
+            self.task = self.progress.add_task(text, total=None)
+        else:
+            self.progress.reset(self.task, description=text)
+
+    def idle(self) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.remove_task(self.task)
+            self.task = None
+
+
+class Child:
+    """A child process (its own process group) with events on stdout, stderr to a log."""
+
+    def __init__(self, what: str, args: list[str], log: Path) -> None:
+        self.what = what
+        self.log_path = log
+        self.log = log.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pyspark_durable.demo", *args], stdout=subprocess.PIPE,
+            stderr=self.log, text=True, start_new_session=True)
+        self.killed = False
+
+    def events(self):
+        """(kind, args...) per line, until the child and everything it started are gone."""
+        for line in self.proc.stdout:
+            parts = line.split(maxsplit=1 if line.startswith("RESULT") else -1)
+            if parts:
+                yield parts
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: the driver, its JVM and the Python workers."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.killed = True
+
+    def finish(self) -> None:
+        self.proc.wait()
+        self.proc.stdout.close()
+        self.log.close()
+        if not self.killed and self.proc.returncode != 0:
+            tail = self.log_path.read_text(errors="replace")[-3000:]
+            raise SystemExit(f"the {self.what} failed (exit code {self.proc.returncode}); "
+                             f"the end of its log {self.log_path}:\n{tail}")
+
+    def __enter__(self) -> Child:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:  # interrupted: leave no Spark behind
+            self.kill()
+            self.proc.wait()
+        if not self.log.closed:
+            self.log.close()
+
+
+class Demo:
+    def __init__(self, ui: Ui, wal: Path, work: Path) -> None:
+        self.ui = ui
+        self.wal = wal
+        self.work = work
+        self.ns = None  # the WAL, opened (never created) by this process once it exists
+        self.seen: dict[int, int] = {}  # WAL step -> the micro-batch that committed it
+        self.runs = 0
+
+    def namespace(self):
+        if self.ns is None:
+            from pyspark_durable.endpoint import open_namespace
+
+            self.ns = open_namespace({"backend": "file", "namespace": NAMESPACE,
+                                      "options": {"path": str(self.wal)}}, create=False)
+        return self.ns
+
+    def batch_line(self, event: list[str]) -> None:
+        """``BATCH <batch id> <rows> <ms> <query id>``: the step it committed, from the WAL."""
+        batch, rows, ms = (int(x) for x in event[1:4])
+        step = self.namespace().committed_step(f"query-{event[4]}", batch)
+        if step is None:  # cannot happen: a batch with rows commits before it reports
+            self.ui.line(f"micro-batch {batch:>2}: {rows} rows, but no step in the WAL", "red")
+        elif step in self.seen:
+            self.ui.line(f"micro-batch {batch:>2} replayed -> step {step:>2} was already "
+                         f"committed: a no-op, its {rows} rows are not written twice", "magenta")
+        else:
+            self.seen[step] = batch
+            self.ui.line(f"micro-batch {batch:>2} -> step {step:>2}, {rows} rows "
+                         f"({ms / 1000:.1f} s)", "green")
+
+    def missed_before_kill(self) -> None:
+        """Steps committed whose progress event died with the driver: from the WAL."""
+        from pyspark_durable.errors import LogNotFound
+
+        try:
+            ns = self.namespace()
+        except LogNotFound:  # nothing committed yet: the namespace does not exist
+            return
+        for step in ns.steps():
+            if step not in self.seen:
+                c = ns.step_commit(step)
+                self.seen[step] = c.writer_step
+                self.ui.line(f"micro-batch {c.writer_step:>2} -> step {step:>2}, {c.rows} rows "
+                             "(committed just before the kill; read from the WAL)", "green")
+
+    def writer(self, kill_after: int | None) -> tuple[int, bool]:
+        """Run the writing query; SIGKILL it ``kill_after`` batches into this run."""
+        self.runs += 1
+        args = ["--child-writer", str(self.wal), str(self.work / "in"), str(self.work / "ckpt")]
+        batches = 0
+        last, died_after = -1, 0.0  # the last batch seen before the kill, and how long after
+        with Child("writing query", args, self.work / f"writer-{self.runs}.log") as child:
+            self.ui.phase("starting Spark (local[2]) for the writer")
+            for event in child.events():
+                kind = event[0]
+                if kind == "SPARK_READY":
+                    self.ui.line(f"Spark is up ({event[1]} s)")
+                elif kind == "QUERY":
+                    self.ui.phase("query started; its first micro-batch also starts Spark's "
+                                  "Python workers", "first micro-batch running")
+                elif kind == "BATCH" and not child.killed:
+                    batches += 1
+                    batch = int(event[1])
+                    self.batch_line(event)
+                    self.ui.activity(f"micro-batch {batch + 1} running")
+                    if kill_after is not None and batches >= kill_after:
+                        delay = random.uniform(0.1, 0.5)  # somewhere inside the next batch
+                        time.sleep(delay)
+                        self.ui.phase("killing the writer with SIGKILL "
+                                      "(driver, JVM and Python workers)", "killing the writer")
+                        child.kill()
+                        # what it managed to print before it died is read below
+                        last, died_after = batch, delay
+                elif kind == "BATCH":  # printed by the child just before the kill landed
+                    self.batch_line(event)
+                elif kind == "DONE":
+                    self.ui.activity("stopping Spark")
+            child.finish()
+        if child.killed:
+            self.ui.line(f"killed the writer {died_after:.2f} s after micro-batch {last} "
+                         "committed", "red")
+            self.missed_before_kill()
+        elif kill_after is not None:
+            self.ui.line("the writer finished before the kill")
+        else:
+            self.ui.line(f"the writer finished: {batches} micro-batches in this run")
+        return batches, child.killed
+
+    def reader(self, rows_in: int) -> dict:
+        args = ["--child-reader", str(self.wal), str(self.work / "out"),
+                str(self.work / "ckpt-r"), str(rows_in)]
+        result: dict = {}
+        with Child("reading query", args, self.work / "reader.log") as child:
+            self.ui.phase("starting Spark for the reader")
+            for event in child.events():
+                if event[0] == "SPARK_READY":
+                    self.ui.line(f"Spark is up ({event[1]} s)")
+                    self.ui.phase("reading the WAL back")
+                elif event[0] == "RESULT":
+                    result = json.loads(event[1])
+                    self.ui.line(f"read {result['rows_out']} rows from "
+                                 f"{len(result['steps'])} steps ({result['seconds']} s)")
+                    self.ui.activity("stopping Spark")
+            child.finish()
+        if not result:
+            raise SystemExit(f"the reading query reported nothing; see {child.log_path}")
+        return result
+
+    def close(self) -> None:
+        if self.ns is not None:
+            self.ns.close()
+
+
+def spans(numbers: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
+    runs: list[list[int]] = []
+    for n in sorted(numbers):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,62 +386,63 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=500, help="orders per file")
     parser.add_argument("--kill-after", type=int, default=3, help="kill the writer after N batches")
     parser.add_argument("--child-writer", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--child-reader", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child_writer:
         run_writer(*(Path(p) for p in args.child_writer))
         return 0
+    if args.child_reader:
+        wal, out, ckpt, rows_in = args.child_reader
+        run_reader(Path(wal), Path(out), Path(ckpt), int(rows_in))
+        return 0
 
     started = time.monotonic()
+    wal = Path(args.path) if args.path else None
+    if wal is not None and (wal / NAMESPACE).exists():
+        raise SystemExit(f"{wal}/{NAMESPACE} already exists; give a fresh --path")
     work = Path(tempfile.mkdtemp(prefix="durablewal-demo-"))
-    wal = Path(args.path) if args.path else work / "wal"
-    if args.path and (wal / "shop").exists():
-        raise SystemExit(f"{wal}/shop already exists; give a fresh --path")
-    print(f"durablewal demo: orders -> WAL at {wal} (file backend, namespace 'shop')")
-    rows_in = generate(work / "in", args.files, args.rows)
-    print(f"[1/4] generated {rows_in} orders in {args.files} files "
-          f"(3 regions, tables {', '.join(TABLES.values())})")
-    print(f"[2/4] writing query started; it will be killed with SIGKILL after "
-          f"{args.kill_after} micro-batches")
-    done, killed = writer_process(wal, work / "in", work / "ckpt", args.kill_after)
-    print(f"      killed the writer (kill -9 of driver, JVM and workers) after {done} batches"
-          if killed else "      the writer finished before the kill")
-    print("[3/4] restarting the writing query from its checkpoint")
-    writer_process(wal, work / "in", work / "ckpt", None)
+    wal = wal or work / "wal"
+    with Ui() as ui:
+        demo = Demo(ui, wal, work)
+        try:
+            ui.header(f"durablewal demo: orders -> WAL at {wal} "
+                      f"(file backend, namespace '{NAMESPACE}')")
+            rows_in = generate(work / "in", args.files, args.rows)
+            ui.header(f"[1/4] generated {rows_in} orders in {args.files} files "
+                      f"(3 regions, tables {', '.join(TABLES.values())})")
+            ui.header(f"[2/4] writing query (JSON files -> durablewal, one file per "
+                      f"micro-batch); SIGKILL after {args.kill_after} micro-batches")
+            _, killed = demo.writer(args.kill_after)
+            ui.header("[3/4] restarting the writing query from its checkpoint" + ui.dots)
+            demo.writer(None)
+            ui.header("[4/4] reading the WAL back with a streaming query "
+                      "(durablewal -> parquet)")
+            result = demo.reader(rows_in)
+        finally:
+            ui.idle()
+            demo.close()
 
-    print("[4/4] reading the WAL back with a streaming query")
-    from pyspark_durable.session import local_session
-
-    spark = local_session("durablewal-demo-reader")
-    out = work / "out"
-    query = (spark.readStream.format("durablewal").option("namespace", "shop").load(str(wal))
-             .writeStream.format("parquet").option("checkpointLocation", str(work / "ckpt-r"))
-             .trigger(availableNow=True).start(str(out)))
-    query.awaitTermination()
-    got = spark.read.parquet(str(out)).select("order_id", "_region", "_table", "_step").collect()
-    counts = Counter(r.order_id for r in got)
-    duplicates = sum(c - 1 for c in counts.values() if c > 1)
-    lost = sum(1 for i in range(rows_in) if i not in counts)
-    steps = len({r._step for r in got})
-    per_region = Counter(r._region for r in got)
-    spark.stop()
     elapsed = time.monotonic() - started
-    print()
-    print("exactly-once report")
-    print(f"  rows in      {rows_in}")
-    print(f"  rows out     {len(got)}")
-    print(f"  duplicates   {duplicates}")
-    print(f"  lost         {lost}")
-    print(f"  steps        {steps}  (one per micro-batch, across 3 regions)")
-    print("  per region   " + ", ".join(f"{r}: {n}" for r, n in sorted(per_region.items())))
-    print(f"  crash        {'writer killed with SIGKILL mid-stream' if killed else 'none'}")
-    print(f"  time         {elapsed:.1f} s")
-    ok = duplicates == 0 and lost == 0 and len(got) == rows_in
-    print("  verdict      " + ("EXACTLY ONCE" if ok else "FAILED"))
+    steps = result["steps"]
+    ok = result["duplicates"] == 0 and result["lost"] == 0 and result["rows_out"] == rows_in
+    ui.print()
+    ui.header("exactly-once report")
+    ui.line(f"rows in      {rows_in}")
+    ui.line(f"rows out     {result['rows_out']}")
+    ui.line(f"duplicates   {result['duplicates']}", None if result["duplicates"] == 0 else "red")
+    ui.line(f"lost         {result['lost']}", None if result["lost"] == 0 else "red")
+    ui.line(f"steps        {len(steps)}  (steps {spans(steps)}: one per micro-batch, "
+            "across 3 regions)")
+    ui.line("per region   " + ", ".join(f"{r}: {n}" for r, n in result["per_region"]))
+    ui.line(f"crash        {'writer killed with SIGKILL mid-stream' if killed else 'none'}")
+    ui.line(f"time         {elapsed:.1f} s")
+    ui.line("verdict      " + ("EXACTLY ONCE" if ok else "FAILED"),
+            "bold green" if ok else "bold red")
     if not args.path:
         cli = f"{sys.executable} -m pyspark_durable"  # works without an activated venv
-        print(f"  (WAL kept at {wal}; explore it with: {cli} steps {wal} --namespace shop)")
-    else:
-        shutil.rmtree(work / "in", ignore_errors=True)
+        ui.line(f"(WAL kept at {wal}; explore it with: {cli} steps {wal} --namespace {NAMESPACE})")
+    elif ok:
+        shutil.rmtree(work, ignore_errors=True)  # inputs, checkpoints, copy, logs
     return 0 if ok else 1
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -48,15 +49,69 @@ def test_python_blocks_run_in_any_order_and_again(spark, tmp_path):
     assert set(back.columns) >= {"id", "amount", "reason", "name", "_region", "_sequence"}
 
 
+PHASES = [  # the demo's line for each slow phase, in order
+    "starting Spark (local[2]) for the writer",
+    "killing the writer with SIGKILL (driver, JVM and Python workers)",
+    "restarting the writing query from its checkpoint",
+    "starting Spark (local[2]) for the writer",
+    "starting Spark for the reader",
+    "reading the WAL back",
+]
+# one line per micro-batch that committed a step; a batch replayed after the kill
+# (committed to the WAL, not yet to Spark's checkpoint) says so and adds no step
+BATCH_LINE = re.compile(r"^  micro-batch +(\d+) -> step +(\d+), (\d+) rows", re.M)
+REPLAY_LINE = re.compile(r"^  micro-batch +(\d+) replayed -> step +(\d+) was already committed",
+                         re.M)
+
+
+def report_steps(out: str) -> list[int]:
+    """The steps the reader counted, from the report's "steps  N  (steps 0-3, 5: ...)"."""
+    m = re.search(r"^  steps +(\d+)  \(steps ([\d, -]+):", out, re.M)
+    assert m, out
+    steps = []
+    for span in m.group(2).split(", "):
+        first, _, last = span.partition("-")
+        steps.extend(range(int(first), int(last or first) + 1))
+    assert len(steps) == int(m.group(1)), m.group(0)
+    return steps
+
+
 @pytest.mark.crash
 def test_main_job_proves_exactly_once(tmp_path):
-    """This tests that the demo (README's first command) kills its writer and reports exactly once."""
+    """This tests that the demo (README's first command) kills its writer, reports exactly
+    once, prints a line for every phase and every committed micro-batch, and writes
+    plain text (no ANSI codes, no spinner) when its output is piped."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")}
     proc = subprocess.run(
         [sys.executable, "-m", "pyspark_durable", "demo", "--files", "5", "--rows", "200",
          "--kill-after", "2", "--path", str(tmp_path / "wal")],
-        capture_output=True, text=True, timeout=600, cwd=ROOT)
+        capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     out = proc.stdout
     assert "killed the writer" in out
     assert re.search(r"rows in\s+1000\n\s+rows out\s+1000\n\s+duplicates\s+0\n\s+lost\s+0", out)
     assert "EXACTLY ONCE" in out
+    assert "\x1b" not in out + proc.stderr and "\r" not in out, "terminal codes in piped output"
+    assert not proc.stderr.strip(), f"Spark's stderr leaked into the demo's: {proc.stderr[-2000:]}"
+
+    # the phases, in order
+    at = 0
+    for phase in PHASES:  # "…", or "..." where stdout cannot encode it
+        found = re.compile(rf"^(  |\[\d/4\] ){re.escape(phase)}(…|\.\.\.)$", re.M).search(out, at)
+        assert found, f"no {phase!r} line after character {at}:\n{out}"
+        at = found.end()
+
+    # every step the reader counted was announced by exactly one micro-batch line, with
+    # its rows: the micro-batch lines of both writer runs add up to the report
+    steps = report_steps(out)
+    batches = [tuple(int(x) for x in m) for m in BATCH_LINE.findall(out)]
+    announced = [step for _, step, _ in batches]
+    assert sorted(announced) == steps, (announced, steps, out)
+    assert len({batch for batch, _, _ in batches}) == len(batches), out
+    assert sum(rows for _, _, rows in batches) == 1000, out
+    assert len(batches) == 5, out  # one step per input file
+    for batch, step in REPLAY_LINE.findall(out):  # the batch in flight at the kill, if any
+        assert (int(batch), int(step)) in {(b, s) for b, s, _ in batches}, out
+    # ...and each before the report
+    assert max(m.end() for m in BATCH_LINE.finditer(out)) < out.index("exactly-once report")

@@ -121,6 +121,9 @@ class Sender(Protocol):
     def hurry(self) -> None:
         """Send what waits for linger.ms now: a caller blocks on it."""
 
+    def wait(self, future: Future, timeout_s: float) -> bool:
+        """Block until ``future`` is done (True) or ``timeout_s`` passed (False)."""
+
     def close(self, timeout_s: float) -> None:
         """Flush what is in flight and release the connection."""
 
@@ -144,11 +147,13 @@ class KafkaLog(Log):
 
     def append(self, records: Sequence[Record]) -> list[int]:
         fut = self.append_async(records)
-        if records:
-            self.store.sender().hurry()  # the caller waits: do not linger
         wait_s = self.store.settings.wait_s
+        if records:
+            sender = self.store.sender()
+            sender.hurry()  # the caller waits: do not linger
+            sender.wait(fut, wait_s)
         try:
-            return fut.result(timeout=wait_s)
+            return fut.result(timeout=0 if fut.done() else wait_s)
         except FutureTimeout:
             raise BackendUnavailable(
                 f"append to topic {self.topic} on Kafka broker "

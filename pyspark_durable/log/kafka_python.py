@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from contextlib import contextmanager
 from typing import Any
 
@@ -174,6 +176,10 @@ class PySender:
 
     def hurry(self) -> None:
         """kafka-python has no way to cut linger.ms short without waiting: nothing."""
+
+    def wait(self, future: Future, timeout_s: float) -> bool:
+        """kafka-python's own I/O thread completes the future."""
+        return futures_wait([future], timeout=timeout_s).not_done == set()
 
     def close(self, timeout_s: float) -> None:
         _close_quietly(self.producer, timeout=timeout_s)

@@ -120,7 +120,11 @@ class Log(ABC):
 
     @abstractmethod
     def read(self, start: int, end: int | None = None) -> Iterator[Entry]:
-        """Yield entries with ``start <= offset < end`` (``end`` clamped to the high watermark)."""
+        """Yield entries with ``start <= offset < end`` (``end`` clamped to the high watermark).
+
+        A ``start`` outside [low, high] raises :class:`OffsetOutOfRange` from this call,
+        before any entry is yielded (callers tell a cleaned range from a shorter log).
+        """
 
     @abstractmethod
     def low_watermark(self) -> int:

@@ -157,15 +157,18 @@ class NamespaceState:
         Every record names the incarnation it was written in: a log that went back, or
         holds another incarnation's records, is :class:`IncarnationMismatch`.
         """
-        high = commits.high_watermark()
-        if high < self.next_offset:
-            raise IncarnationMismatch(
-                f"the commits log ends at offset {high}, but this handle already read up to "
-                f"{self.next_offset}: the WAL was lost, recreated or restored from an older "
-                "copy", namespace=self.namespace, log="commits")
-        if high == self.next_offset:
-            return
-        for entry in commits.read(self.next_offset, high):
+        try:
+            # one bounds check (on Kafka: broker round trips), not one here and one in read
+            entries = commits.read(self.next_offset)
+        except OffsetOutOfRange:
+            high = commits.high_watermark()
+            if high < self.next_offset:
+                raise IncarnationMismatch(
+                    f"the commits log ends at offset {high}, but this handle already read up "
+                    f"to {self.next_offset}: the WAL was lost, recreated or restored from an "
+                    "older copy", namespace=self.namespace, log="commits") from None
+            raise
+        for entry in entries:
             record = decode_meta(entry.value, namespace=self.namespace, offset=entry.offset)
             tag = record.get("i")
             # processes creating a namespace at once each append an `ns` record with

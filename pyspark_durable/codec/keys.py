@@ -82,9 +82,12 @@ def decode_key(
     return EntryKey(namespace_id, region_id, table_id, sequence_num)
 
 
+VALUE_PREFIX = bytes((VALUE_VERSION,))
+
+
 def encode_value(payload: bytes) -> bytes:
     """Prefix a payload with the value version byte."""
-    return bytes((VALUE_VERSION,)) + payload
+    return VALUE_PREFIX + payload
 
 
 def decode_value(

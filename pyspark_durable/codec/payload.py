@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from pyspark_durable.codec.keys import VALUE_PREFIX, encode_value
 from pyspark_durable.errors import ConfigError, DecodeError
 
 Batchish = pa.Table | pa.RecordBatch
@@ -37,6 +38,10 @@ class PayloadCodec(ABC):
     @abstractmethod
     def decode(self, payload: bytes | memoryview) -> list[pa.RecordBatch]: ...
 
+    def encode_value(self, batch: Batchish) -> bytes | pa.Buffer:
+        """The whole entry value: the value version byte, then the payload."""
+        return encode_value(self.encode(batch))
+
 
 class ArrowCodec(PayloadCodec):
     """Arrow IPC stream format; the schema travels in the payload."""
@@ -48,6 +53,16 @@ class ArrowCodec(PayloadCodec):
         with pa.ipc.new_stream(sink, batch.schema) as writer:
             writer.write(batch)
         return sink.getvalue().to_pybytes()
+
+    def encode_value(self, batch: Batchish) -> pa.Buffer:
+        """The version byte and the IPC stream written into one Arrow buffer, handed to
+        the log as is: no copy to ``bytes`` and none to prefix the version (the file
+        log writes it with ``writev``, librdkafka takes it as a read-only buffer)."""
+        sink = pa.BufferOutputStream()
+        sink.write(VALUE_PREFIX)
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write(batch)
+        return sink.getvalue()
 
     def decode(self, payload: bytes | memoryview) -> list[pa.RecordBatch]:
         try:

@@ -70,7 +70,7 @@ class Record:
     """What a writer appends: an opaque key and value, plus small named headers."""
 
     key: bytes
-    value: bytes
+    value: bytes  # or any read-only buffer (the Arrow codec hands over its Arrow buffer)
     headers: Headers = ()
 
 

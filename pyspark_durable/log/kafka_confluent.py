@@ -37,6 +37,7 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any
 
+import pyarrow as pa
 from confluent_kafka import (
     OFFSET_INVALID,
     Consumer,
@@ -76,6 +77,7 @@ rd_log = _LibrdkafkaLog()
 READER_GROUP = "pyspark_durable-assign-only"  # librdkafka wants one; never joined
 FETCH_SLICE_S = 0.05  # one consume() wait: short, so an end of log answers quickly
 POLL_S = 0.05  # the delivery thread's poll interval
+_AS_IS = (bytes, pa.Buffer)  # values produce() takes without a copy to bytes
 WAIT_SLICE_S = 0.005  # a waiting caller's flush slice (see RdSender.wait)
 CREATE_POLL_S = 0.05
 
@@ -311,7 +313,8 @@ class RdSender:
 
         with rd_translated("append", self.address, **where):
             for i, r in enumerate(records):
-                value = r.value if type(r.value) is bytes else bytes(r.value)
+                # bytes and Arrow buffers as they are (librdkafka copies them once)
+                value = r.value if type(r.value) in _AS_IS else bytes(r.value)
                 key = r.key if type(r.key) is bytes else bytes(r.key)
                 headers = [(k, bytes(v)) for k, v in r.headers] or None
                 while True:

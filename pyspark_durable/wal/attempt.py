@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from pyspark_durable.codec import EntryKey, codec_for, encode_value
+from pyspark_durable.codec import EntryKey, codec_for
 from pyspark_durable.codec.keys import U64_MAX
 from pyspark_durable.errors import RoutingError
 from pyspark_durable.log import Record
@@ -85,7 +85,7 @@ class Attempt:
             part = data.slice(start, chunk_rows)
             key = EntryKey(self.ns.namespace_id, region_id, info.table_id,
                            self._next_index + len(records))
-            value = encode_value(codec.encode(part))
+            value = codec.encode_value(part)
             records.append(Record(key.encode(), value, self._headers))
             stats.append((part.num_rows, len(value)))
         future = self.ns.store.open_region(region_id).append_async(records)

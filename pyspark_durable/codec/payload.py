@@ -49,10 +49,7 @@ class ArrowCodec(PayloadCodec):
     name = "arrow"
 
     def encode(self, batch: Batchish) -> bytes:
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, batch.schema) as writer:
-            writer.write(batch)
-        return sink.getvalue().to_pybytes()
+        return self.encode_value(batch)[len(VALUE_PREFIX):].to_pybytes()
 
     def encode_value(self, batch: Batchish) -> pa.Buffer:
         """The version byte and the IPC stream written into one Arrow buffer, handed to

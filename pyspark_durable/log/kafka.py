@@ -60,7 +60,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -147,19 +146,16 @@ class KafkaLog(Log):
 
     def append(self, records: Sequence[Record]) -> list[int]:
         fut = self.append_async(records)
-        wait_s = self.store.settings.wait_s
-        if records:
+        if not fut.done():
             sender = self.store.sender()
             sender.hurry()  # the caller waits: do not linger
-            sender.wait(fut, wait_s)
-        try:
-            return fut.result(timeout=0 if fut.done() else wait_s)
-        except FutureTimeout:
-            raise BackendUnavailable(
-                f"append to topic {self.topic} on Kafka broker "
-                f"{self.store.settings.bootstrap_servers} was not acknowledged within "
-                f"{wait_s:.0f}s (the records may or may not be stored)", **self._where(),
-            ) from None
+            wait_s = self.store.settings.wait_s
+            if not sender.wait(fut, wait_s):
+                raise BackendUnavailable(
+                    f"append to topic {self.topic} on Kafka broker "
+                    f"{self.store.settings.bootstrap_servers} was not acknowledged within "
+                    f"{wait_s:.0f}s (the records may or may not be stored)", **self._where())
+        return fut.result()
 
     def append_async(self, records: Sequence[Record]) -> Future[list[int]]:
         """Send every record now; the future resolves when all are acknowledged.

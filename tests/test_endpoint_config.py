@@ -63,3 +63,17 @@ def test_unknown_backend_and_keys_are_listed(tmp_path):
         load_config(bad)
     with pytest.raises(ConfigError, match="needs writer_id"):
         output_endpoint({"backend": "memory", "namespace": "x"})
+
+
+@pytest.mark.parametrize("backend", ["file", "memory", "kafka"])
+@pytest.mark.parametrize("key", ["namespace", "backend"])
+def test_namespace_or_backend_inside_options_is_a_config_error(tmp_path, backend, key):
+    """A config that repeats ``namespace`` (or ``backend``) inside ``options``, as a
+    Spark user writes it among .option(...) calls, is told where it belongs (it was a
+    TypeError from deep inside the factory), and nothing is created."""
+    options = {"path": str(tmp_path / "wal")} if backend == "file" else \
+        {"bootstrap_servers": "127.0.0.1:9"} if backend == "kafka" else {}
+    with pytest.raises(ConfigError, match=rf"\['{key}'\] given among the {backend} backend "
+                       "options: backend and namespace are set once, next to the options"):
+        input_endpoint({"backend": backend, "namespace": "x", "options": {**options, key: "y"}})
+    assert not (tmp_path / "wal").exists()

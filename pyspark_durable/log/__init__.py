@@ -33,9 +33,14 @@ def store_class(backend: str) -> type[LogStore]:
     return getattr(importlib.import_module(module_name), cls_name)
 
 
-def open_store(backend: str, namespace: str, **config: Any) -> LogStore:
+def open_store(backend: str, namespace: str, /, **config: Any) -> LogStore:
     """Open the logs of ``namespace`` in ``backend`` (``file``, ``kafka``, ``memory``)."""
-    return store_class(backend)(namespace, **config)
+    cls = store_class(backend)
+    misplaced = sorted({"backend", "namespace"} & set(config))
+    if misplaced:
+        raise ConfigError(f"{misplaced} given among the {backend} backend options: backend "
+                          "and namespace are set once, next to the options, not inside them")
+    return cls(namespace, **config)
 
 
 __all__ = [

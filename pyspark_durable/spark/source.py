@@ -125,8 +125,12 @@ class ReadPlan:
                     out.cast(self.arrow_schema)
 
 
+# The functions below read ``ns`` as of its last refresh: their callers got it from
+# namespace_for, which catches up with the WAL (one catch-up per planning call).
+
+
 def first_step(ns: Namespace, opts: WalOptions) -> int:
-    steps = ns.steps()
+    steps = ns.steps(refresh=False)
     if opts.starting_step == "earliest":
         return steps.start
     if opts.starting_step == "latest":
@@ -147,7 +151,7 @@ def resume_step(ns: Namespace, opts: WalOptions, start: dict) -> int:
     an error naming both, or with ``failOnDataLoss=false`` a warning, then reading
     goes on from the WAL's first step (another incarnation) or its end (past it).
     """
-    steps = ns.steps()
+    steps = ns.steps(refresh=False)
     step, known = int(start["step"]), start.get("incarnation")
     problem, resume = None, step
     if known is not None and known != ns.incarnation:
@@ -171,7 +175,7 @@ def resume_step(ns: Namespace, opts: WalOptions, start: dict) -> int:
 
 def check_available(ns: Namespace, opts: WalOptions, start: int) -> int:
     """Where reading really starts: ``start``, or an error/skip if it was expired."""
-    steps = ns.steps()
+    steps = ns.steps(refresh=False)
     if start >= steps.start:
         return start
     if opts.fail_on_data_loss:
@@ -204,12 +208,12 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         the first batch and the last one before a stop would hold nothing. A cleaner
         may expire ``step`` just before the record lands: the caller checks again.
         """
-        if self.opts.hold_retention and step <= ns.steps().stop:
-            ns.commit_reader(self.opts.reader_id, step, hold=True)
+        if self.opts.hold_retention and step <= ns.steps(refresh=False).stop:
+            ns.commit_reader(self.opts.reader_id, step, hold=True)  # refreshes after
         return step
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = namespace_for(self.opts, create=False).steps().stop
+        self._target = namespace_for(self.opts, create=False).steps(refresh=False).stop
 
     def getDefaultReadLimit(self) -> ReadLimit:
         o = self.opts
@@ -225,7 +229,7 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ns = namespace_for(self.opts, create=False)
         # hold where this batch begins, then check again: a cleaner may have expired it
         begin = check_available(ns, self.opts, self._hold(ns, resume_step(ns, self.opts, start)))
-        end = ns.steps().stop
+        end = ns.steps(refresh=False).stop
         if self._target is not None:
             end = min(end, max(self._target, begin))
         if self.opts.max_steps_per_trigger is not None:
@@ -247,7 +251,7 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def reportLatestOffset(self) -> dict:
         ns = namespace_for(self.opts, create=False)
-        return offset(ns, ns.steps().stop)
+        return offset(ns, ns.steps(refresh=False).stop)
 
     def partitions(self, start: dict, end: dict) -> list[WalPartition]:
         ns = namespace_for(self.opts, create=False)
@@ -282,10 +286,11 @@ class WalBatchReader(DataSourceReader):
         ns = namespace_for(self.plan.opts, create=False)
         opts = self.plan.opts
         start = check_available(ns, opts, first_step(ns, opts))
-        end = ns.steps().stop if opts.ending_step is None else opts.ending_step
-        if end > ns.steps().stop:
+        last = ns.steps(refresh=False).stop
+        end = last if opts.ending_step is None else opts.ending_step
+        if end > last:
             raise ConfigError(f"option endingStep={end} is past the last committed step "
-                              f"{ns.steps().stop - 1}", namespace=ns.name)
+                              f"{last - 1}", namespace=ns.name)
         return self.plan.partitions(ns, start, max(start, end))
 
     def read(self, partition: WalPartition) -> Iterator[pa.RecordBatch]:

@@ -382,9 +382,13 @@ class Namespace:
 
     # -- reading --------------------------------------------------------------
 
-    def steps(self) -> range:
-        """Committed steps still readable: [first retained, next step)."""
-        s = self.refresh()
+    def steps(self, refresh: bool = True) -> range:
+        """Committed steps still readable: [first retained, next step).
+
+        ``refresh=False``: as of this handle's last refresh, for a caller that just
+        refreshed (on Kafka a refresh costs broker round trips).
+        """
+        s = self.refresh() if refresh else self.state
         return range(s.expired_before, s.next_step)
 
     def step_commit(self, step: int) -> StepCommit:

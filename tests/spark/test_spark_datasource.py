@@ -284,3 +284,39 @@ def test_batch_replayed_after_driver_crash_adds_nothing(spark, wal, tmp_path):
     assert ns.store.open_region(0).high_watermark() > written, "the replay wrote entries again"
     ids = sorted(read_steps(ns, "default").column("id").to_pylist())
     assert ids == sorted(k * 100 + i for k in range(3) for i in range(5))
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_planning_a_micro_batch_catches_up_with_the_wal_once(tmp_path, monkeypatch, hold):
+    """Spark plans every trigger with latestOffset, partitions and reportLatestOffset;
+    each catch-up with the commits log costs broker round trips on Kafka, so each call
+    catches up once (a holding reader that moves its hold: twice more, before and after
+    appending it, so the check that a cleaner did not expire the step sees the hold).
+    The plan is still the WAL as it is, a step committed after the start included."""
+    from pyspark.sql.datasource import ReadAllAvailable
+
+    from pyspark_durable.spark.datasource import DurableWalDataSource
+    from pyspark_durable.wal.namespace import Namespace
+
+    opts = {"path": str(tmp_path), "namespace": "plan", "table": "t"}
+    wal = {"backend": "file", "namespace": "plan", "options": {"path": str(tmp_path)}}
+    if hold:
+        opts |= {"readerId": "r", "holdRetention": "true"}
+    ns = open_namespace(wal)
+    for step in range(3):
+        write_step(ns, "w", step, {"t": [{"id": step}]})
+    source = DurableWalDataSource(opts)
+    stream = source.streamReader(source.schema())
+    start = {**stream.initialOffset(), "step": 1}  # as after a first batch [0, 1)
+    write_step(ns, "w", 3, {"t": [{"id": 3}]})  # committed after the start offset was taken
+
+    real, calls = Namespace.refresh, []
+    monkeypatch.setattr(Namespace, "refresh", lambda self: calls.append(1) or real(self))
+    end = stream.latestOffset(start, ReadAllAvailable())
+    assert end["step"] == 4 and len(calls) == (3 if hold else 1)
+    del calls[:]
+    parts = stream.partitions(start, end)
+    assert [p.steps for p in parts] == [[1, 2, 3]] and len(calls) == 1
+    del calls[:]
+    assert stream.reportLatestOffset()["step"] == 4 and len(calls) == 1
+    ns.close()

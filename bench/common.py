@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -74,6 +75,42 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 WARMUPS = [1]  # set by run.py --warmups
+BROKER_PID = [0]  # run.py: the Tansu broker it started (0: none)
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu_s() -> float:
+    """CPU seconds every process of the machine has used so far (/proc/stat, busy time)."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = \
+            (int(v) for v in f.readline().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / _TICK
+
+
+def broker_cpu_s() -> float:
+    """CPU seconds the benchmark's Kafka broker has used so far (0 without one)."""
+    if not BROKER_PID[0]:
+        return 0.0
+    with open(f"/proc/{BROKER_PID[0]}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+@dataclass
+class CpuMeter:
+    """Machine and broker CPU seconds per call of a measured function (every round)."""
+
+    machine: list[float] = field(default_factory=list)
+    broker: list[float] = field(default_factory=list)
+
+    def wrap(self, fn: Callable[[], float]) -> Callable[[], float]:
+        def run() -> float:
+            m0, b0 = machine_cpu_s(), broker_cpu_s()
+            value = fn()
+            self.machine.append(machine_cpu_s() - m0)
+            self.broker.append(broker_cpu_s() - b0)
+            return value
+        return run
 
 
 def repeat(fns: dict[str, Callable[[], float]], reps: int) -> dict[str, list[float]]:

@@ -18,6 +18,8 @@ def _num(value: float | None, unit: str) -> str:
         return f"{value:,.0f}"
     if unit.startswith("s"):
         return f"{value:.3f}"
+    if unit == "CPU-s":
+        return f"{value:.2f}"
     return f"{value:,.1f}"
 
 

@@ -28,7 +28,7 @@ ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT), str(ROOT / "tests")]
 
 import report  # noqa: E402
-from common import OUT, SCRATCH, WARMUPS, Result, Target  # noqa: E402
+from common import BROKER_PID, OUT, SCRATCH, WARMUPS, Result, Target  # noqa: E402
 from kafka_broker import start_broker, stop_broker  # noqa: E402
 from log_pairs import file_append_pair, kafka_log_pairs  # noqa: E402
 from memory import memory_pair, recovery_pair  # noqa: E402
@@ -102,6 +102,7 @@ def main() -> None:
         if any(BACKENDS[b][0] == "kafka" for b in backends):
             broker = start_broker(work / "tansu")
             say(f"Tansu broker on {broker.address} (pid {broker.process.pid})")
+            BROKER_PID[0] = broker.process.pid
         from pyspark_durable.session import local_session
 
         # Spark's Python workers import bench/python_floor.py (the pyfloor source/sink)

@@ -148,8 +148,7 @@ class SharedRates:
     sink: dict[str, list[float]] = field(default_factory=dict)
     # the file run's source and sink, run again side by side inside each Kafka run, so
     # a goal row's two sides share the machine's mood (it changes 2x over a long run)
-    file_source: Callable[[], float] | None = None
-    file_sink: Callable[[], float] | None = None
+    file_fns: dict[str, Callable[[], float]] = field(default_factory=dict)  # pair -> query
     file_source_beside: dict[str, list[float]] = field(default_factory=dict)  # label -> rows/s
     file_sink_beside: dict[str, list[float]] = field(default_factory=dict)
     # label -> pair -> (CPU of the Kafka queries, CPU of the file queries beside them)
@@ -169,6 +168,18 @@ def parquet_sink_fn(spark: SparkSession, n: int) -> Callable[[], float]:
         LAST_DURATIONS["rate→parquet"] = durations(progress)
         return n / secs
     return run
+
+
+def beside_file(shared: SharedRates, base: Target, pair: str,
+                fns: dict[str, Callable[[], float]]) -> None:
+    """The file run keeps its query of ``pair``; a Kafka run reruns it as ``fns["file"]``
+    in its own rounds, and meters the CPU of both sides."""
+    if base.backend == "file":
+        shared.file_fns[pair] = fns["ours"]
+    elif pair in shared.file_fns:
+        meters = shared.cpu.setdefault(base.label, {})[pair] = (CpuMeter(), CpuMeter())
+        fns["ours"] = meters[0].wrap(fns["ours"])
+        fns["file"] = meters[1].wrap(shared.file_fns[pair])
 
 
 def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
@@ -208,12 +219,7 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
         fns["parquet"] = read_into_noop(
             "parquet→noop",
             lambda: spark.readStream.format("parquet").schema(payload_only).load(str(parquet_dir)))
-    if base.backend == "file":
-        shared.file_source = fns["ours"]
-    elif shared.file_source is not None:
-        fns["file"] = shared.file_source
-        meters = shared.cpu.setdefault(b, {})["1"] = (CpuMeter(), CpuMeter())
-        fns["ours"], fns["file"] = meters[0].wrap(fns["ours"]), meters[1].wrap(fns["file"])
+    beside_file(shared, base, "1", fns)
     try:
         runs = repeat(fns, reps)
     finally:
@@ -258,12 +264,7 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
            "peer": rate_fn(spark, n, "noop")}
     if measure_parquet:
         fns["parquet"] = parquet_sink_fn(spark, n)
-    if base.backend == "file":
-        shared.file_sink = fns["ours"]
-    elif shared.file_sink is not None:
-        fns["file"] = shared.file_sink
-        meters = shared.cpu.setdefault(b, {})["2"] = (CpuMeter(), CpuMeter())
-        fns["ours"], fns["file"] = meters[0].wrap(fns["ours"]), meters[1].wrap(fns["file"])
+    beside_file(shared, base, "2", fns)
     runs = repeat(fns, reps)
     if measure_parquet:
         shared.parquet_sink = runs["parquet"]

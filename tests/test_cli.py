@@ -383,6 +383,27 @@ def test_bad_input_is_one_line_exit_2(wal, tmp_path, capsys):
     assert "-3 is negative" in capsys.readouterr().err
 
 
+def test_a_command_recovers_the_namespace_once_and_names_an_empty_one(wal, monkeypatch,
+                                                                      capsys):
+    """A command over one namespace recovers its state once (on Kafka a recovery reads
+    the snapshots and commits topics; it recovered twice), and a namespace whose
+    commits log holds nothing yet is one line naming it as empty."""
+    from pyspark_durable.log import open_store
+    from pyspark_durable.wal.namespace import COMMITS_LOG
+    from pyspark_durable.wal.state import NamespaceState
+
+    real, calls = NamespaceState.recover, []
+    monkeypatch.setattr(NamespaceState, "recover",
+                        staticmethod(lambda *a: calls.append(1) or real(*a)))
+    code, out, err = cli(capsys, "tables", wal, "--namespace", NS)
+    assert (code, err) == (0, "") and "orders" in out and len(calls) == 1
+    store = open_store("file", "blank", path=str(wal))
+    store.open_log(COMMITS_LOG, create=True)
+    store.close()
+    assert_one_line_error(*cli(capsys, "tables", wal, "--namespace", "blank"),
+                          "namespace 'blank'", "is empty: nothing was ever committed")
+
+
 def test_version_and_typos_get_the_subcommands_usage(wal, capsys):
     """This tests that --version names the package and the Kafka clients, and that a typo'd
     flag fails with the subcommand's usage and the flag it meant, exit 2."""

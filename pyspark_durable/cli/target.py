@@ -134,11 +134,11 @@ def open_existing_store(target: Target, namespace: str,
 
 
 def open_existing_namespace(target: Target, namespace: str) -> Namespace:
-    """A :class:`Namespace` over an existing namespace, opened with its own id."""
-    store, state = open_existing_store(target, namespace)
+    """A :class:`Namespace` over an existing namespace, opened with its own id (its
+    state recovered once: on Kafka a recovery reads the snapshots and commits topics)."""
+    store = open_listed_store(target, namespace)
     try:
-        assert state.namespace_id is not None  # checked by open_existing_store
-        return Namespace(store, state.namespace_id)
+        return Namespace(store, None, create=False)  # an empty one is LogNotFound, named
     except DurableWalError:
         store.close()
         raise

@@ -110,7 +110,11 @@ def test_main_job_proves_exactly_once(tmp_path):
     assert sorted(announced) == steps, (announced, steps, out)
     assert len({batch for batch, _, _ in batches}) == len(batches), out
     assert sum(rows for _, _, rows in batches) == 1000, out
-    assert len(batches) == 5, out  # one step per input file
+    # one whole input file (200 rows) per micro-batch, or more than one in the first batch
+    # after the kill: Spark's file source logs a batch's files in its own log before the
+    # offset log, so a kill in between has the restarted query read the files of the
+    # lost plan and the next ones as one batch (seen once in CI: 200, 200, 200, 400)
+    assert all(rows % 200 == 0 for _, _, rows in batches), out
     for batch, step in REPLAY_LINE.findall(out):  # the batch in flight at the kill, if any
         assert (int(batch), int(step)) in {(b, s) for b, s, _ in batches}, out
     # ...and each before the report

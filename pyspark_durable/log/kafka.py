@@ -80,8 +80,13 @@ log = logging.getLogger(__name__)
 SNAPSHOTS = "snapshots"
 PROBE_POLL_MS = 200
 SCAN_CHUNK = 10_000  # entries asked of one fetch call
-LOG_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
-META_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "compact"}
+# the producers batch up to 16 MiB (kafka_confluent.TUNED, kafka_python.TUNED): a topic
+# keeps Kafka's 1 MiB max.message.bytes otherwise and refuses such batches
+MAX_MESSAGE_BYTES = str((16 << 20) + (64 << 10))
+LOG_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete",
+                    "max.message.bytes": MAX_MESSAGE_BYTES}
+META_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "compact",
+                     "max.message.bytes": MAX_MESSAGE_BYTES}
 
 
 class Reader(Protocol):

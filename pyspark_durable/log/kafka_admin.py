@@ -52,6 +52,7 @@ OWN_OPTIONS: dict[str, Any] = {
     "connect_timeout_ms": 10_000,
     "request_timeout_ms": 30_000,
     "replication_factor": -1,  # -1: the broker's default.replication.factor
+    "min_insync_replicas": None,  # None: the broker's min.insync.replicas
     "topic_config": None,  # extra topic configs for created topics, e.g. min.insync.replicas
     "client": "kafka-python",  # or "confluent" (librdkafka): see resolve_client
 }
@@ -176,6 +177,21 @@ class KafkaSettings:
         if not isinstance(own["topic_config"] or {}, Mapping):
             raise ConfigError(f"topic_config must be a mapping, got {own['topic_config']!r}")
         topic_config = {str(k): str(v) for k, v in (own["topic_config"] or {}).items()}
+        for name in ("replication_factor", "min_insync_replicas"):
+            value = own[name]
+            try:
+                own[name] = None if value is None else int(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"option {spelled.get(name, name)}={value!r} is not an "
+                                  "integer") from None
+        if own["replication_factor"] == 0 or own["replication_factor"] < -1:
+            raise ConfigError(f"option replication_factor={own['replication_factor']} is "
+                              "invalid: a positive count, or -1 for the broker's default")
+        if own["min_insync_replicas"] is not None:
+            if own["min_insync_replicas"] < 1:
+                raise ConfigError(f"option min_insync_replicas={own['min_insync_replicas']} "
+                                  "is invalid: at least 1")
+            topic_config.setdefault("min.insync.replicas", str(own["min_insync_replicas"]))
         if client == "confluent":
             from pyspark_durable.log.kafka_confluent import librdkafka_configs
 

@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from kafka_broker import BrokerStartError, start_broker, stop_broker
+from kafka_broker import BrokerStartError, KafkaCluster, start_broker, stop_broker
 
 from pyspark_durable.log import LogStore, open_store
 
@@ -26,21 +26,33 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         report.longrepr = f"skipped tests are not allowed here: {report.longrepr}"
 
 
+# A user's broker, but for how often its background threads look for work: the
+# retention thread (which removes segments below a DeleteRecords point; default 5 min)
+# and the log cleaner (compaction; default 15 s), so tests can watch them act.
+BROKER_SCHEDULE = {"log.retention.check.interval.ms": "1000", "log.cleaner.backoff.ms": "500"}
+
+
 @pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Apache Kafka (one KRaft node, a user's default settings) on 127.0.0.1: "127.0.0.1:PORT".
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """Apache Kafka, one KRaft node with a user's default settings, on 127.0.0.1.
 
     Never skipped: a broker that does not start fails the tests that need it, loudly,
-    with its log.
+    with its log. Stopped by its PID at the end of the session.
     """
     try:
-        broker = start_broker(tmp_path_factory.mktemp("kafka"))
+        broker = start_broker(tmp_path_factory.mktemp("kafka"), extra=BROKER_SCHEDULE)
     except BrokerStartError as exc:
         pytest.fail(str(exc), pytrace=False)
     try:
-        yield broker.bootstrap
+        yield broker
     finally:
         stop_broker(broker)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(kafka_cluster: KafkaCluster) -> str:
+    """The bootstrap address of the session's broker: "127.0.0.1:PORT"."""
+    return kafka_cluster.bootstrap
 
 
 @pytest.fixture

@@ -1,11 +1,10 @@
-"""Kafka-only behaviour of the log layer, against the Tansu broker the suite starts,
-with each client: confluent-kafka (librdkafka) and kafka-python."""
+"""Kafka-only behaviour of the log layer, against the Apache Kafka broker the suite
+starts, with each client: confluent-kafka (librdkafka) and kafka-python."""
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -76,14 +75,87 @@ def test_namespace_prefix_of_another_is_not_confused(make_kafka, kafka_broker, n
 
 
 def test_existing_multi_partition_topic_is_refused(make_kafka, kafka_broker, namespace):
-    """This tests that a log topic auto-created with several partitions is an error, not used."""
+    """This tests that a log topic made with several partitions (by hand, or auto-created
+    by a broker whose num.partitions is above 1) and holding records is an error, not used."""
+    from kafka.admin import NewTopic
+
+    topic = f"{namespace}_region_5"
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker)
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=-1)])
+    finally:
+        admin.close()
     producer = KafkaProducer(bootstrap_servers=kafka_broker)
-    producer.send(f"{namespace}_region_5", b"auto-created").get(timeout=10)
+    producer.send(topic, b"someone else's record", partition=2).get(timeout=10)
     producer.close()
-    partitions = describe(kafka_broker, [f"{namespace}_region_5"])[f"{namespace}_region_5"]
-    assert partitions > 1  # Tansu auto-creates with 4
-    with pytest.raises(ConfigError, match=f"has {partitions} partitions; a log needs exactly 1"):
+    with pytest.raises(ConfigError, match="has 3 partitions; a log needs exactly 1"):
         make_kafka().open_region(5)
+    assert describe(kafka_broker, [topic]) == {topic: 3}  # left as it was
+
+
+def test_auto_created_topic_with_broker_retention_is_refused_or_fixed(
+        make_kafka, kafka_broker, namespace, caplog):
+    """This tests that a topic with Kafka's default 7-day retention (auto-created by a
+    produce, as a broker with auto.create.topics.enable does) is refused for writing when
+    it holds records, naming the setting and the fix, while reading it still works; and
+    that an empty one, made by hand with the broker's defaults, gets the WAL's settings."""
+    from kafka.admin import NewTopic
+
+    held = f"{namespace}_region_7"
+    producer = KafkaProducer(bootstrap_servers=kafka_broker)
+    producer.send(held, b"auto-created").get(timeout=10)  # auto-creates it: 1 partition
+    producer.close()
+    store = make_kafka()
+    with pytest.raises(ConfigError, match=r"has retention\.ms=604800000: the broker would "
+                                          r"delete WAL records on its own") as info:
+        store.open_region(7)
+    assert f"--entity-name {held} --add-config retention.ms=-1" in str(info.value)
+    assert [e.value for e in store.open_region(7, create=False).read(0)] == [b"auto-created"]
+
+    empty = f"{namespace}_region_8"
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker)
+    try:
+        admin.create_topics([NewTopic(empty, num_partitions=1, replication_factor=-1)])
+    finally:
+        admin.close()
+    with caplog.at_level(logging.WARNING, logger="pyspark_durable.log.kafka_admin"):
+        assert store.open_region(8).append([Record(b"k", b"v")]) == [0]
+    assert any("is empty and has retention.ms=604800000" in r.getMessage() for r in caplog.records)
+    assert store.admin.topic_configs(empty, ("retention.ms", "retention.bytes")) == {
+        "retention.ms": "-1", "retention.bytes": "-1"}
+
+
+@pytest.mark.parametrize("setting", ["retention.ms=86400000", "retention.bytes=1048576",
+                                     "cleanup.policy=compact"])
+def test_operator_changed_retention_is_refused_for_writing(make_kafka, kafka_broker, namespace,
+                                                           setting, client):
+    """This tests that a region topic of a live WAL whose broker-side retention an operator
+    changed is a typed error when the namespace is opened for writing again, and that
+    the snapshots topic turned to a deleting policy is one too; readers still read."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    store = make_kafka()
+    store.open_region(0).append([Record(b"k", b"v")])
+    store.write_snapshot("meta", 0, b"m")
+    name, value = setting.split("=")
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker)
+    try:
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, f"{namespace}_region_0",
+                                            configs={name: value})], incremental=True)
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, f"{namespace}_snapshots",
+                                            configs={"cleanup.policy": "delete",
+                                                     "retention.ms": "3600000"})],
+                            incremental=True)
+    finally:
+        admin.close()
+    fresh = make_kafka()
+    with pytest.raises(ConfigError, match=f"topic '{namespace}_region_0' .* has {setting}"):
+        fresh.open_region(0)
+    with pytest.raises(ConfigError, match=f"topic '{namespace}_snapshots' .* has retention.ms"):
+        fresh.write_snapshot("meta", 1, b"m")
+    assert [e.value for e in fresh.open_region(0, create=False).read(0)] == [b"v"]
+    problems = dict(fresh.settings_problems())
+    assert setting in problems["region_0"] and "retention.ms=3600000" in problems["snapshots"]
 
 
 def test_empty_auto_created_topic_is_replaced(make_kafka, kafka_broker, namespace):
@@ -105,11 +177,9 @@ def test_empty_auto_created_topic_is_replaced(make_kafka, kafka_broker, namespac
     assert log.append([Record(b"k", b"v")]) == [0]
 
 
-def test_high_watermark_not_from_list_offsets(make_kafka, kafka_broker):
-    """This tests that a fresh store learns the true end of a log written in one batch.
-
-    Tansu's ListOffsets(latest) answers 1 here (first offset of the last batch + 1).
-    """
+def test_high_watermark_seen_by_fresh_and_old_handles(make_kafka, kafka_broker):
+    """This tests that a fresh store learns the true end of a log written in one batch
+    (ListOffsets), and a handle that knew an older end sees what another writer added."""
     make_kafka().open_region(0).append([Record(b"k%d" % i, b"v") for i in range(10)])
     fresh = make_kafka().open_region(0, create=False)
     assert fresh.high_watermark() == 10
@@ -200,13 +270,50 @@ def test_unreachable_bootstrap_fails_in_bounded_time(namespace, client):
     assert time.monotonic() - start < 0.5 + 1.5
 
 
-def test_logical_low_watermark_survives_reopen(make_kafka, kafka_broker, namespace, caplog):
-    """This tests that without DeleteRecords (Tansu) no store reads below the low watermark.
+def _partition_bytes(cluster, topic: str) -> int:
+    """Bytes of the topic's partition folder on the (single) broker's disk."""
+    folder = cluster.nodes[0].folder / "data" / f"{topic}-0"
+    return sum(p.stat().st_size for p in folder.iterdir() if p.suffix == ".log")
 
-    The logical low watermark is kept in Kafka, so a store opened later (as by another
-    process) honours it too, and the one warning line appears once per store.
-    """
-    log = make_kafka().open_region(3)
+
+def test_delete_records_moves_the_log_start_and_frees_segments(make_kafka, kafka_cluster,
+                                                              namespace, client):
+    """This tests that delete_before runs DeleteRecords on Apache Kafka: the broker's log
+    start offset moves (a raw consumer seeking below it is refused), every store honours
+    it, and the broker removes the segments below it from disk on its own schedule."""
+    store = make_kafka(topic_config={"segment.bytes": str(1 << 20)})  # small segments
+    log = store.open_region(3)
+    topic = f"{namespace}_region_3"
+    value = os.urandom(20_000)
+    for _ in range(10):  # 10 x 25 x 20 kB = 5 MB: about 5 segments
+        log.append([Record(b"k", value)] * 25)
+    before = _partition_bytes(kafka_cluster, topic)
+    log.delete_before(200)
+    other = make_kafka().open_region(3, create=False)
+    assert (other.low_watermark(), other.high_watermark()) == (200, 250)
+    with pytest.raises(OffsetOutOfRange, match="below the low watermark 200"):
+        other.read(199)
+    assert [e.offset for e in other.read(200)] == list(range(200, 250))
+    consumer = KafkaConsumer(bootstrap_servers=kafka_cluster.bootstrap, enable_auto_commit=False)
+    tp = TopicPartition(topic, 0)
+    assert consumer.beginning_offsets([tp])[tp] == 200  # the broker's own log start offset
+    consumer.close()
+    deadline = time.monotonic() + 60  # the broker's retention thread runs every second here
+    while _partition_bytes(kafka_cluster, topic) > before * 0.4 and time.monotonic() < deadline:
+        time.sleep(0.5)  # the broker's own schedule: nothing to wait on but its disk
+    after = _partition_bytes(kafka_cluster, topic)
+    print(f"DeleteRecords below 200 of 250 entries: {before} -> {after} bytes on disk")
+    assert after <= before * 0.4, (before, after)
+
+
+def test_logical_low_watermark_when_delete_records_is_refused(make_kafka, kafka_broker, caplog):
+    """This tests that where DeleteRecords is not available (Kafka-protocol services
+    without it) no store reads below the low watermark: the logical low watermark is
+    kept in the snapshots topic, a store opened later honours it, and the warning
+    appears once per store."""
+    store = make_kafka()
+    store.admin.delete_records = lambda topic, offset: False  # the service refuses it
+    log = store.open_region(3)
     log.append([Record(b"k%d" % i, b"v%d" % i) for i in range(20)])
     with caplog.at_level(logging.WARNING, logger="pyspark_durable.log.kafka"):
         log.delete_before(7)
@@ -219,17 +326,64 @@ def test_logical_low_watermark_survives_reopen(make_kafka, kafka_broker, namespa
     with pytest.raises(OffsetOutOfRange, match="below the low watermark 12"):
         other.read(11)
     assert [e.key for e in other.read(12)] == [b"k%d" % i for i in range(12, 20)]
-    other.delete_before(15)  # seen by the first store too
+    other.delete_before(15)  # by a store whose DeleteRecords works: seen by the first too
     with pytest.raises(OffsetOutOfRange, match="below the low watermark 15"):
         log.read(12)
 
-    # the broker still holds offset 0: the logical watermark is what hides it
-    consumer = KafkaConsumer(bootstrap_servers=kafka_broker, enable_auto_commit=False)
-    tp = TopicPartition(f"{namespace}_region_3", 0)
-    consumer.assign([tp])
-    consumer.seek(tp, 0)
-    assert consumer.poll(timeout_ms=5000)[tp][0].key == b"k0"
-    consumer.close()
+
+def test_snapshots_topic_is_compacted_for_real(make_kafka, kafka_broker, namespace):
+    """This tests that deleted snapshot versions are tombstones that Kafka's log cleaner
+    removes from the compacted snapshots topic, and that a store opened after compaction
+    still finds the newest snapshot, the log registry and the low watermarks."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    store = make_kafka()
+    log = store.open_region(0)
+    log.append([Record(b"k", b"v")] * 5)
+    log.delete_before(2)
+    for version in range(30):
+        store.write_snapshot("wal", version, b"state %d" % version)
+        store.prune_snapshots("wal", keep=2)
+    topic = f"{namespace}_snapshots"
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker)
+    try:  # roll segments at once and clean eagerly, so the cleaner acts within seconds
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs={
+            "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
+            "delete.retention.ms": "0", "min.compaction.lag.ms": "0"})], incremental=True)
+    finally:
+        admin.close()
+
+    def raw_keys() -> list[bytes]:
+        consumer = KafkaConsumer(bootstrap_servers=kafka_broker, enable_auto_commit=False,
+                                 consumer_timeout_ms=2000)
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        end = consumer.end_offsets([tp])[tp]
+        keys = []
+        for record in consumer:
+            keys.append(record.key)
+            if record.offset >= end - 1:
+                break
+        consumer.close()
+        return keys
+
+    written = len(raw_keys())
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        store.write_snapshot("wal", 1000 + int(time.monotonic()), b"tick")  # rolls a segment
+        store.prune_snapshots("wal", keep=2)
+        keys = raw_keys()
+        if len(keys) < written // 2:
+            break
+        time.sleep(1.0)  # the broker's log cleaner: nothing to wait on but the topic
+    assert len(keys) < written // 2, (written, len(keys))
+    fresh = make_kafka()
+    versions = fresh.snapshot_versions("wal")
+    assert len(versions) == 2 and versions[-1] >= 1000
+    assert fresh.read_snapshot("wal")[0] == versions[-1]
+    assert fresh.list_logs() == ["region_0"]
+    assert fresh.open_region(0, create=False).low_watermark() == 2
 
 
 def test_headers_and_2mb_values_round_trip(make_kafka):
@@ -306,25 +460,23 @@ def test_each_client_reads_what_the_other_wrote(kafka_broker, namespace):
             s.close()
 
 
-def test_librdkafka_crashes_when_a_known_topic_is_recreated_why_kafka_python_is_default(
-        kafka_broker, tmp_path):
-    """This tests why kafka-python is the default client: a store whose topics are deleted
-    (the test broker creates them again with 4 partitions on the next metadata request)
-    gets a typed error or an empty read with kafka-python, while librdkafka kills the
-    process with SIGSEGV. It fails once librdkafka stops crashing (then reconsider the
-    default in kafka_admin.resolve_client and README's Known limits)."""
+def test_a_recreated_topic_is_a_typed_error_on_both_clients(kafka_broker):
+    """This tests that a store whose topics are deleted, and one of them created again with
+    4 partitions, fails with a typed error or reads on both clients, in a process that
+    survives: librdkafka 2.6-2.16 crashed with SIGSEGV here on the old test broker
+    (Tansu), which is why kafka-python was the default; on Apache Kafka it does not,
+    and confluent is now the default client (kafka_admin.resolve_client)."""
     child = os.path.join(os.path.dirname(__file__), "kafka_deleted_child.py")
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
-    outcome = {}
     for client in ("kafka-python", "confluent"):
-        done = subprocess.run([sys.executable, child, kafka_broker, client], env=env,
-                              capture_output=True, text=True, timeout=120)
-        assert "DELETED" in done.stdout, done.stderr[-3000:]
-        outcome[client] = done.returncode
-        if client == "kafka-python":
-            assert done.returncode == 0 and ("ERROR" in done.stdout or "READ" in done.stdout), \
-                done.stdout + done.stderr[-3000:]
-    assert outcome["confluent"] == -signal.SIGSEGV, outcome
+        done = subprocess.run([sys.executable, child, kafka_broker, client, "4"], env=env,
+                              capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, (client, done.returncode, done.stdout, done.stderr[-3000:])
+        lines = done.stdout.splitlines()
+        assert lines[0] == "DELETED", done.stdout
+        assert lines[1].startswith("ERROR "), (client, done.stdout)
+        assert lines[1].split()[1] in ("BackendUnavailable", "LogNotFound", "DataLoss",
+                                       "OffsetOutOfRange", "ConfigError"), (client, done.stdout)
 
 
 def test_confluent_client_never_imports_kafka_python(kafka_broker, namespace):

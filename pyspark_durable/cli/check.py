@@ -90,6 +90,8 @@ class Checker:
     # -- the pass -----------------------------------------------------------------
 
     def run(self) -> CheckReport:
+        for log_name, problem in self.store.settings_problems():
+            self.problem(problem, log=log_name)
         commits = self._check_commits_log()
         self._check_snapshot_copies()
         if commits is not None:

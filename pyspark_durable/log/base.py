@@ -225,6 +225,11 @@ class LogStore(ABC):
         for version in versions[: max(0, len(versions) - keep)]:
             self.delete_snapshot(name, version)
 
+    def settings_problems(self) -> list[tuple[str, str]]:
+        """(log, problem) for every setting of the storage under which it would delete
+        records by itself (Kafka: a topic's broker-side retention); [] when none can."""
+        return []
+
     def close(self) -> None:  # noqa: B027 - backends with resources override it
         """Close every log opened through this store."""
 

@@ -5,9 +5,9 @@ The protocol below is written once against two small interfaces, :class:`Reader`
 implementation per client: kafka-python in :mod:`pyspark_durable.log.kafka_python`
 and confluent-kafka / librdkafka in :mod:`pyspark_durable.log.kafka_confluent`,
 each imported only when chosen
-(option ``client``: ``kafka-python``, the default, or ``confluent``; see
-:func:`~pyspark_durable.log.kafka_admin.resolve_client` for why kafka-python is the
-default). Both run the same contract, WAL and crash tests.
+(option ``client``: ``confluent``, the default when installed, or ``kafka-python``,
+the pure-Python fallback; see :func:`~pyspark_durable.log.kafka_admin.resolve_client`).
+Both run the same contract, WAL and crash tests.
 
 Mapping (one namespace)::
 
@@ -25,10 +25,12 @@ see :mod:`pyspark_durable.log.kafka_admin`.
 
 Implementation notes (why):
 
-* **Explicit topics.** A produce to an unknown topic may auto-create it with the
-  broker's default partition count (Tansu: 4), which would break the order of a
-  log. Topics are created with the admin client before the first append, with
-  infinite retention, and an existing topic is verified to have one partition.
+* **Explicit topics.** A produce or metadata request for an unknown topic may
+  auto-create it (``auto.create.topics.enable``, on by default) with the broker's
+  ``num.partitions`` and its 7-day retention. Topics are created with the admin
+  client before the first append, with infinite retention; an existing topic is
+  verified to have one partition and, opened for writing, no broker-side retention
+  (:meth:`~pyspark_durable.log.kafka_admin.OneTopicRule.ensure`).
   A log name may not be ``snapshots`` or end in ``_snapshots``, so a topic ending in
   ``_snapshots`` is always the snapshots topic of exactly one namespace: that is
   how :meth:`KafkaLogStore.list_namespaces` finds namespaces, and the registry is
@@ -38,32 +40,31 @@ Implementation notes (why):
 * **assign()/seek(), never consumer groups.** A reader wants exact offsets, no
   group join (slow) and no committed group offsets; ``auto_offset_reset='none'``
   makes a missing offset an error instead of a silent jump.
-* **The high watermark comes from fetch responses.** ListOffsets(latest) is wrong
-  on Tansu (first offset of the last batch + 1) but is still a lower bound that is
-  0 only for an empty log; the end is read from a fetch of the last known offset
-  (``consumer.highwater``), which is right on Tansu and on Apache Kafka.
+* **The high watermark is ListOffsets(latest)**, exact on Apache Kafka (see
+  :meth:`KafkaLog._bounds`); a read of a range below a known end asks nothing.
 * **Durable appends.** acks=all and idempotence are forced; an append returns when
   every record is acknowledged, else raises (the records that did land stay in
   the log, as after any crash: the WAL's step commits decide what is visible).
 * **Deletion.** ``delete_before`` first writes the logical low watermark to the
-  snapshots topic (acks=all), then calls DeleteRecords. Brokers without it (Tansu
-  closes the socket) are detected once per store and logged once; reads then rely
-  on the logical watermark, which every process reads before a read.
+  snapshots topic (acks=all), then calls DeleteRecords, so a crash between the two
+  still hides the entries. Kafka-protocol services without DeleteRecords are
+  detected once per store and logged once; reads then rely on the logical
+  watermark, which every process reads before a read.
 * **Snapshots** are found by scanning the (compacted) snapshots topic from the last
-  position this store has seen: fine for small, rare snapshots.
+  position this store has seen: fine for small, rare snapshots. A deleted version
+  is a tombstone (a null value), so compaction removes it and then the tombstone.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from pyspark_durable.errors import BackendUnavailable, ConfigError, LogNotFound, OffsetOutOfRange
+from pyspark_durable.errors import BackendUnavailable, ConfigError, LogNotFound
 from pyspark_durable.log.base import (
     NAME_RE,
     Entry,
@@ -78,7 +79,6 @@ from pyspark_durable.log.kafka_admin import KafkaSettings, topic_admin
 log = logging.getLogger(__name__)
 
 SNAPSHOTS = "snapshots"
-PROBE_POLL_MS = 200
 SCAN_CHUNK = 10_000  # entries asked of one fetch call
 # the producers batch up to 16 MiB (kafka_confluent.TUNED, kafka_python.TUNED): a topic
 # keeps Kafka's 1 MiB max.message.bytes otherwise and refuses such batches
@@ -93,13 +93,10 @@ class Reader(Protocol):
     """A client's reader of partition 0 of one topic: what the log needs of a consumer."""
 
     def begin(self) -> int:
-        """The first offset the broker still has."""
+        """The first offset the broker still has (ListOffsets earliest)."""
 
-    def end(self) -> int:
-        """ListOffsets(latest): exact on Kafka, a lower bound (0 only if empty) on Tansu."""
-
-    def highwater(self) -> int | None:
-        """The high watermark of the last fetch response, None before any."""
+    def watermarks(self) -> tuple[int, int]:
+        """(first offset, high watermark): ListOffsets earliest and latest."""
 
     def seek(self, offset: int) -> None:
         """Fetch from ``offset`` next."""
@@ -230,59 +227,31 @@ class KafkaLog(Log):
                 consumer.close()
 
     def _bounds(self, probe: bool = True) -> tuple[int, int]:
-        """(first offset the broker still has, high watermark), from the broker.
+        """(first offset the broker still has, high watermark), from the partition leader.
 
-        Without ``probe`` the high watermark is the highest one known (a lower bound).
-        The probe fetches the last known entry; a topic that is shorter than we knew
-        (deleted and recreated under this handle) answers with a lower high watermark
-        or an out-of-range error, and then its real end is probed and believed.
+        Without ``probe`` the high watermark is the highest one known (a lower bound)
+        and only the first offset is asked. ListOffsets(latest) is the high watermark
+        on Apache Kafka: an acknowledged (acks=all) append is below it, and a leader
+        that does not know it yet answers OFFSET_NOT_AVAILABLE, which the client
+        retries. An end below what this handle knew means the topic is shorter than
+        it was (deleted and recreated under the handle): that end is believed, and
+        the WAL's incarnation check names the loss.
         """
-        timeout_ms = self.store.settings.request_timeout_ms
-        known = self._known_high
         with self._consumer() as c:
-            for attempt in range(3):
+            if not probe:
                 begin = c.begin()
-                if not probe:
-                    return begin, max(begin, known)
-                hint = max(known, begin)
-                if hint == begin:
-                    # Tansu: a lower bound of the end, 0 only when empty; Kafka: exact
-                    end = c.end()
-                    if end <= begin:
-                        return begin, max(begin, end)
-                    hint = end
-                c.seek(hint - 1)
-                try:
-                    high = self._probe(c, hint, timeout_ms)
-                except OffsetOutOfRange:
-                    if attempt == 2:
-                        raise
-                    known = 0  # deleted meanwhile, or the topic is shorter: ask its end
-                    continue
-                if high < hint:
-                    known = 0  # the topic is shorter than we knew: recreated under us
-                    continue
-                break
+                return begin, max(begin, self._known_high)
+            begin, high = c.watermarks()
+            if high < self._known_high:  # an append acked meanwhile, or a shorter topic:
+                begin, high = c.watermarks()  # asked after the ack, the answer is exact
+        high = max(begin, high)
         with self._lock:
-            self._known_high = high if high < self._known_high and known == 0 else \
-                max(self._known_high, high)
-            return begin, self._known_high
-
-    def _probe(self, c: Reader, hint: int, timeout_ms: int) -> int:
-        """Fetch at ``hint - 1`` until an entry or a high watermark below ``hint`` comes."""
-        deadline = time.monotonic() + timeout_ms / 1000
-        while True:
-            got = c.fetch(1, PROBE_POLL_MS)
-            high = c.highwater()
-            if got:
-                return hint if high is None else high
-            if high is not None and high < hint:
-                return high
-            if time.monotonic() > deadline:
-                raise BackendUnavailable(
-                    f"no fetch answer from Kafka broker {self.store.settings.bootstrap_servers} "
-                    f"for topic {self.topic} within request_timeout_ms={timeout_ms}",
-                    **self._where())
+            if high < self._known_high:
+                log.warning("namespace=%s log=%s: topic %s ends at %d, below the %d this "
+                            "handle knew: it was deleted and recreated", self.namespace,
+                            self.name, self.topic, high, self._known_high)
+            self._known_high = high
+            return begin, high
 
     def _watermarks(self, probe: bool = True) -> tuple[int, int]:
         begin, high = self._bounds(probe)
@@ -377,6 +346,7 @@ class KafkaLogStore(LogStore):
         self._meta_log: KafkaLog | None = None
         self._meta_pos = 0
         self._delete_records_ok: bool | None = None
+        self._writable: set[str] = set()  # logs whose topic was checked for writing
 
     # -- clients -------------------------------------------------------------
 
@@ -429,6 +399,20 @@ class KafkaLogStore(LogStore):
     def location(self) -> str:
         return f"Kafka broker {self.settings.bootstrap_servers}"
 
+    def settings_problems(self) -> list[tuple[str, str]]:
+        found = []
+        existing = set(self.admin.list_topics())
+        for name in [*self.list_logs(), SNAPSHOTS]:
+            topic = self.topic(name)
+            if topic not in existing:
+                continue
+            for problem in self.admin.retention_problems(topic, compacted=name == SNAPSHOTS):
+                found.append((name, f"topic {topic} has {problem}: the broker would delete "
+                                    "WAL records on its own (set retention.ms=-1, "
+                                    "retention.bytes=-1, and cleanup.policy="
+                                    f"{'compact' if name == SNAPSHOTS else 'delete'})"))
+        return found
+
     def list_logs(self) -> list[str]:
         registered = [k[4:].decode() for k in self._meta_snapshot() if k.startswith(b"log/")]
         existing = set(self.admin.list_topics())
@@ -441,7 +425,7 @@ class KafkaLogStore(LogStore):
                               f"'*_{SNAPSHOTS}' are reserved", namespace=self.namespace)
         with self._lock:
             existing = self._logs.get(name)
-        if existing is not None:
+        if existing is not None and (not create or name in self._writable):
             return existing
         topic = self.topic(name)
         if create and b"log/" + name.encode() not in self._meta_snapshot():
@@ -451,16 +435,21 @@ class KafkaLogStore(LogStore):
                               f"{self.settings.bootstrap_servers})",
                               namespace=self.namespace, log=name)
         with self._lock:
+            if create:  # its retention was checked for writing (OneTopicRule.ensure)
+                self._writable.add(name)
             return self._logs.setdefault(name, KafkaLog(self, name, topic))
 
     # -- the snapshots topic ------------------------------------------------------
 
     def _meta_topic_log(self, create: bool) -> KafkaLog | None:
-        if self._meta_log is None:
+        if self._meta_log is None or (create and SNAPSHOTS not in self._writable):
             topic = self.topic(SNAPSHOTS)
             if not self.admin.ensure(topic, create, META_TOPIC_CONFIG):
                 return None
-            self._meta_log = KafkaLog(self, SNAPSHOTS, topic)
+            if create:
+                self._writable.add(SNAPSHOTS)
+            if self._meta_log is None:
+                self._meta_log = KafkaLog(self, SNAPSHOTS, topic)
         return self._meta_log
 
     def _meta_snapshot(self) -> dict[bytes, bytes]:
@@ -478,7 +467,7 @@ class KafkaLogStore(LogStore):
                 self._meta_pos = max(self._meta_pos, high)
             return dict(self._meta)
 
-    def _put_meta(self, key: bytes, value: bytes) -> None:
+    def _put_meta(self, key: bytes, value: bytes | None) -> None:
         with self._meta_lock:
             meta_log = self._meta_topic_log(create=True)
         assert meta_log is not None
@@ -505,7 +494,9 @@ class KafkaLogStore(LogStore):
 
     def delete_snapshot(self, name: str, version: int) -> None:
         if self._meta_snapshot().get(self._snapshot_key(name, version)):
-            self._put_meta(self._snapshot_key(name, version), b"")
+            # a tombstone: compaction removes the version, then (delete.retention.ms
+            # later) the tombstone itself; reads take it as empty, i.e. deleted
+            self._put_meta(self._snapshot_key(name, version), None)
 
     def logical_low(self, name: str) -> int:
         value = self._meta_snapshot().get(b"lowwater/" + name.encode())
@@ -531,6 +522,7 @@ class KafkaLogStore(LogStore):
     def reset(self) -> None:
         with self._lock:
             logs, self._logs = list(self._logs.values()), {}
+            self._writable = set()
         with self._meta_lock:
             if self._meta_log is not None:
                 logs.append(self._meta_log)

@@ -54,7 +54,7 @@ OWN_OPTIONS: dict[str, Any] = {
     "replication_factor": -1,  # -1: the broker's default.replication.factor
     "min_insync_replicas": None,  # None: the broker's min.insync.replicas
     "topic_config": None,  # extra topic configs for created topics, e.g. min.insync.replicas
-    "client": "kafka-python",  # or "confluent" (librdkafka): see resolve_client
+    "client": None,  # "confluent" (librdkafka) if installed, else "kafka-python": resolve_client
 }
 CLIENT_NAMES = ("kafka-python", "confluent")
 
@@ -107,21 +107,23 @@ def confluent_installed() -> bool:
 
 
 def resolve_client(value: Any) -> str:
-    """The Kafka client: ``kafka-python`` unless ``confluent`` is asked for.
+    """The Kafka client: ``confluent`` (librdkafka) when installed, else ``kafka-python``.
 
-    confluent-kafka (librdkafka) is faster, but not the default: every librdkafka
-    version tried (2.6 to 2.16) crashes the whole process with SIGSEGV (in
-    ``rd_kafka_metadata_cache_find``) when a topic it has seen is deleted and the
-    broker creates it again with another partition count, as the Tansu test broker
-    does on any metadata request. A WAL whose topics are lost then takes down the Spark
-    worker instead of failing with a typed error, which kafka-python does.
+    librdkafka moves several times kafka-python's bytes, in C threads that do not hold
+    the GIL. It used to be opt-in because every version tried (2.6 to 2.16) crashed
+    with SIGSEGV when a topic it knew was recreated with another partition count, as
+    the old test broker (Tansu) did on any metadata request; on Apache Kafka 2.16
+    does not crash (``test_a_recreated_topic_is_a_typed_error_on_both_clients``).
+    kafka-python stays the pure-Python fallback, chosen with ``client=kafka-python``.
     """
-    name = str(value or "kafka-python").lower().replace("_", "-")
+    if value is None or value == "":
+        return "confluent" if confluent_installed() else "kafka-python"
+    name = str(value).lower().replace("_", "-")
     if name not in CLIENT_NAMES:
         raise ConfigError(f"option client={value!r} is invalid; valid: {', '.join(CLIENT_NAMES)}")
     if name == "confluent" and not confluent_installed():
         raise ConfigError("option client='confluent' needs the confluent-kafka package: "
-                          "pip install 'pyspark_durable[kafka-fast]'")
+                          "pip install 'pyspark_durable[kafka]'")
     return name
 
 
@@ -136,7 +138,7 @@ class KafkaSettings:
     replication_factor: int
     topic_config: dict[str, str]
     clients: dict[str, dict[str, Any]] = field(default_factory=dict)
-    client: str = "kafka-python"
+    client: str = "confluent"
     delivery_timeout_ms: int = 0
 
     @classmethod
@@ -211,10 +213,35 @@ class KafkaSettings:
         return max(self.request_timeout_ms, self.delivery_timeout_ms) / 1000 + 5
 
 
+# broker-side settings that delete records by themselves, and what the WAL needs of each
+RETENTION_KEYS = ("retention.ms", "retention.bytes", "cleanup.policy")
+
+
+def deleting_settings(actual: Mapping[str, str | None], compacted: bool) -> list[str]:
+    """The settings of a topic under which the broker deletes records on its own.
+
+    The rule: nothing but the WAL's own ``delete_before`` (DeleteRecords, below what
+    every acknowledged step needs) may remove a record. So a topic whose cleanup.policy
+    includes ``delete`` must have ``retention.ms=-1`` and ``retention.bytes=-1``; a log
+    topic must not be compacted (compaction keeps the last record per key, and a
+    retried attempt writes the same keys again); the snapshots topic is compacted
+    (``compacted``), which keeps the newest value of every key, all it reads.
+    """
+    policy = {p.strip() for p in str(actual.get("cleanup.policy") or "delete").split(",")}
+    found = []
+    if "delete" in policy:
+        found += [f"{key}={actual.get(key)}" for key in ("retention.ms", "retention.bytes")
+                  if str(actual.get(key)) != "-1"]
+    if "compact" in policy and not compacted:
+        found.append(f"cleanup.policy={actual.get('cleanup.policy')}")
+    return found
+
+
 class OneTopicRule:
     """``ensure``, the rule of the log's topics, over any client's topic primitives."""
 
     namespace: str | None
+    address: str
 
     def partitions(self, topic: str) -> int | None:
         raise NotImplementedError
@@ -228,12 +255,31 @@ class OneTopicRule:
     def empty(self, topic: str, count: int) -> bool:
         raise NotImplementedError
 
+    def topic_configs(self, topic: str, names: tuple[str, ...]) -> dict[str, str | None]:
+        """The topic's effective values of ``names`` (its own or the broker's defaults)."""
+        raise NotImplementedError
+
+    def set_topic_configs(self, topic: str, configs: Mapping[str, str]) -> None:
+        """Set these topic configs (IncrementalAlterConfigs), leaving the others."""
+        raise NotImplementedError
+
+    def retention_problems(self, topic: str, compacted: bool) -> list[str]:
+        """:func:`deleting_settings` of ``topic`` as the broker reports them."""
+        return deleting_settings(self.topic_configs(topic, RETENTION_KEYS), compacted)
+
     def ensure(self, topic: str, create: bool, configs: Mapping[str, str]) -> bool:
         """Make sure ``topic`` exists with ONE partition; False if missing and not ``create``.
 
         A topic a broker auto-created with other partition counts (a client that still
         knew a deleted topic asked for it) is replaced when it is empty and ``create``
         is asked: nothing is lost. A non-empty one is an error, never used.
+
+        Opened for writing (``create``), a topic whose broker-side retention could
+        delete records (:func:`deleting_settings`: a topic auto-created or made by hand
+        with Kafka's 7-day default, or one an operator changed) gets the WAL's settings
+        when it is empty, with a warning, and is a :class:`ConfigError` naming the
+        settings and the fix when it holds records. Readers are not refused (they
+        read what is there); ``durablewal check`` reports the same problems.
         """
         count = self.partitions(topic)
         for _ in range(AUTO_CREATED_RETRIES):
@@ -254,7 +300,32 @@ class OneTopicRule:
                 "auto-creation or by hand?): delete it or use another namespace",
                 namespace=self.namespace,
             )
+        if create:
+            self._ensure_retention(topic, configs)
         return True
+
+    def _ensure_retention(self, topic: str, configs: Mapping[str, str]) -> None:
+        compacted = "compact" in configs.get("cleanup.policy", "")
+        problems = self.retention_problems(topic, compacted)
+        if not problems:
+            return
+        if self.empty(topic, 1):
+            log.warning("namespace=%s: topic %s on %s is empty and has %s (broker-side "
+                        "retention would delete WAL records): setting the WAL's %s",
+                        self.namespace, topic, self.address, ", ".join(problems),
+                        ", ".join(f"{k}={configs[k]}" for k in RETENTION_KEYS))
+            self.set_topic_configs(topic, configs)
+            problems = self.retention_problems(topic, compacted)
+            if not problems:
+                return
+        raise ConfigError(
+            f"topic {topic!r} on {self.address} has {', '.join(problems)}: the broker would "
+            "delete WAL records on its own (only the WAL's cleaner may). Set "
+            + ", ".join(f"{k}={configs[k]}" for k in RETENTION_KEYS)
+            + f" (kafka-configs.sh --bootstrap-server {self.address} --alter --entity-type "
+            f"topics --entity-name {topic} --add-config "
+            + ",".join(f"{k}={configs[k]}" for k in RETENTION_KEYS) + ")",
+            namespace=self.namespace)
 
 
 def topic_admin(settings: KafkaSettings, namespace: str | None = None) -> OneTopicRule:

@@ -2,9 +2,9 @@
 
 :mod:`pyspark_durable.log.kafka` runs the same log protocol over either client; this
 module is the confluent-kafka half, chosen with ``client=confluent``
-(``pyspark_durable[kafka-fast]``). Why it exists: kafka-python moves ~45 MB/s on this
-machine and librdkafka several times that, in C threads that do not hold the GIL. Why
-it is not the default: :func:`~pyspark_durable.log.kafka_admin.resolve_client`.
+(``pyspark_durable[kafka]``), the default client when installed: kafka-python
+moves ~70-100 MB/s on this machine and librdkafka several times that, in C threads
+that do not hold the GIL (:func:`~pyspark_durable.log.kafka_admin.resolve_client`).
 
 Implementation notes (why):
 
@@ -15,10 +15,8 @@ Implementation notes (why):
 * **The same safety settings** as kafka-python: acks=all and idempotence on the
   producer; no group offsets, ``auto.offset.reset=error`` and CRC checks on readers,
   which use ``assign()`` with an explicit offset (the group id is never joined).
-* **The high watermark** comes from fetch responses (``get_watermark_offsets(cached=
-  True)``), as with kafka-python; ListOffsets(latest) is only a lower bound on Tansu.
-  An offset past the end yields no error from librdkafka on Tansu, but its fetch
-  answer carries the real (lower) high watermark, which the log's probe believes.
+* **The watermarks** are one ``get_watermark_offsets`` call (ListOffsets earliest
+  and latest, from the partition's leader).
 * **Deliveries** are served by one polling thread per producer; ``produce`` copies
   each value into librdkafka's buffers (the Python API has no zero-copy produce), so
   values are passed as they are when they are ``bytes`` and converted only otherwise.
@@ -39,19 +37,26 @@ from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import (
-    OFFSET_INVALID,
     Consumer,
     KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from pyspark_durable.errors import (
     BackendUnavailable,
     ConfigError,
     DurableWalError,
+    LogNotFound,
     OffsetOutOfRange,
 )
 from pyspark_durable.log.base import Entry, Record
@@ -189,6 +194,10 @@ def typed(err: KafkaError, what: str, address: str, **where: Any) -> DurableWalE
                            "message.max.bytes and the topic's max.message.bytes", **where)
     if code in (KafkaError._INVALID_ARG, KafkaError.INVALID_CONFIG):
         return ConfigError(f"{what}: invalid kafka client option: {err.str()}", **where)
+    if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
+                KafkaError._UNKNOWN_TOPIC):
+        return LogNotFound(f"{what}: the topic is gone from Kafka broker {address} (deleted, "
+                           f"or the broker lost it): {err.str()}", **where)
     msg = f"{what}: Kafka broker {address} failed: {err.name()}: {err.str()}"
     if code in RETRIABLE or err.retriable():
         return BackendUnavailable(msg, **where)
@@ -235,7 +244,7 @@ def shared_sender(settings: Any, namespace: str) -> RdSender:
     """The process's producer for these settings, shared by every store that uses them.
 
     An idempotent librdkafka producer spends ~0.5 s acquiring its producer id before its
-    first delivery (measured on Tansu; its retry timer), so one per store made every
+    first delivery (measured on the old test broker; its retry timer), so one per store made every
     reopen pay it. Sharing is safe: librdkafka keeps the sequence numbers per partition.
     """
     key = frozenset(settings.clients["producer"].items())
@@ -317,7 +326,8 @@ class RdSender:
         with rd_translated("append", self.address, **where):
             for i, r in enumerate(records):
                 # bytes and Arrow buffers as they are (librdkafka copies them once)
-                value = r.value if type(r.value) in _AS_IS else bytes(r.value)
+                value = r.value if type(r.value) in _AS_IS or r.value is None \
+                    else bytes(r.value)  # None: a tombstone (compacted topics)
                 key = r.key if type(r.key) is bytes else bytes(r.key)
                 headers = [(k, bytes(v)) for k, v in r.headers] or None
                 while True:
@@ -358,21 +368,13 @@ class RdReader:
                               self.address, **where)
         self.tp = TopicPartition(topic, 0)
 
-    def _watermarks(self, cached: bool = False) -> tuple[int, int]:
+    def watermarks(self) -> tuple[int, int]:
+        """Both ends, from the partition's leader (ListOffsets earliest and latest)."""
         with rd_translated("reading watermarks", self.address, **self.where):
-            if cached:
-                return self.consumer.get_watermark_offsets(self.tp, cached=True)
             return self.consumer.get_watermark_offsets(self.tp, timeout=self.timeout_s)
 
     def begin(self) -> int:
-        return self._watermarks()[0]
-
-    def end(self) -> int:
-        return self._watermarks()[1]
-
-    def highwater(self) -> int | None:
-        high = self._watermarks(cached=True)[1]
-        return None if high in (OFFSET_INVALID, -1) or high < 0 else high
+        return self.watermarks()[0]
 
     def seek(self, offset: int) -> None:
         with rd_translated("seeking", self.address, **self.where):
@@ -505,6 +507,23 @@ class ConfluentTopicAdmin(OneTopicRule):
         finally:
             consumer.close()
 
+    def topic_configs(self, topic: str, names: tuple[str, ...]) -> dict[str, str | None]:
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        with rd_translated("describing topic configs", self.address, **self._where(topic=topic)):
+            (future,) = self.client.describe_configs(
+                [resource], request_timeout=self.timeout_s).values()
+            entries = future.result()
+        return {n: entries[n].value if n in entries else None for n in names}
+
+    def set_topic_configs(self, topic: str, configs: Mapping[str, str]) -> None:
+        resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in configs.items()])
+        with rd_translated("altering topic configs", self.address, **self._where(topic=topic)):
+            for future in self.client.incremental_alter_configs(
+                    [resource], request_timeout=self.timeout_s).values():
+                future.result()
+
     def delete_records(self, topic: str, offset: int) -> bool:
         """DeleteRecords below ``offset``; False if the broker does not support it."""
         where = self._where(topic=topic)
@@ -521,7 +540,7 @@ class ConfluentTopicAdmin(OneTopicRule):
                                                      KafkaError.UNSUPPORTED_VERSION,
                                                      KafkaError._UNSUPPORTED_FEATURE):
                     raise
-                # Tansu closes the socket on DeleteRecords: unsupported if the broker answers
+                # a Kafka-protocol service without DeleteRecords: unsupported if it answers
                 self.partitions(topic)
                 log.debug("DeleteRecords failed on a reachable broker: %s", exc)
                 return False

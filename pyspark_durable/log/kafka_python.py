@@ -16,6 +16,7 @@ from typing import Any
 
 import kafka.errors as kerr
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType
 
 from pyspark_durable.errors import (
     BackendUnavailable,
@@ -131,12 +132,10 @@ class PyReader:
         with translated("reading watermarks", self.address, **self.where):
             return self.consumer.beginning_offsets([self.tp], self.timeout_ms)[self.tp]
 
-    def end(self) -> int:
+    def watermarks(self) -> tuple[int, int]:
         with translated("reading watermarks", self.address, **self.where):
-            return self.consumer.end_offsets([self.tp], self.timeout_ms)[self.tp]
-
-    def highwater(self) -> int | None:
-        return self.consumer.highwater(self.tp)
+            begin = self.consumer.beginning_offsets([self.tp], self.timeout_ms)[self.tp]
+            return begin, self.consumer.end_offsets([self.tp], self.timeout_ms)[self.tp]
 
     def seek(self, offset: int) -> None:
         self.consumer.seek(self.tp, offset)
@@ -168,7 +167,9 @@ class PySender:
         with translated("append", self.address, **where):
             send = self.producer.send
             for i, r in enumerate(records):
-                fut = send(topic, value=r.value if type(r.value) is bytes else bytes(r.value),
+                value = r.value if type(r.value) is bytes or r.value is None \
+                    else bytes(r.value)  # None: a tombstone (compacted topics)
+                fut = send(topic, value=value,
                            key=r.key if type(r.key) is bytes else bytes(r.key),
                            headers=[(k, bytes(v)) for k, v in r.headers] or None, partition=0)
                 fut.add_callback(lambda meta, i=i: acked(i, meta.offset))
@@ -245,8 +246,7 @@ class TopicAdmin(OneTopicRule):
         return self.partitions(topic)
 
     def empty(self, topic: str, count: int) -> bool:
-        """Do all ``count`` partitions of ``topic`` hold nothing? (end offsets 0: on Tansu
-        a lower bound of the end that is 0 only for an empty partition)."""
+        """Do all ``count`` partitions of ``topic`` hold nothing (end offsets 0)?"""
         with translated("reading end offsets", self.address, namespace=self.namespace,
                         topic=topic):
             consumer = KafkaConsumer(**self.settings.clients["consumer"])
@@ -256,6 +256,20 @@ class TopicAdmin(OneTopicRule):
                 return all(ends[p] == 0 for p in parts)
             finally:
                 consumer.close()
+
+    def topic_configs(self, topic: str, names: tuple[str, ...]) -> dict[str, str | None]:
+        resource = ConfigResource(ConfigResourceType.TOPIC, topic, configs=dict.fromkeys(names))
+        with translated("describing topic configs", self.address, namespace=self.namespace,
+                        topic=topic):
+            entries = self.client.describe_configs([resource], config_filter="all")
+        entries = entries.get("topic", {}).get(topic, {})
+        return {n: entries[n]["value"] if n in entries else None for n in names}
+
+    def set_topic_configs(self, topic: str, configs: Mapping[str, str]) -> None:
+        resource = ConfigResource(ConfigResourceType.TOPIC, topic, configs=dict(configs))
+        with translated("altering topic configs", self.address, namespace=self.namespace,
+                        topic=topic):
+            self.client.alter_configs([resource], incremental=True)
 
     def delete_records(self, topic: str, offset: int) -> bool:
         """DeleteRecords below ``offset``; False if the broker does not support it."""
@@ -267,7 +281,7 @@ class TopicAdmin(OneTopicRule):
                 return True
             except (kerr.KafkaConnectionError, kerr.UnsupportedVersionError,
                     kerr.KafkaProtocolError) as exc:
-                # Tansu closes the socket on DeleteRecords: unsupported if the broker answers
+                # a Kafka-protocol service without DeleteRecords: unsupported if it answers
                 self.partitions(topic)
                 log.debug("DeleteRecords failed on a reachable broker: %s", exc)
                 return False

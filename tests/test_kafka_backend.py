@@ -403,7 +403,7 @@ def test_headers_and_2mb_values_round_trip(make_kafka):
 
 def test_broker_going_away_mid_read_is_retriable(tmp_path, caplog, client):
     """This tests that a broker killed mid-read is a retriable error, not a short read or hang."""
-    broker = start_broker(tmp_path / "private-tansu")
+    broker = start_broker(tmp_path / "private-kafka")
     namespace = f"t{uuid.uuid4().hex[:12]}"
     store = KafkaLogStore(
         namespace, client=client, bootstrap_servers=broker.address, request_timeout_ms=1500,

@@ -7,7 +7,7 @@ option. After that, a key must be one of this backend's own options
 (:data:`OWN_OPTIONS`) or a kafka-python config name (``KafkaProducer``,
 ``KafkaConsumer`` or ``KafkaAdminClient`` ``DEFAULT_CONFIG``); each kafka-python
 option goes to every client that knows it. With ``client=confluent`` (librdkafka,
-``pyspark_durable[kafka-fast]``) a key may also be any librdkafka property, and
+``pyspark_durable[kafka]``, the default) a key may also be any librdkafka property, and
 kafka-python names are translated to librdkafka's
 (:mod:`pyspark_durable.log.kafka_confluent`). String values are coerced to the type
 of the option's default (Spark passes every option as a string).

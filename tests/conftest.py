@@ -63,7 +63,14 @@ def namespace() -> str:
 StoreFactory = Callable[..., LogStore]
 
 
-@pytest.fixture(params=["file", "kafka"])
+def backend_param(backend: str):
+    """A backend as a test parameter; the Kafka ones are marked ``kafka`` (the quick lane,
+    ``-m "not kafka and not spark and not crash"``, starts no broker)."""
+    return pytest.param(backend, marks=pytest.mark.kafka) if backend.startswith("kafka") \
+        else backend
+
+
+@pytest.fixture(params=["file", backend_param("kafka")])
 def wal(request, tmp_path) -> dict:
     """Spark options (``format("durablewal")``) of a fresh namespace on one backend."""
     ns = f"s{uuid.uuid4().hex[:10]}"
@@ -108,4 +115,4 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
              for name in (m.args[0].split(",") if isinstance(m.args[0], str) else m.args[0])]
     if "store_config" in metafunc.fixturenames and "store_config" not in named:
         backends = getattr(metafunc.module, "BACKENDS", LOG_BACKENDS)
-        metafunc.parametrize("store_config", backends, indirect=True)
+        metafunc.parametrize("store_config", [backend_param(b) for b in backends], indirect=True)

@@ -502,3 +502,22 @@ print("KAFKA-PYTHON", "kafka" in sys.modules)
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "KAFKA-PYTHON False" in done.stdout, done.stdout
+
+
+def test_replication_options_and_retention_overrides(kafka_broker, namespace, client):
+    """This tests that kafka.replication.factor and kafka.min.insync.replicas reach the
+    topics the WAL creates (checked against a 1-node broker: factor 1), that invalid
+    values are typed errors, and that a topic_config overriding retention is refused."""
+    store = KafkaLogStore(namespace, client=client, bootstrap_servers=kafka_broker,
+                          **{"kafka.replication.factor": "1", "kafka.min.insync.replicas": "1"})
+    try:
+        store.open_region(0).append([Record(b"k", b"v")])
+        assert store.admin.topic_configs(f"{namespace}_region_0", ("min.insync.replicas",)) == {
+            "min.insync.replicas": "1"}
+    finally:
+        store.close()
+    for bad, match in (({"kafka.replication.factor": "0"}, "replication_factor=0 is invalid"),
+                       ({"kafka.min.insync.replicas": "two"}, "is not an integer"),
+                       ({"topic_config": {"retention.ms": "1000"}}, r"\['retention.ms'\] cannot")):
+        with pytest.raises(ConfigError, match=match):
+            KafkaLogStore(namespace, client=client, bootstrap_servers=kafka_broker, **bad)

@@ -179,6 +179,11 @@ class KafkaSettings:
         if not isinstance(own["topic_config"] or {}, Mapping):
             raise ConfigError(f"topic_config must be a mapping, got {own['topic_config']!r}")
         topic_config = {str(k): str(v) for k, v in (own["topic_config"] or {}).items()}
+        refused = sorted(set(topic_config) & set(RETENTION_KEYS))
+        if refused:
+            raise ConfigError(f"topic_config {refused} cannot be set: only the WAL's cleaner "
+                              "deletes records (its topics keep retention.ms=-1, "
+                              "retention.bytes=-1; set a retention policy on the namespace)")
         for name in ("replication_factor", "min_insync_replicas"):
             value = own[name]
             try:

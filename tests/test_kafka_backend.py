@@ -521,3 +521,31 @@ def test_replication_options_and_retention_overrides(kafka_broker, namespace, cl
                        ({"topic_config": {"retention.ms": "1000"}}, r"\['retention.ms'\] cannot")):
         with pytest.raises(ConfigError, match=match):
             KafkaLogStore(namespace, client=client, bootstrap_servers=kafka_broker, **bad)
+
+
+def test_a_vanished_topic_is_never_created_again_by_a_handle(make_kafka, kafka_broker, namespace,
+                                                             client):
+    """This tests that a log handle whose topic was deleted under it fails to read and to
+    append with typed errors and never makes the topic again, although the broker
+    auto-creates topics (kafka-python 3.0.12 ignores allow_auto_create_topics=False in
+    its metadata requests: kafka_python.no_auto_create)."""
+    from pyspark_durable.errors import DurableWalError
+
+    log = make_kafka(request_timeout_ms=3000).open_region(0)
+    log.append([Record(b"k", b"v")])
+    assert [e.value for e in log.read(0)] == [b"v"]
+    topic = f"{namespace}_region_0"
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker)
+    try:
+        admin.delete_topics([topic])
+        deadline = time.monotonic() + 60
+        while topic in admin.list_topics():  # deletion completes asynchronously
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        with pytest.raises(DurableWalError):
+            list(log.read(0))
+        with pytest.raises(DurableWalError):
+            log.append([Record(b"k", b"after the topic was deleted")])
+        assert topic not in admin.list_topics()
+    finally:
+        admin.close()

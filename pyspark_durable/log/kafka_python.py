@@ -116,6 +116,24 @@ def translated(what: str, address: str, **where: Any) -> Iterator[None]:
                                  **where) from exc
 
 
+def no_auto_create(client: Any) -> Any:
+    """Make ``allow_auto_create_topics=False`` hold for the client's metadata requests.
+
+    kafka-python 3.0.12 builds its cluster metadata without that setting, so a consumer
+    that assigns (or a producer that sends to) a topic the broker does not have sends
+    MetadataRequest(allow_auto_topic_creation=True), and a broker with
+    ``auto.create.topics.enable`` creates the topic, with its default retention: a
+    reader of a deleted WAL topic made it again (``test_kafka_python_never_auto_creates
+    _a_topic``). The flag is set on the metadata object the client already holds.
+    """
+    cluster = getattr(client, "_cluster", None) or getattr(client, "_metadata", None)
+    if cluster is None or not isinstance(getattr(cluster, "config", None), dict):
+        raise ConfigError("kafka-python changed: cannot turn off topic auto-creation of "
+                          f"{type(client).__name__}; use client=confluent")
+    cluster.config["allow_auto_create_topics"] = False
+    return client
+
+
 class PyReader:
     """kafka-python's KafkaConsumer as a :class:`Reader`."""
 
@@ -125,7 +143,7 @@ class PyReader:
         self.where = dict(where)
         self.tp = TopicPartition(topic, 0)
         with translated("connecting a consumer", self.address, **where):
-            self.consumer = KafkaConsumer(**settings.clients["consumer"])
+            self.consumer = no_auto_create(KafkaConsumer(**settings.clients["consumer"]))
             self.consumer.assign([self.tp])
 
     def begin(self) -> int:
@@ -160,7 +178,7 @@ class PySender:
     def __init__(self, settings: KafkaSettings, namespace: str) -> None:
         self.address = settings.bootstrap_servers
         with translated("connecting the producer", self.address, namespace=namespace):
-            self.producer = KafkaProducer(**settings.clients["producer"])
+            self.producer = no_auto_create(KafkaProducer(**settings.clients["producer"]))
 
     def send(self, topic: str, records: Sequence[Record], acked: Callable[[int, int], None],
              failed: Callable[[BaseException], None], where: Mapping[str, Any]) -> None:
@@ -249,7 +267,7 @@ class TopicAdmin(OneTopicRule):
         """Do all ``count`` partitions of ``topic`` hold nothing (end offsets 0)?"""
         with translated("reading end offsets", self.address, namespace=self.namespace,
                         topic=topic):
-            consumer = KafkaConsumer(**self.settings.clients["consumer"])
+            consumer = no_auto_create(KafkaConsumer(**self.settings.clients["consumer"]))
             try:
                 parts = [TopicPartition(topic, p) for p in range(count)]
                 ends = consumer.end_offsets(parts, self.settings.request_timeout_ms)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pyspark_durable.secrets import scrub
+
 
 def coordinates(**where: Any) -> str:
     """Format ``key=value`` pairs, skipping ``None`` values, in the order given."""
@@ -24,7 +26,9 @@ class DurableWalError(Exception):
     def __init__(self, message: str, **where: Any) -> None:
         self.where = {k: v for k, v in where.items() if v is not None}
         prefix = coordinates(**where)
-        super().__init__(f"{prefix}: {message}" if prefix else message)
+        # a secret that reached a message by any path (an option's value quoted by a
+        # client's error) is masked here: see pyspark_durable.secrets
+        super().__init__(scrub(f"{prefix}: {message}" if prefix else message))
 
 
 class ConfigError(DurableWalError, ValueError):
@@ -86,3 +90,16 @@ class BackendUnavailable(DurableWalError):
     """The storage behind a log cannot be reached (a broker, a folder)."""
 
     retriable = True
+
+
+class AuthenticationFailed(DurableWalError):
+    """The broker refused the client's credentials (SASL), or the TLS handshake failed
+    (an untrusted certificate). The message names the broker and the SASL mechanism,
+    never the secret.
+
+    Not retriable, and deliberately not a :class:`BackendUnavailable`: retrying with
+    the same user name and password cannot succeed, and a retry loop would only lock
+    the account or hide the cause. Fix the options (``kafka.sasl.*``, ``kafka.ssl.*``).
+    """
+
+    retriable = False

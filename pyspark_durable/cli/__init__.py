@@ -11,8 +11,10 @@
     durablewal retention /data/wal --namespace orders --max-steps 1000
 
 The WAL is a folder (file backend: ``PATH`` or ``--path``) or a Kafka cluster
-(``--bootstrap-servers``). Commands only read, except ``clean`` and ``retention``
-with a setting; none creates a namespace. ``--json`` prints one JSON document instead of tables.
+(``--bootstrap-servers``; client settings such as SASL credentials from a properties
+file, ``--kafka-config client.properties``, as Kafka's tools take ``--command-config``).
+Commands only read, except ``clean`` and ``retention`` with a setting; none creates a
+namespace. ``--json`` prints one JSON document instead of tables.
 
 Tables are aligned plain text when piped, styled on a terminal (no colours with
 ``NO_COLOR``); ``check``, ``clean``, ``tail`` and ``namespaces`` draw progress bars on
@@ -68,8 +70,14 @@ def _backend_options() -> argparse.ArgumentParser:
     g.add_argument("--path", help="the WAL root folder (file backend), same as PATH")
     g.add_argument("--bootstrap-servers", metavar="HOST:PORT",
                    help="Kafka bootstrap servers (kafka backend)")
+    g.add_argument("--kafka-config", metavar="FILE",
+                   help="Kafka client settings from a Java properties file, like Kafka "
+                        "tools' --command-config (security.protocol, sasl.mechanism, "
+                        "sasl.jaas.config, ssl.cafile...: keep secrets there, not on "
+                        "the command line); may hold bootstrap.servers")
     g.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a Kafka client option passed through (repeatable)")
+                   help="a Kafka client option passed through (repeatable; overrides "
+                        "--kafka-config; not for secrets)")
     g.add_argument("--timeout-ms", type=_positive, default=DEFAULT_TIMEOUT_MS,
                    help="give up on an unreachable broker after this long "
                         "(connect_timeout_ms; default %(default)s)")

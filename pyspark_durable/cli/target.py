@@ -11,16 +11,19 @@ with id 7 cannot be opened as id 0).
 from __future__ import annotations
 
 import argparse
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pyspark_durable.errors import DurableWalError
 from pyspark_durable.log import LogStore, open_store, store_class
+from pyspark_durable.secrets import is_secret
 from pyspark_durable.wal import Namespace
 from pyspark_durable.wal.namespace import COMMITS_LOG
 from pyspark_durable.wal.state import NamespaceState
 
+log = logging.getLogger(__name__)
 
 class CliError(Exception):
     """A user mistake the CLI reports in one line (exit code 2), never a traceback."""
@@ -40,24 +43,113 @@ def _kafka_key(key: str) -> str:
     return key.removeprefix("kafka.").replace(".", "_").replace("-", "_")
 
 
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(text: str) -> str:
+    r"""Java properties escapes: ``\t \n \r \f \uXXXX``, else ``\c`` is ``c``."""
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c != "\\" or i + 1 == len(text):
+            out.append(c)
+            i += 1
+            continue
+        n = text[i + 1]
+        if n == "u" and i + 6 <= len(text):
+            try:
+                out.append(chr(int(text[i + 2:i + 6], 16)))
+                i += 6
+                continue
+            except ValueError:
+                pass
+        out.append(_ESCAPES.get(n, n))
+        i += 2
+    return "".join(out)
+
+
+def read_properties(text: str, source: str = "properties") -> dict[str, str]:
+    """A Java properties file (``java.util.Properties.load``): ``key=value``,
+    ``key: value`` or ``key value``; ``#`` and ``!`` comments; a line ending in an
+    odd number of backslashes continues on the next. A malformed line is named by its
+    number only: its text may hold a secret."""
+    props: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        number, line = i + 1, lines[i].lstrip()
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while (len(line) - len(line.rstrip("\\"))) % 2 == 1 and i < len(lines):
+            line = line[:-1] + lines[i].lstrip()
+            i += 1
+        j = 0
+        while j < len(line) and line[j] not in "=: \t\f":
+            j += 2 if line[j] == "\\" else 1
+        key = _unescape(line[:j])
+        rest = line[j:].lstrip(" \t\f")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t\f")
+        if not key:
+            raise CliError(f"{source} line {number}: no key")
+        props[key] = _unescape(rest)
+    return props
+
+
+def kafka_config_file(path: str) -> dict[str, str]:
+    """The client settings of ``--kafka-config FILE``."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"cannot read --kafka-config {path}: "
+                       f"{getattr(exc, 'strerror', None) or exc}") from None
+    return read_properties(text, f"--kafka-config {path}")
+
+
+def _kafka_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``--kafka-config`` FILE, then ``--kafka-option`` (the command line wins, key by
+    key in any spelling); a secret on the command line gets a warning."""
+    options: dict[str, Any] = {}
+    if args.kafka_config is not None:
+        options.update(kafka_config_file(args.kafka_config))
+    for item in args.kafka_option:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise CliError(f"--kafka-option {key if is_secret(key) else item!r} is not "
+                           "key=value")
+        if is_secret(key):
+            log.warning("--kafka-option %s puts a secret on the command line (shell history, "
+                        "ps): put it in a file given with --kafka-config", key)
+        for old in [k for k in options if _kafka_key(k) == _kafka_key(key)]:
+            del options[old]
+        options[key] = value
+    return options
+
+
 def target_from_args(args: argparse.Namespace) -> Target:
     """The backend chosen on the command line: a WAL folder, or a Kafka broker."""
     paths = [p for p in (args.path_arg, args.path) if p is not None]
     if len(paths) > 1:
         raise CliError("give the WAL folder once: as PATH or as --path, not both")
-    if args.bootstrap_servers is not None:
+    if args.bootstrap_servers is not None or args.kafka_config is not None:
         if paths:
             raise CliError("give either a WAL folder (file backend) or --bootstrap-servers "
                            "(kafka backend), not both")
-        options: dict[str, Any] = {"bootstrap_servers": args.bootstrap_servers}
-        for item in args.kafka_option:
-            key, sep, value = item.partition("=")
-            if not sep or not key.strip():
-                raise CliError(f"--kafka-option {item!r} is not key=value")
-            options[key.strip()] = value
+        options = _kafka_options(args)
+        if args.bootstrap_servers is not None:
+            for old in [k for k in options if _kafka_key(k) == "bootstrap_servers"]:
+                del options[old]
+            options["bootstrap_servers"] = args.bootstrap_servers
+        servers = next((v for k, v in options.items()
+                        if _kafka_key(k) == "bootstrap_servers"), None)
+        if not servers:
+            raise CliError(f"no Kafka brokers: give --bootstrap-servers HOST:PORT (or "
+                           f"bootstrap.servers in {args.kafka_config})")
         if not any(_kafka_key(k) == "connect_timeout_ms" for k in options):
             options["connect_timeout_ms"] = args.timeout_ms
-        return Target("kafka", options, f"Kafka broker {args.bootstrap_servers}")
+        return Target("kafka", options, f"Kafka broker {servers}")
     if args.kafka_option:
         raise CliError("--kafka-option needs --bootstrap-servers")
     if not paths:

@@ -148,6 +148,9 @@ class KafkaSettings:
         # librdkafka validates its own property names when a client is built
         client = resolve_client(next((v for k, v in options.items()
                                       if normalize_key(str(k)) == "client"), None))
+        from pyspark_durable.log.kafka_auth import security_options  # JAAS; secrets noted
+
+        options = security_options(options, client)
         for raw, value in options.items():
             if value is None:
                 continue

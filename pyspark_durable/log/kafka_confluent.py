@@ -61,6 +61,8 @@ from pyspark_durable.errors import (
 )
 from pyspark_durable.log.base import Entry, Record
 from pyspark_durable.log.kafka_admin import OneTopicRule
+from pyspark_durable.log.kafka_auth import AuthWatch, authentication_failed, rd_list_topics
+from pyspark_durable.secrets import install_log_filter
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,9 @@ ALIASES: dict[str, str] = {
     "fetch_max_wait_ms": "fetch.wait.max.ms",
     "receive_buffer_bytes": "socket.receive.buffer.bytes",
     "send_buffer_bytes": "socket.send.buffer.bytes",
+    "sasl_mechanism": "sasl.mechanisms",
+    "ssl_crlfile": "ssl.crl.location",
+    "ssl_ciphers": "ssl.cipher.suites",
 }
 
 # librdkafka defaults we change (as TUNED does for kafka-python)
@@ -120,6 +125,7 @@ RETRIABLE = {
     KafkaError.NETWORK_EXCEPTION, KafkaError._WAIT_COORD, KafkaError._DESTROY,
 }
 OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
+AUTH_FAILED = {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED}
 
 
 def _text(value: Any) -> str:
@@ -173,7 +179,9 @@ def librdkafka_configs(servers: str, own: Mapping[str, Any],
     consumer["message.max.bytes"] = str(min(_int(consumer, "message.max.bytes", 0), fetch_max))
     # every property, so an unknown name fails when the store opens (librdkafka only
     # warns about producer or consumer properties on an admin client: errors only)
-    admin = {**common, "log_level": "3"}
+    # error_cb: a refused login is reported at once (kafka_auth.rd_list_topics)
+    admin = {**common, "log_level": "3", "error_cb": AuthWatch()}
+    install_log_filter([rd_log.logger.name])  # librdkafka's lines, secrets scrubbed
     return {"producer": producer, "consumer": consumer, "admin": admin}, delivery_ms
 
 
@@ -186,6 +194,8 @@ def _error_of(exc: BaseException) -> KafkaError | None:
 def typed(err: KafkaError, what: str, address: str, **where: Any) -> DurableWalError:
     """One librdkafka error as this package's typed error, naming the broker."""
     code = err.code()
+    if code in AUTH_FAILED:
+        return authentication_failed(address, {}, f"{what}: {err.str()}", **where)
     if code in OUT_OF_RANGE:
         return OffsetOutOfRange(f"{what}: broker {address} has no such offset: {err.str()}",
                                 **where)
@@ -445,7 +455,9 @@ class ConfluentTopicAdmin(OneTopicRule):
     def _metadata(self) -> Any:
         with rd_translated("listing topics", self.address, **self._where()):
             try:
-                return self.client.list_topics(timeout=self.settings.connect_timeout_ms / 1000)
+                return rd_list_topics(self.client, self.settings.connect_timeout_ms / 1000,
+                                      self.address, self.settings.clients["admin"],
+                                      **self._where())
             except KafkaException as exc:
                 err = _error_of(exc)
                 if err is not None and err.code() in RETRIABLE:

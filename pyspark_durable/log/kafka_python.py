@@ -26,6 +26,8 @@ from pyspark_durable.errors import (
 )
 from pyspark_durable.log.base import Entry, Record
 from pyspark_durable.log.kafka_admin import KafkaSettings, OneTopicRule
+from pyspark_durable.log.kafka_auth import authentication_failed, py_check_credentials
+from pyspark_durable.secrets import KAFKA_PYTHON_LOGGERS, install_log_filter
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,7 @@ def default_of(name: str) -> Any:
 def client_configs(servers: str, own: Mapping[str, Any],
                    merged: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], int]:
     """The kwargs of the producer, consumer and admin client, and the delivery timeout."""
+    install_log_filter(KAFKA_PYTHON_LOGGERS, prefix="kafka.")  # SASL requests at DEBUG
     for k, v in TUNED.items():
         merged.setdefault(k, v)
     common = {
@@ -97,6 +100,8 @@ def translated(what: str, address: str, **where: Any) -> Iterator[None]:
         raise
     except kerr.KafkaConfigurationError as exc:
         raise ConfigError(f"{what}: invalid kafka client option: {exc}", **where) from exc
+    except kerr.SaslAuthenticationFailedError as exc:
+        raise authentication_failed(address, {}, f"{what}: {exc}", **where) from None
     except kerr.OffsetOutOfRangeError as exc:
         raise OffsetOutOfRange(f"{what}: broker {address} has no such offset: {exc}",
                                **where) from exc
@@ -219,6 +224,8 @@ class TopicAdmin(OneTopicRule):
         self.address = settings.bootstrap_servers
         self.namespace = namespace
         with translated("connecting the admin client", self.address, namespace=namespace):
+            py_check_credentials(settings.clients["admin"], self.address,
+                                 settings.connect_timeout_ms, namespace=namespace)
             try:
                 self.client = KafkaAdminClient(**settings.clients["admin"])
             except kerr.KafkaTimeoutError as exc:

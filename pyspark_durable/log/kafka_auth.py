@@ -1,0 +1,210 @@
+"""Authentication of the Kafka log: security options, and a wrong password told quickly.
+
+**Options.** A user writes Kafka's own names (``kafka.security.protocol``,
+``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config`` as in Spark's Kafka connector
+or a ``--command-config`` file) or kafka-python's (``kafka.sasl.plain.username``,
+``kafka.ssl.cafile``). :func:`security_options` runs before the backend parses
+options: it records the secrets for redaction (:mod:`pyspark_durable.secrets`),
+turns a ``sasl.jaas.config`` of the PLAIN or SCRAM login module into user name and
+password (neither client reads JAAS), and for librdkafka turns kafka-python's
+``ssl_check_hostname`` into ``ssl.endpoint.identification.algorithm``. The other
+renames are :data:`~pyspark_durable.log.kafka_confluent.ALIASES`.
+
+**A wrong password** is :class:`~pyspark_durable.errors.AuthenticationFailed`, raised
+when the store opens, within about a second, not after ``connect_timeout_ms``:
+
+* librdkafka reports a failed SASL exchange only through its ``error_cb`` and keeps
+  retrying, so a metadata request just times out. The admin client gets an
+  :class:`AuthWatch` as ``error_cb``; :func:`rd_list_topics` asks for metadata in
+  short, growing slices and polls the watch between them.
+* kafka-python's bootstrap retries any failed connection until its timeout, and
+  3.0.12 loses the broker's SaslAuthenticate error when the broker closes the
+  connection right after it (the bytes and the EOF arrive in one read), so the
+  failure looks like "socket disconnected". :func:`py_check_credentials` makes one
+  connection first (only when SASL or TLS is configured): a connection that answered
+  ApiVersions and then closed during the SASL exchange is a refused login.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from pyspark_durable import secrets
+from pyspark_durable.errors import AuthenticationFailed
+
+FIRST_SLICE_S = 0.5  # first metadata wait; doubled up to MAX_SLICE_S
+MAX_SLICE_S = 4.0
+LOGIN_MODULES = {"plainloginmodule": "PLAIN", "scramloginmodule": None}
+
+
+def _norm(key: str) -> str:
+    key = str(key)
+    if key.startswith("kafka."):
+        key = key[len("kafka."):]
+    return key.replace(".", "_").replace("-", "_")
+
+
+def security_options(options: Mapping[str, Any], client: str) -> dict[str, Any]:
+    """The options with JAAS and ``ssl_check_hostname`` translated (see the module
+    docstring); their secrets remembered for redaction."""
+    secrets.remember(options)
+    out = dict(options)
+    names = {_norm(k): k for k in out}
+    jaas_key = names.get("sasl_jaas_config")
+    if jaas_key is not None and out[jaas_key] is not None:
+        text = str(out.pop(jaas_key))
+        module = next((m for m in LOGIN_MODULES if m in text.lower()), None)
+        if module is None:
+            from pyspark_durable.errors import ConfigError
+
+            raise ConfigError(f"option {jaas_key!r}: only the PLAIN and SCRAM login modules "
+                              "can be translated (give sasl.plain.username and "
+                              "sasl.plain.password, or librdkafka's sasl.* properties)")
+        found = secrets.jaas_values(text)
+        for name, key in (("username", "sasl_plain_username"),
+                          ("password", "sasl_plain_password")):
+            if name in found and key not in names and not (
+                    client == "confluent" and key.replace("plain_", "") in names):
+                out[key] = found[name]
+        if LOGIN_MODULES[module] and "sasl_mechanism" not in names \
+                and "sasl_mechanisms" not in names:
+            out["sasl_mechanism"] = LOGIN_MODULES[module]
+    check_key = names.get("ssl_check_hostname")
+    if client == "confluent" and check_key is not None:
+        value = out.pop(check_key)
+        on = str(value).strip().lower() not in ("false", "0", "no", "none")
+        out["ssl_endpoint_identification_algorithm"] = "https" if on else "none"
+    return out
+
+
+def mechanism_of(config: Mapping[str, Any]) -> str | None:
+    """The SASL mechanism of a client config (either client's spelling)."""
+    for key in ("sasl_mechanism", "sasl.mechanism", "sasl.mechanisms"):
+        if config.get(key):
+            return str(config[key])
+    return None
+
+
+def protocol_of(config: Mapping[str, Any]) -> str:
+    return str(config.get("security_protocol") or config.get("security.protocol")
+               or "PLAINTEXT").upper()
+
+
+def authentication_failed(address: str, config: Mapping[str, Any], detail: str,
+                          **where: Any) -> AuthenticationFailed:
+    """The typed error: broker, protocol and mechanism named, the secret never."""
+    protocol = protocol_of(config)
+    mechanism = mechanism_of(config)
+    if not config:  # a client's error met later, without the options at hand
+        what = f"authentication to Kafka broker {address} failed"
+        fix = "check the kafka.sasl.* and kafka.ssl.* options"
+    elif protocol.startswith("SASL"):
+        what = (f"SASL authentication (mechanism {mechanism or 'GSSAPI'}, security.protocol "
+                f"{protocol}) to Kafka broker {address} failed")
+        fix = ("check the user name and password (kafka.sasl.plain.username / "
+               "kafka.sasl.plain.password, or kafka.sasl.jaas.config) and the mechanism")
+    else:
+        what = f"TLS connection (security.protocol {protocol}) to Kafka broker {address} failed"
+        fix = "check kafka.ssl.cafile (the CA that signed the broker's certificate)"
+    return AuthenticationFailed(f"{what}: {secrets.scrub(detail)}; {fix} (not retried)",
+                                **where)
+
+
+# -- librdkafka ------------------------------------------------------------------------
+
+
+class AuthWatch:
+    """A librdkafka ``error_cb``: keeps the first authentication or TLS failure."""
+
+    def __init__(self) -> None:
+        self.failure: str | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, err: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        codes = (KafkaError._AUTHENTICATION, KafkaError._SSL,
+                 KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError.ILLEGAL_SASL_STATE,
+                 KafkaError.UNSUPPORTED_SASL_MECHANISM)
+        if err.code() in codes:
+            with self._lock:
+                if self.failure is None:
+                    self.failure = err.str()
+
+
+def rd_list_topics(client: Any, timeout_s: float, address: str, config: Mapping[str, Any],
+                   **where: Any) -> Any:
+    """``client.list_topics`` within ``timeout_s``; an authentication failure the
+    client's :class:`AuthWatch` saw is :class:`AuthenticationFailed` at once."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    watch = config.get("error_cb")
+    if not isinstance(watch, AuthWatch):
+        return client.list_topics(timeout=timeout_s)
+    waiting = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT)
+    deadline = time.monotonic() + timeout_s
+    slice_s = FIRST_SLICE_S
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return client.list_topics(timeout=max(0.001, min(slice_s, left)))
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            client.poll(0)  # serves error_cb
+            if watch.failure is not None:
+                raise authentication_failed(address, config, watch.failure, **where) from None
+            if err is None or err.code() not in waiting or time.monotonic() >= deadline:
+                raise
+        slice_s = min(slice_s * 2, MAX_SLICE_S)
+
+
+# -- kafka-python ----------------------------------------------------------------------
+
+
+def py_check_credentials(config: Mapping[str, Any], address: str, timeout_ms: int,
+                         **where: Any) -> None:
+    """One connection with kafka-python's own connection code, when SASL or TLS is
+    configured: a refused login or certificate is :class:`AuthenticationFailed`;
+    anything else (an unreachable broker) is left to the client's own bootstrap."""
+    protocol = protocol_of(config)
+    if protocol == "PLAINTEXT":
+        return
+    import kafka.errors as kerr
+    from kafka.net.manager import KafkaConnectionManager
+    from kafka.net.selector import NetworkSelector
+
+    net = NetworkSelector(**config)
+    manager = KafkaConnectionManager(net, **config)
+
+    async def connected(conn: Any) -> None:
+        await conn
+
+    try:
+        for node in manager.cluster.bootstrap_brokers():
+            conn = manager.get_connection(node.node_id, timeout_ms=timeout_ms,
+                                          pop_on_close=False, refresh_metadata_on_err=False,
+                                          reset_backoff_on_connect=False)
+            try:
+                net.run(connected, conn)
+                return  # logged in: the credentials are good
+            except (kerr.SaslAuthenticationFailedError, kerr.IllegalSaslStateError,
+                    kerr.UnsupportedSaslMechanismError) as exc:
+                raise authentication_failed(address, config, f"{type(exc).__name__}: {exc}",
+                                            **where) from None
+            except kerr.KafkaError as exc:
+                text = str(exc)
+                if protocol.endswith("SSL") and ("Handshake failed" in text
+                                                 or "CERTIFICATE_VERIFY_FAILED" in text):
+                    raise authentication_failed(address, config, text, **where) from None
+                if protocol.startswith("SASL") and conn.broker_version_data is not None \
+                        and isinstance(exc, kerr.KafkaConnectionError):
+                    raise authentication_failed(
+                        address, config, "the broker closed the connection during the SASL "
+                        f"exchange ({text})", **where) from None
+                continue  # not reachable: try the next, then let the bootstrap report it
+    finally:
+        manager.close()
+        net.close()

@@ -1,0 +1,494 @@
+"""Authentication and secrets: the Kafka log over SASL (SCRAM-SHA-256, PLAIN) and TLS.
+
+One broker for the module (``start_cluster(..., sasl=True, tls=True)``): a SASL_PLAINTEXT
+listener whose users are created at format time (SCRAM) and in the listener's JAAS
+line (PLAIN), and an SSL listener with a CA made by :mod:`kafka_tls`. Both clients
+read and write through each; a wrong password is a quick, typed, non-retriable error;
+and the password shows nowhere: errors, logs (ours and the clients'), the WAL's
+topics, the CLI's output, and what Spark shows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from kafka_broker import BrokerStartError, KafkaCluster, start_cluster
+from kafka_tls import make_ca_and_server
+
+from pyspark_durable.cli import main
+from pyspark_durable.endpoint import open_namespace, write_step
+from pyspark_durable.errors import (
+    AuthenticationFailed,
+    BackendUnavailable,
+    ConfigError,
+    DurableWalError,
+)
+from pyspark_durable.log import Record, open_store
+from pyspark_durable.secrets import REDACTED, redact_options, scrub
+
+pytestmark = pytest.mark.kafka
+
+CLIENTS = ["confluent", "kafka-python"]
+QUICK_S = 5.0  # a refused login must fail well before the 20 s connect timeout given
+SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule"
+PLAIN_JAAS = "org.apache.kafka.common.security.plain.PlainLoginModule"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """One Kafka node with PLAINTEXT, SASL_PLAINTEXT and SSL listeners, for this module."""
+    try:
+        broker = start_cluster(tmp_path_factory.mktemp("kafka-auth"), 1, sasl=True, tls=True)
+    except BrokerStartError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def password(cluster: KafkaCluster) -> str:
+    assert cluster.auth is not None
+    return cluster.auth.password
+
+
+def secrets_of(cluster: KafkaCluster) -> list[str]:
+    """Every secret of the test broker: none may show anywhere."""
+    auth = cluster.auth
+    assert auth is not None
+    return [auth.password, auth.admin_password, auth.keystore_password]
+
+
+def assert_no_secret(cluster: KafkaCluster, text: str | bytes, where: str) -> None:
+    for secret in secrets_of(cluster):
+        needle = secret.encode() if isinstance(text, bytes) else secret
+        assert needle not in text, f"a secret shows in {where}"
+
+
+def connection(cluster: KafkaCluster, kind: str, secret: str | None = None) -> dict:
+    """``open_store`` keywords (kafka-python's names) of one listener and login."""
+    auth = cluster.auth
+    assert auth is not None and auth.tls_dir is not None
+    if kind == "ssl":
+        return {"bootstrap_servers": cluster.ssl_bootstrap(), "security_protocol": "SSL",
+                "ssl_cafile": str(auth.tls_dir / "ca.pem")}
+    mechanism = {"scram": "SCRAM-SHA-256", "plain": "PLAIN"}[kind]
+    return {"bootstrap_servers": cluster.sasl_bootstrap(), "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": mechanism, "sasl_plain_username": auth.user,
+            "sasl_plain_password": auth.password if secret is None else secret}
+
+
+def jaas(module: str, user: str, secret: str) -> str:
+    return f'{module} required username="{user}" password="{secret}";'
+
+
+def roundtrip(store_kwargs: dict) -> None:
+    """Append to a log and a snapshot, read both back, through a fresh store."""
+    ns = f"a{uuid.uuid4().hex[:10]}"
+    store = open_store("kafka", ns, **store_kwargs)
+    try:
+        log = store.open_log("region_0")
+        assert log.append([Record(b"k1", b"v1"), Record(b"k2", b"v2")]) == [0, 1]
+        store.write_snapshot("state", 1, b"snap")
+    finally:
+        store.close()
+    again = open_store("kafka", ns, **store_kwargs)
+    try:
+        assert [e.value for e in again.open_log("region_0", create=False).read(0)] == \
+            [b"v1", b"v2"]
+        assert again.read_snapshot_version("state", 1) == b"snap"
+        assert ns in type(again).list_namespaces(store_kwargs)
+    finally:
+        again.close()
+
+
+# -- the log layer ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("kind", ["scram", "plain", "ssl"])
+def test_the_log_reads_and_writes_over_sasl_and_tls(cluster, client, kind):
+    """This tests that both clients append and read a log and a snapshot through the SASL
+    listener (SCRAM-SHA-256 and PLAIN) and through the TLS listener (the test's CA),
+    given kafka-python's option names (translated for librdkafka)."""
+    roundtrip({**connection(cluster, kind), "client": client})
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_kafka_spellings_and_a_jaas_line_work_on_both_clients(cluster, client):
+    """This tests that Kafka's own spellings, as Spark's Kafka connector takes them
+    (``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``),
+    and ``kafka.ssl.check.hostname`` log in on both clients."""
+    auth = cluster.auth
+    assert auth is not None and auth.tls_dir is not None
+    roundtrip({"kafka.bootstrap.servers": cluster.sasl_bootstrap(), "kafka.client": client,
+               "kafka.security.protocol": "SASL_PLAINTEXT",
+               "kafka.sasl.mechanism": "SCRAM-SHA-256",
+               "kafka.sasl.jaas.config": jaas(SCRAM_JAAS, auth.user, auth.password)})
+    roundtrip({"kafka.bootstrap.servers": cluster.sasl_bootstrap(), "kafka.client": client,
+               "kafka.security.protocol": "SASL_PLAINTEXT",  # PLAIN from the login module
+               "kafka.sasl.jaas.config": jaas(PLAIN_JAAS, auth.user, auth.password)})
+    roundtrip({"kafka.bootstrap.servers": cluster.ssl_bootstrap(), "kafka.client": client,
+               "kafka.security.protocol": "SSL", "kafka.ssl.check.hostname": "true",
+               "kafka.ssl.cafile": str(auth.tls_dir / "ca.pem")})
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("kind", ["scram", "plain"])
+def test_a_wrong_password_is_a_quick_typed_error(cluster, client, kind):
+    """This tests that a wrong password is AuthenticationFailed (not retriable, not a
+    BackendUnavailable) naming the broker and the SASL mechanism, within seconds although
+    the connect timeout is 20 s, on both clients and both mechanisms."""
+    wrong = "wrong-" + uuid.uuid4().hex
+    options = {**connection(cluster, kind, secret=wrong), "client": client,
+               "connect_timeout_ms": 20_000}
+    start = time.monotonic()
+    with pytest.raises(AuthenticationFailed) as caught:
+        open_store("kafka", "nope", **options)
+    took = time.monotonic() - start
+    assert took < QUICK_S, f"a refused login took {took:.1f}s"
+    exc = caught.value
+    assert not exc.retriable and not isinstance(exc, BackendUnavailable)
+    text = str(exc)
+    assert cluster.sasl_bootstrap() in text
+    assert options["sasl_mechanism"] in text
+    assert wrong not in text
+    assert_no_secret(cluster, text, "the error")
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_an_untrusted_broker_certificate_is_a_quick_typed_error(cluster, client, tmp_path):
+    """This tests that a TLS listener whose certificate another CA signed is
+    AuthenticationFailed naming the broker, quickly, on both clients."""
+    other = make_ca_and_server(tmp_path / "other-ca", "unused-" + uuid.uuid4().hex)
+    start = time.monotonic()
+    with pytest.raises(AuthenticationFailed) as caught:
+        open_store("kafka", "nope", bootstrap_servers=cluster.ssl_bootstrap(), client=client,
+                   security_protocol="SSL", ssl_cafile=str(other / "ca.pem"),
+                   connect_timeout_ms=20_000)
+    assert time.monotonic() - start < QUICK_S
+    assert cluster.ssl_bootstrap() in str(caught.value)
+    assert "SSL" in str(caught.value)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_bad_option_never_quotes_a_secret(cluster, client):
+    """This tests that ConfigErrors about options holding a secret (a misspelt key, the
+    unknown-option listing, a JAAS line of an unsupported login module, a secret given as
+    a value the client refuses or quotes) name the option, never its value."""
+    secret = password(cluster)
+    base = {"bootstrap_servers": cluster.sasl_bootstrap(), "client": client,
+            "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-256",
+            "sasl_plain_username": "alice"}
+    cases = [
+        {**base, "sasl_plain_pasword": secret},  # misspelt: unknown option, listing
+        {**base, "kafka.sasl.jaas.config": f'com.example.Login required password="{secret}";'},
+        {**base, "sasl_plain_password": secret, "sasl_mechanism": secret},  # refused value
+        {**base, "kafka.sasl.pasword": secret},  # librdkafka's name, misspelt
+    ]
+    for options in cases:
+        with pytest.raises(DurableWalError) as caught:
+            open_store("kafka", "nope", **options)
+        assert isinstance(caught.value, ConfigError | AuthenticationFailed), caught.value
+        assert_no_secret(cluster, str(caught.value), f"the error for {redact_options(options)}")
+
+
+def test_redaction_helpers_mask_every_spelling():
+    """This tests the redaction helpers: secret keys by name (Spark's regex and more),
+    a remembered value in any text (and in a bytes repr), SASL auth_bytes of a log line."""
+    opts = redact_options({"kafka.sasl.jaas.config": "x", "kafka.sasl.password": "y",
+                           "ssl.key.pem": "z", "bootstrap.servers": "b"})
+    assert opts == {"kafka.sasl.jaas.config": REDACTED, "kafka.sasl.password": REDACTED,
+                    "ssl.key.pem": REDACTED, "bootstrap.servers": "b"}
+    from pyspark_durable.secrets import remember
+
+    remember({"sasl.password": "s3cr'et\x01!"})
+    assert "s3cr" not in scrub(f"a {'s3cr' + chr(39) + 'et' + chr(1) + '!'} b "
+                               f"{('s3cr' + chr(39) + 'et' + chr(1) + '!').encode()!r}")
+    assert "hunter" not in scrub("SaslAuthenticateRequest(auth_bytes=b'a\\x00a\\x00hunter2')")
+
+
+# -- nothing shows: logs, stored metadata, errors -----------------------------------
+
+
+def topic_bytes(cluster: KafkaCluster, prefix: str) -> bytes:
+    """Every key, value and header of every topic of a namespace, read raw."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix + "_")]
+    assert topics, f"no topics of {prefix}"
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "raw-reader",
+                         "enable.auto.commit": "false", "enable.partition.eof": "true"})
+    data = bytearray()
+    try:
+        for topic in topics:
+            consumer.assign([TopicPartition(topic, 0, 0)])
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+            seen = low
+            while seen < high:
+                msg = consumer.poll(5)
+                assert msg is not None, f"{topic} stopped at {seen} of {high}"
+                if msg.error() is not None:
+                    continue
+                data += (msg.key() or b"") + (msg.value() or b"")
+                for k, v in msg.headers() or ():
+                    data += k.encode() + (v or b"")
+                seen = msg.offset() + 1
+    finally:
+        consumer.close()
+    return bytes(data)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_no_secret_in_logs_stored_metadata_or_errors(cluster, client, caplog):
+    """This tests that a whole WAL session over SASL PLAIN (the password goes on the wire
+    in clear: kafka-python logs that request at DEBUG) and a refused login leave no secret
+    in any log record of this package or the clients (DEBUG), nor in the bytes of every
+    topic of the namespace."""
+    caplog.set_level(logging.DEBUG)
+    for name in ("kafka", "pyspark_durable", "confluent_kafka"):
+        caplog.set_level(logging.DEBUG, logger=name)
+    ns_name = f"m{uuid.uuid4().hex[:10]}"
+    options = {**connection(cluster, "plain"), "client": client}
+    ns = open_namespace({"backend": "kafka", "namespace": ns_name, "options": options})
+    try:
+        for step in range(3):
+            write_step(ns, "writer", step, {"orders": pa.table({"id": [step, step + 1]})})
+    finally:
+        ns.close()
+    with pytest.raises(AuthenticationFailed):
+        open_store("kafka", ns_name, **{**options, "sasl_plain_password": password(cluster)[::-1]})
+    text = "\n".join(f"{r.name} {r.getMessage()} {r.exc_text or ''}" for r in caplog.records)
+    assert any(r.name.startswith("kafka.") for r in caplog.records) or client == "confluent"
+    assert_no_secret(cluster, text, "the log records")
+    assert password(cluster)[::-1] not in text
+    assert_no_secret(cluster, topic_bytes(cluster, ns_name), "the WAL's topics")
+
+
+# -- the CLI ------------------------------------------------------------------------
+
+
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def shop(cluster: KafkaCluster) -> str:
+    """A namespace with 3 steps of table 'orders', written over SCRAM."""
+    name = f"c{uuid.uuid4().hex[:10]}"
+    ns = open_namespace({"backend": "kafka", "namespace": name,
+                         "options": connection(cluster, "scram")})
+    try:
+        for step in range(3):
+            write_step(ns, "loader", step, {"orders": pa.table({"id": [step]})})
+    finally:
+        ns.close()
+    return name
+
+
+def properties(path: Path, cluster: KafkaCluster, secret: str | None = None) -> Path:
+    auth = cluster.auth
+    assert auth is not None
+    path.write_text(
+        "# like Kafka's --command-config\n"
+        f"bootstrap.servers={cluster.sasl_bootstrap()}\n"
+        "security.protocol=SASL_PLAINTEXT\n"
+        "sasl.mechanism=SCRAM-SHA-256\n"
+        f"sasl.jaas.config={SCRAM_JAAS} required \\\n"
+        f'    username="{auth.user}" \\\n'
+        f'    password="{auth.password if secret is None else secret}";\n')
+    return path
+
+
+def test_the_cli_reaches_a_sasl_broker_with_a_config_file(cluster, shop, tmp_path, capsys):
+    """This tests that every read-only command reaches the SASL listener with
+    --kafka-config FILE (a Java properties file, Kafka's --command-config, JAAS line
+    continued over lines) and --kafka-option, and that no output (tables, --json, -vv
+    logs) shows the password."""
+    conf = properties(tmp_path / "client.properties", cluster)
+    runs = [["namespaces"], ["regions", "--namespace", shop], ["tables", "--namespace", shop],
+            ["steps", "--namespace", shop], ["tail", "--namespace", shop, "--table", "orders"],
+            ["check", "--namespace", shop], ["retention", "--namespace", shop],
+            ["clean", "--namespace", shop, "--grace-ms", "0"]]
+    for client in CLIENTS:
+        for argv in runs:
+            for extra in ([], ["--json"], ["-vv"]):
+                code, out, err = cli(capsys, *argv, "--kafka-config", conf,
+                                     "--kafka-option", f"client={client}", *extra)
+                assert code == 0, (argv, extra, err)
+                assert_no_secret(cluster, out + err, f"durablewal {argv} {extra}")
+    code, out, _ = cli(capsys, "steps", "--namespace", shop, "--kafka-config", conf, "--json")
+    assert [s["step"] for s in json.loads(out)["steps"]] == [0, 1, 2]
+    code, out, _ = cli(capsys, "namespaces", "--names-only", "--kafka-config", conf,
+                       "--bootstrap-servers", cluster.sasl_bootstrap())
+    assert shop in out.split()
+
+
+def test_the_cli_warns_of_a_secret_on_the_command_line(cluster, shop, capsys):
+    """This tests that a password given with --kafka-option works but is warned about
+    (one line naming the option, not the value)."""
+    auth = cluster.auth
+    assert auth is not None
+    code, out, err = cli(capsys, "steps", "--namespace", shop,
+                         "--bootstrap-servers", cluster.sasl_bootstrap(),
+                         "--kafka-option", "security.protocol=SASL_PLAINTEXT",
+                         "--kafka-option", "sasl.mechanism=SCRAM-SHA-256",
+                         "--kafka-option", f"sasl.plain.username={auth.user}",
+                         "--kafka-option", f"sasl.plain.password={auth.password}")
+    assert code == 0, err
+    assert "--kafka-option sasl.plain.password puts a secret on the command line" in err
+    assert_no_secret(cluster, out + err, "the output")
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_the_cli_reports_a_wrong_password_in_one_line(cluster, shop, tmp_path, capsys, client):
+    """This tests that a wrong password in the --kafka-config file is one line on stderr
+    naming the broker and the mechanism, exit 2, quickly (the timeout is 20 s)."""
+    wrong = "bad-" + uuid.uuid4().hex
+    conf = properties(tmp_path / "bad.properties", cluster, secret=wrong)
+    for argv in (["namespaces"], ["steps", "--namespace", shop]):
+        start = time.monotonic()
+        code, out, err = cli(capsys, *argv, "--kafka-config", conf, "--timeout-ms", "20000",
+                             "--kafka-option", f"client={client}")
+        assert time.monotonic() - start < QUICK_S
+        assert (code, out) == (2, "")
+        assert err.startswith("durablewal: error: ") and err.count("\n") == 1, err
+        assert cluster.sasl_bootstrap() in err and "SCRAM-SHA-256" in err
+        assert wrong not in err
+        assert_no_secret(cluster, err, "the error line")
+
+
+def test_the_cli_config_file_errors_name_no_secret(cluster, tmp_path, capsys):
+    """This tests that an unreadable config file and a bad line are one-line errors, and
+    that a line is named by its number, never by its (possibly secret) text."""
+    code, _, err = cli(capsys, "namespaces", "--kafka-config", tmp_path / "missing")
+    assert code == 2 and "cannot read --kafka-config" in err and err.count("\n") == 1
+    bad = tmp_path / "bad.properties"
+    bad.write_text(f"bootstrap.servers={cluster.sasl_bootstrap()}\n={password(cluster)}\n")
+    code, _, err = cli(capsys, "namespaces", "--kafka-config", bad)
+    assert code == 2 and "line 2" in err
+    assert_no_secret(cluster, err, "the error line")
+
+
+# -- Spark --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spark_session():
+    """The suite's SparkSession (created here when this module runs alone)."""
+    sys.path.insert(0, str(Path(__file__).parent / "spark"))
+    from pyspark.sql import SparkSession
+    from spark_settings import spark_builder
+
+    import pyspark_durable
+
+    existing = SparkSession.getActiveSession()
+    session = spark_builder().getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    pyspark_durable.register(session)
+    yield session
+    if existing is None:
+        session.stop()
+
+
+def progress_text(progress) -> str:
+    """A query's progress as the JSON Spark reports (a dict or a StreamingQueryProgress)."""
+    if progress is None:
+        return ""
+    return progress.json if hasattr(progress, "json") else json.dumps(progress, default=str)
+
+
+@pytest.mark.spark
+def test_spark_reads_and_writes_over_sasl_and_shows_no_secret(cluster, spark_session, tmp_path,
+                                                              capfd):
+    """This tests a session writing and reading a batch and a stream over SASL with
+    ``kafka.security.protocol``, ``kafka.sasl.mechanism`` and ``kafka.sasl.jaas.config``
+    (a key Spark's redaction regex does not match) or ``kafka.sasl.plain.password``, and
+    that the secret is in no explain() output, no query progress and not in the error
+    text of a query refused for a wrong password."""
+    spark = spark_session
+    auth = cluster.auth
+    assert auth is not None
+    base = {"backend": "kafka", "kafka.bootstrap.servers": cluster.sasl_bootstrap(),
+            "kafka.security.protocol": "SASL_PLAINTEXT"}
+    with_jaas = {**base, "kafka.sasl.mechanism": "SCRAM-SHA-256",
+                 "kafka.sasl.jaas.config": jaas(SCRAM_JAAS, auth.user, auth.password)}
+    with_password = {**base, "kafka.sasl.mechanism": "PLAIN",
+                     "kafka.sasl.plain.username": auth.user,
+                     "kafka.sasl.plain.password": auth.password}
+    src, dst = f"sp{uuid.uuid4().hex[:8]}", f"sq{uuid.uuid4().hex[:8]}"
+    shown: list[str] = []
+
+    def explain(df_or_query) -> None:
+        capfd.readouterr()
+        if hasattr(df_or_query, "isStreaming") and not hasattr(df_or_query, "awaitTermination"):
+            for mode in ("simple", "extended", "codegen", "cost", "formatted"):
+                df_or_query.explain(mode=mode)
+        else:
+            df_or_query.explain(extended=True)
+        out, err = capfd.readouterr()
+        shown.append(out + err)
+
+    rows = spark.createDataFrame([(i, f"v{i}") for i in range(20)], "id long, v string")
+    rows.write.format("durablewal").options(**with_jaas, namespace=src).mode("append").save()
+    batch = spark.read.format("durablewal").options(**with_password, namespace=src).load()
+    explain(batch)
+    assert sorted(r.id for r in batch.select("id").collect()) == list(range(20))
+
+    stream = spark.readStream.format("durablewal").options(**with_jaas, namespace=src).load()
+    explain(stream)
+    query = (stream.select("id", "v").writeStream.format("durablewal")
+             .options(**with_password, namespace=dst)
+             .option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(120)
+        explain(query)
+        assert query.recentProgress, "no progress was reported"
+        shown.append(progress_text(query.lastProgress))
+        shown.extend(progress_text(p) for p in query.recentProgress)
+        shown.append(str(query.status))
+        assert query.exception() is None
+    finally:
+        query.stop()
+    copied = spark.read.format("durablewal").options(**with_jaas, namespace=dst).load()
+    assert copied.count() == 20
+
+    wrong = {**with_jaas, "kafka.sasl.jaas.config": jaas(SCRAM_JAAS, auth.user,
+                                                          "nope-" + uuid.uuid4().hex)}
+    wrong["kafka.connect.timeout.ms"] = "20000"
+    start = time.monotonic()
+    with pytest.raises(Exception) as caught:
+        spark.read.format("durablewal").options(**wrong, namespace=src).load().collect()
+    assert time.monotonic() - start < 30
+    failure = str(caught.value)
+    assert "AuthenticationFailed" in failure and cluster.sasl_bootstrap() in failure
+    shown.append(failure)
+    failing = (spark.readStream.format("durablewal").options(**with_jaas, namespace=src).load()
+               .writeStream.format("durablewal")
+               .options(**{**with_password, "kafka.sasl.plain.password": "nope-" + auth.user},
+                        namespace=dst)
+               .option("checkpointLocation", str(tmp_path / "ckpt2"))
+               .trigger(availableNow=True).start())
+    try:
+        with pytest.raises(Exception) as stream_failed:
+            failing.awaitTermination(120)
+        shown.append(str(stream_failed.value))
+        shown.append(str(failing.exception()))
+        shown.append(progress_text(failing.lastProgress))
+    finally:
+        failing.stop()
+    for i, text in enumerate(shown):
+        assert_no_secret(cluster, text, f"Spark's output #{i}: {text[:300]}")

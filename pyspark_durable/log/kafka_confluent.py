@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -116,6 +117,10 @@ TUNED: dict[str, str] = {
     # long, not until the reader drains it: librdkafka's 1000 ms stalled a scan ~0.7 s
     "fetch.queue.backoff.ms": "5",
     "log_level": "4",
+    # librdkafka sends a ListOffsets to the partition leader it knows and refreshes that
+    # knowledge only every 5 minutes (its default): after a leader was killed, reading a
+    # watermark timed out for minutes while a new leader served. Refreshed every 2 s.
+    "topic.metadata.refresh.interval.ms": "2000",
 }
 
 RETRIABLE = {
@@ -191,6 +196,53 @@ def _error_of(exc: BaseException) -> KafkaError | None:
     return None
 
 
+_PROBE_CACHE: dict[str, tuple[float, str]] = {}
+_PROBE_LOCK = threading.Lock()
+PROBE_TTL_S = 2.0  # one probe serves the failures of a whole batch (one report per record)
+PROBE_TIMEOUT_S = 0.5
+RETRY_BACKOFF_S = 0.2
+# consumer events librdkafka recovers from by itself (a broker gone, a leader moved)
+TRANSIENT_FETCH = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._DESTROY_BROKER,
+                   KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                   KafkaError.NETWORK_EXCEPTION, KafkaError._RESOLVE}
+NOT_ENOUGH_REPLICAS = {KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
+BROKER_DOWN = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT,
+               KafkaError._MSG_TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
+               KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+               KafkaError.NETWORK_EXCEPTION, KafkaError._DESTROY_BROKER,
+               KafkaError.OFFSET_NOT_AVAILABLE}  # a new leader's high watermark lags
+
+
+def broker_reachability(address: str) -> str:
+    """Which bootstrap brokers refuse a TCP connection now: the cause of an append that
+    timed out is otherwise invisible ("Local: Message timed out"). A few short
+    connects, cached for a moment."""
+    now = time.monotonic()
+    with _PROBE_LOCK:
+        hit = _PROBE_CACHE.get(address)
+        if hit is not None and now - hit[0] < PROBE_TTL_S:
+            return hit[1]
+    down: list[str] = []
+    servers = [a.strip() for a in address.split(",") if a.strip()]
+    for server in servers:
+        host, _, port = server.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), PROBE_TIMEOUT_S):
+                pass
+        except (OSError, ValueError) as exc:
+            down.append(f"{server} ({exc.strerror or exc})" if isinstance(exc, OSError)
+                        else f"{server} ({exc})")
+    if not down:
+        text = f"all {len(servers)} bootstrap brokers accept connections"
+    else:
+        text = (f"{len(down)} of {len(servers)} Kafka brokers unavailable: {', '.join(down)}; "
+                "a read needs its partition's leader, an append (acks=all) the leader "
+                "and min.insync.replicas in-sync replicas")
+    with _PROBE_LOCK:
+        _PROBE_CACHE[address] = (now, text)
+    return text
+
+
 def typed(err: KafkaError, what: str, address: str, **where: Any) -> DurableWalError:
     """One librdkafka error as this package's typed error, naming the broker."""
     code = err.code()
@@ -209,7 +261,12 @@ def typed(err: KafkaError, what: str, address: str, **where: Any) -> DurableWalE
         return LogNotFound(f"{what}: the topic is gone from Kafka broker {address} (deleted, "
                            f"or the broker lost it): {err.str()}", **where)
     msg = f"{what}: Kafka broker {address} failed: {err.name()}: {err.str()}"
-    if code in RETRIABLE or err.retriable():
+    if code in NOT_ENOUGH_REPLICAS:
+        msg += (" (not enough in-sync replicas for acks=all, the topic's min.insync.replicas; "
+                f"{broker_reachability(address)})")
+    elif code in BROKER_DOWN:
+        msg += f" ({broker_reachability(address)})"
+    if code in RETRIABLE or code in NOT_ENOUGH_REPLICAS or code in BROKER_DOWN or err.retriable():
         return BackendUnavailable(msg, **where)
     return DurableWalError(msg, **where)
 
@@ -229,8 +286,8 @@ def rd_translated(what: str, address: str, **where: Any) -> Iterator[None]:
     except (ValueError, TypeError) as exc:  # librdkafka refusing a property or its value
         raise ConfigError(f"{what}: invalid kafka client option: {exc}", **where) from exc
     except (OSError, TimeoutError) as exc:
-        raise BackendUnavailable(f"{what}: Kafka broker {address} unreachable: {exc}",
-                                 **where) from exc
+        raise BackendUnavailable(f"{what}: Kafka broker {address} unreachable: {exc} "
+                                 f"({broker_reachability(address)})", **where) from exc
 
 
 def build(kind: type, config: Mapping[str, Any], what: str, address: str, **where: Any) -> Any:
@@ -379,9 +436,25 @@ class RdReader:
         self.tp = TopicPartition(topic, 0)
 
     def watermarks(self) -> tuple[int, int]:
-        """Both ends, from the partition's leader (ListOffsets earliest and latest)."""
-        with rd_translated("reading watermarks", self.address, **self.where):
-            return self.consumer.get_watermark_offsets(self.tp, timeout=self.timeout_s)
+        """Both ends, from the partition's leader (ListOffsets earliest and latest).
+
+        A transient failure is retried within request_timeout_ms: when a killed leader's
+        broker leaves the metadata, librdkafka fails the request in flight on it at once
+        (_DESTROY_BROKER, _TRANSPORT) rather than sending it to the new leader.
+        """
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                with rd_translated("reading watermarks", self.address, **self.where):
+                    # one attempt waits a slice: a request queued for a dead leader
+                    # would wait out the whole timeout
+                    left = deadline - time.monotonic()
+                    return self.consumer.get_watermark_offsets(
+                        self.tp, timeout=max(0.1, min(left, max(1.0, self.timeout_s / 10))))
+            except BackendUnavailable:
+                if time.monotonic() + RETRY_BACKOFF_S >= deadline:
+                    raise
+                time.sleep(RETRY_BACKOFF_S)  # the leader moves: ask again shortly
 
     def begin(self) -> int:
         return self.watermarks()[0]
@@ -405,6 +478,8 @@ class RdReader:
                         if err.code() == KafkaError._PARTITION_EOF:
                             at_end = True
                             continue
+                        if err.code() in TRANSIENT_FETCH and time.monotonic() < deadline:
+                            continue  # a leader change: librdkafka fetches from the new one
                         raise typed(err, f"reading topic {self.topic}", self.address,
                                     **self.where)
                     out.append(Entry(msg.offset(), msg.key() or b"", msg.value() or b"",

@@ -8,6 +8,9 @@ streaming source would otherwise pay even on the confluent client.
 from __future__ import annotations
 
 import logging
+import socket
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
@@ -91,6 +94,59 @@ def client_configs(servers: str, own: Mapping[str, Any],
     return clients, int(prod["delivery_timeout_ms"])
 
 
+_PROBE_CACHE: dict[str, tuple[float, str]] = {}
+_PROBE_LOCK = threading.Lock()
+PROBE_TTL_S = 2.0  # one probe serves the failures of a whole batch (one call per record)
+PROBE_TIMEOUT_S = 0.5
+
+
+def broker_reachability(address: str) -> str:
+    """Which bootstrap brokers refuse a TCP connection now: the cause of an append that
+    timed out is otherwise invisible (kafka-python reports only the expiry). A few
+    short connects, cached for a moment."""
+    now = time.monotonic()
+    with _PROBE_LOCK:
+        hit = _PROBE_CACHE.get(address)
+        if hit is not None and now - hit[0] < PROBE_TTL_S:
+            return hit[1]
+    down: list[str] = []
+    servers = [a.strip() for a in address.split(",") if a.strip()]
+    for server in servers:
+        host, _, port = server.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), PROBE_TIMEOUT_S):
+                pass
+        except (OSError, ValueError) as exc:
+            down.append(f"{server} ({exc.strerror or exc})" if isinstance(exc, OSError)
+                        else f"{server} ({exc})")
+    if not down:
+        text = f"all {len(servers)} bootstrap brokers accept connections"
+    else:
+        text = (f"{len(down)} of {len(servers)} Kafka brokers unavailable: {', '.join(down)}; "
+                "a read needs its partition's leader, an append (acks=all) the leader "
+                "and min.insync.replicas in-sync replicas")
+    with _PROBE_LOCK:
+        _PROBE_CACHE[address] = (now, text)
+    return text
+
+
+# kafka-python 3.0 has no NoBrokersAvailable (older versions do): the names it has
+_UNREACHABLE = tuple(getattr(kerr, n) for n in (
+    "KafkaConnectionError", "NoBrokersAvailable", "KafkaTimeoutError", "RequestTimedOutError",
+    "NotLeaderForPartitionError", "LeaderNotAvailableError", "NodeNotReadyError")
+    if hasattr(kerr, n))
+
+
+def _cause(exc: BaseException, address: str) -> str:
+    """What the broker error means for a durable append, and which brokers are down."""
+    if isinstance(exc, kerr.NotEnoughReplicasError | kerr.NotEnoughReplicasAfterAppendError):
+        return (f"not enough in-sync replicas for acks=all (the topic's min.insync.replicas); "
+                f"{broker_reachability(address)}")
+    if isinstance(exc, _UNREACHABLE):
+        return broker_reachability(address)
+    return ""
+
+
 @contextmanager
 def translated(what: str, address: str, **where: Any) -> Iterator[None]:
     """Turn kafka-python errors into this package's typed errors, naming the broker."""
@@ -111,14 +167,26 @@ def translated(what: str, address: str, **where: Any) -> Iterator[None]:
             "and the topic's max.message.bytes", **where) from exc
     except kerr.KafkaError as exc:
         msg = f"{what}: Kafka broker {address} failed: {type(exc).__name__}: {exc}"
-        if getattr(exc, "retriable", False) or isinstance(
-            exc, kerr.KafkaConnectionError | kerr.NoBrokersAvailable | kerr.KafkaTimeoutError
-        ):
+        cause = _cause(exc, address)
+        if cause:
+            msg = f"{msg} ({cause})"
+        if getattr(exc, "retriable", False) or isinstance(exc, _UNREACHABLE):
             raise BackendUnavailable(msg, **where) from exc
         raise DurableWalError(msg, **where) from exc
     except (OSError, TimeoutError) as exc:
-        raise BackendUnavailable(f"{what}: Kafka broker {address} unreachable: {exc}",
-                                 **where) from exc
+        raise BackendUnavailable(f"{what}: Kafka broker {address} unreachable: {exc} "
+                                 f"({broker_reachability(address)})", **where) from exc
+
+
+def as_typed(exc: BaseException, what: str, address: str, **where: Any) -> BaseException:
+    """``exc`` (a delivery's failure) as :func:`translated` would raise it."""
+    try:
+        with translated(what, address, **where):
+            raise exc
+    except DurableWalError as typed:
+        return typed
+    except BaseException:  # noqa: BLE001 - not a client error: passed on as it is
+        return exc
 
 
 def no_auto_create(client: Any) -> Any:
@@ -178,17 +246,45 @@ class PyReader:
 
 
 class PySender:
-    """kafka-python's KafkaProducer as a :class:`Sender`."""
+    """kafka-python's KafkaProducer as a :class:`Sender`.
+
+    A producer whose batch expired is replaced before the next send: kafka-python
+    3.0.12 drops the producer id of an idempotent producer when a batch it had already
+    sent expires (``reset_producer_id``) but never asks for a new one
+    (``init_producer_id`` acts only in state UNINITIALIZED), so every later send of that
+    producer waited forever, long after the brokers were back.
+    """
 
     def __init__(self, settings: KafkaSettings, namespace: str) -> None:
         self.address = settings.bootstrap_servers
-        with translated("connecting the producer", self.address, namespace=namespace):
-            self.producer = no_auto_create(KafkaProducer(**settings.clients["producer"]))
+        self.settings = settings
+        self.namespace = namespace
+        self._lock = threading.Lock()
+        self._renew = False
+        self.producer = self._build()
+
+    def _build(self) -> KafkaProducer:
+        with translated("connecting the producer", self.address, namespace=self.namespace):
+            return no_auto_create(KafkaProducer(**self.settings.clients["producer"]))
+
+    def _current(self) -> KafkaProducer:
+        with self._lock:
+            if self._renew:
+                old, self.producer = self.producer, self._build()
+                self._renew = False
+                _close_quietly(old, timeout=0)
+            return self.producer
 
     def send(self, topic: str, records: Sequence[Record], acked: Callable[[int, int], None],
              failed: Callable[[BaseException], None], where: Mapping[str, Any]) -> None:
+        def on_error(exc: BaseException) -> None:
+            if isinstance(exc, kerr.KafkaTimeoutError):  # expired: see the class docstring
+                self._renew = True
+            failed(as_typed(exc, "append", self.address, **where))
+
+        producer = self._current()
         with translated("append", self.address, **where):
-            send = self.producer.send
+            send = producer.send
             for i, r in enumerate(records):
                 value = r.value if type(r.value) is bytes or r.value is None \
                     else bytes(r.value)  # None: a tombstone (compacted topics)
@@ -196,7 +292,7 @@ class PySender:
                            key=r.key if type(r.key) is bytes else bytes(r.key),
                            headers=[(k, bytes(v)) for k, v in r.headers] or None, partition=0)
                 fut.add_callback(lambda meta, i=i: acked(i, meta.offset))
-                fut.add_errback(failed)
+                fut.add_errback(on_error)
 
     def hurry(self) -> None:
         """kafka-python has no way to cut linger.ms short without waiting: nothing."""
@@ -206,7 +302,9 @@ class PySender:
         return futures_wait([future], timeout=timeout_s).not_done == set()
 
     def close(self, timeout_s: float) -> None:
-        _close_quietly(self.producer, timeout=timeout_s)
+        with self._lock:
+            producer = self.producer
+        _close_quietly(producer, timeout=timeout_s)
 
 
 def _close_quietly(client: Any, **kwargs: Any) -> None:

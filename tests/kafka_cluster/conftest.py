@@ -1,0 +1,76 @@
+"""Fixtures of the replicated-Kafka tests: one 3-node KRaft cluster and one SparkSession
+per pytest process, and helpers that find partition leaders and wait on Spark events.
+
+The cluster is Apache Kafka itself (tests/kafka_broker.py): three combined
+broker+controller nodes, ``default.replication.factor=3``, ``min.insync.replicas=2``.
+Tests kill nodes with ``kill -9`` by the PIDs the cluster started; after each test every
+node is running again (:func:`all_nodes_up`), so a failing test does not leave the next
+one a degraded cluster.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import kafka_broker
+import pytest
+from kafka_broker import BrokerStartError, KafkaCluster, start_cluster
+from kafka_cluster_tools import Progress, restart_all
+
+import pyspark_durable
+
+# modest heaps: other test processes run brokers and Spark on this 2-core machine too
+CLUSTER_HEAP = ("-Xms128m", "-Xmx512m")
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """Three KRaft nodes on 127.0.0.1, stopped by PID at the end of the session."""
+    heap, kafka_broker.HEAP = kafka_broker.HEAP, CLUSTER_HEAP  # restarts use it too
+    try:
+        try:
+            cluster = start_cluster(tmp_path_factory.mktemp("kafka3"), 3)
+        except BrokerStartError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+    finally:
+        kafka_broker.HEAP = heap
+
+
+@pytest.fixture(autouse=True)
+def all_nodes_up(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test of the cluster, every node runs again (restarted if killed)."""
+    yield
+    if "kafka_cluster" not in request.fixturenames:
+        return
+    cluster: KafkaCluster = request.getfixturevalue("kafka_cluster")
+    down = [n.node_id for n in cluster.nodes if not n.alive()]
+    restart_all(cluster, down)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator:
+    """One SparkSession (local[2]) per pytest process, with tests/spark's settings."""
+    spark_dir = str(Path(__file__).resolve().parent.parent / "spark")
+    if spark_dir not in sys.path:
+        sys.path.insert(0, spark_dir)
+    from spark_settings import spark_builder
+
+    session = spark_builder().getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    pyspark_durable.register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def progress(spark) -> Iterator[Progress]:
+    p = Progress()
+    spark.streams.addListener(p.listener)
+    yield p
+    spark.streams.removeListener(p.listener)

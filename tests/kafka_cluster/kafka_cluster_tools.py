@@ -1,0 +1,147 @@
+"""Input, checks, leaders and Spark progress waits shared by the replicated-Kafka tests.
+
+Input is JSON files written into a folder while a query runs: file ``k`` holds ids
+``k * ROWS_PER_FILE`` up to the next file's first id, each with a payload derived from
+its id, so every row can be checked by content. A file appears atomically (written
+under a hidden name, then renamed), as Spark's file source needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from kafka_broker import KafkaCluster, wait_ready
+
+ROWS_PER_FILE = 150
+WAIT_S = 180.0  # the longest wait on one Spark event (a loaded 2-core machine)
+SCHEMA = "id long, payload string"
+
+
+def payload(i: int) -> str:
+    return f"row-{i}-" + hashlib.sha1(str(i).encode()).hexdigest()
+
+
+def expected_rows(files: int) -> set[tuple[int, str]]:
+    return {(i, payload(i)) for i in range(files * ROWS_PER_FILE)}
+
+
+def write_file(in_dir: Path, k: int) -> None:
+    in_dir.mkdir(parents=True, exist_ok=True)
+    tmp = in_dir / f".part-{k:05d}.json.tmp"  # Spark's file source skips hidden names
+    with open(tmp, "w") as out:
+        for i in range(k * ROWS_PER_FILE, (k + 1) * ROWS_PER_FILE):
+            out.write(json.dumps({"id": i, "payload": payload(i)}) + "\n")
+    os.rename(tmp, in_dir / f"part-{k:05d}.json")
+
+
+def check_exactly_once(rows: list[tuple[int, str]], files: int, where: str) -> int:
+    """Every expected row once, nothing else: returns how many rows were checked."""
+    counts = Counter(rows)
+    dupes = {r: c for r, c in counts.items() if c > 1}
+    want = expected_rows(files)
+    missing = want - set(counts)
+    extra = set(counts) - want
+    assert not dupes, f"{where}: {len(dupes)} rows more than once, e.g. {sorted(dupes)[:5]}"
+    assert not missing, f"{where}: {len(missing)} rows lost, e.g. ids {sorted(missing)[:10]}"
+    assert not extra, f"{where}: {len(extra)} unexpected rows, e.g. {sorted(extra)[:5]}"
+    assert len(rows) == len(want)
+    return len(rows)
+
+
+def restart_all(cluster: KafkaCluster, node_ids: list[int]) -> None:
+    """Start several killed nodes at once, then wait until each lists every node (a node
+    restarted alone while another is down would wait for the missing one)."""
+    for node_id in node_ids:
+        cluster.restart(node_id, wait=False)
+    if node_ids:
+        wait_ready(cluster, node_ids)
+
+
+def partition_info(cluster: KafkaCluster, topic: str) -> tuple[int, list[int], list[int]]:
+    """(leader, replicas, in-sync replicas) of partition 0 of ``topic``, from a live node."""
+    from confluent_kafka.admin import AdminClient
+
+    live = ",".join(n.address for n in cluster.nodes if n.alive())
+    admin = AdminClient({"bootstrap.servers": live, "log_level": 0})
+    meta = admin.list_topics(topic, timeout=30)
+    part = meta.topics[topic].partitions[0]
+    return part.leader, list(part.replicas), list(part.isrs)
+
+
+def leader_of(cluster: KafkaCluster, topic: str) -> int:
+    leader = partition_info(cluster, topic)[0]
+    assert leader in {n.node_id for n in cluster.nodes}, f"{topic} has no leader: {leader}"
+    return leader
+
+
+class Progress:
+    """A StreamingQueryListener's view: rows and batches per query, and terminations.
+
+    Tests wait on its condition (events), never by sleeping in a loop.
+    """
+
+    def __init__(self) -> None:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        self.cond = threading.Condition()
+        self.rows: dict[str, int] = {}
+        self.batches: dict[str, int] = {}
+        self.terminated: dict[str, str | None] = {}
+        outer = self
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event) -> None:
+                pass
+
+            def onQueryProgress(self, event) -> None:
+                p = event.progress
+                with outer.cond:
+                    qid = str(p.id)
+                    outer.rows[qid] = outer.rows.get(qid, 0) + p.numInputRows
+                    if p.numInputRows:
+                        outer.batches[qid] = outer.batches.get(qid, 0) + 1
+                    outer.cond.notify_all()
+
+            def onQueryIdle(self, event) -> None:
+                pass
+
+            def onQueryTerminated(self, event) -> None:
+                with outer.cond:
+                    outer.terminated[str(event.id)] = event.exception
+                    outer.cond.notify_all()
+
+        self.listener = Listener()
+
+    def rows_of(self, query) -> int:
+        with self.cond:
+            return self.rows.get(str(query.id), 0)
+
+    def batches_of(self, query) -> int:
+        with self.cond:
+            return self.batches.get(str(query.id), 0)
+
+    def wait_until(self, queries: list, done: Callable[[], bool], what: str,
+                   timeout_s: float = WAIT_S) -> None:
+        """Wait for ``done()`` on events; fail if one of ``queries`` stops, or on timeout."""
+        ids = {str(q.id) for q in queries}
+        with self.cond:
+            reached = self.cond.wait_for(lambda: bool(ids & set(self.terminated)) or done(),
+                                         timeout=timeout_s)
+            stopped = {i: self.terminated[i] for i in ids & set(self.terminated)}
+            rows = {i: self.rows.get(i, 0) for i in ids}
+        assert not stopped, f"a query stopped while waiting for {what}: {stopped}"
+        assert reached, f"timed out after {timeout_s:.0f}s waiting for {what}; rows so far {rows}"
+
+    def wait_terminated(self, query, timeout_s: float = WAIT_S) -> str | None:
+        """Wait until ``query`` terminates; its exception text (None if it stopped cleanly)."""
+        qid = str(query.id)
+        with self.cond:
+            ok = self.cond.wait_for(lambda: qid in self.terminated, timeout=timeout_s)
+            assert ok, f"query {query.name} did not terminate within {timeout_s:.0f}s"
+            return self.terminated[qid]

@@ -217,8 +217,9 @@ class KafkaSettings:
 
     @property
     def wait_s(self) -> float:
-        """Upper bound of one blocking client call (a poll, an append's acks)."""
-        return max(self.request_timeout_ms, self.delivery_timeout_ms) / 1000 + 5
+        """How long a synchronous append waits for its acks: past the client's own
+        delivery timeout, whose typed failure names the cause, by a request's length."""
+        return (self.request_timeout_ms + self.delivery_timeout_ms) / 1000 + 5
 
 
 # broker-side settings that delete records by themselves, and what the WAL needs of each
@@ -298,18 +299,19 @@ class OneTopicRule:
                         count)
             self.delete_topic(topic)
             count = self.create(topic, configs)
+        made = False
         if count is None:
             if not create:
                 return False
-            count = self.create(topic, configs)
+            count, made = self.create(topic, configs), True
         if count != 1:
             raise ConfigError(
                 f"topic {topic!r} has {count} partitions; a log needs exactly 1 (created by "
                 "auto-creation or by hand?): delete it or use another namespace",
                 namespace=self.namespace,
             )
-        if create:
-            self._ensure_retention(topic, configs)
+        if create and not made:  # a topic made here has the WAL's settings (and its configs
+            self._ensure_retention(topic, configs)  # may not have reached every broker yet)
         return True
 
     def _ensure_retention(self, topic: str, configs: Mapping[str, str]) -> None:

@@ -34,17 +34,11 @@ from typing import Any
 
 from pyspark_durable import secrets
 from pyspark_durable.errors import AuthenticationFailed
+from pyspark_durable.log.kafka_admin import normalize_key
 
 FIRST_SLICE_S = 0.5  # first metadata wait; doubled up to MAX_SLICE_S
 MAX_SLICE_S = 4.0
 LOGIN_MODULES = {"plainloginmodule": "PLAIN", "scramloginmodule": None}
-
-
-def _norm(key: str) -> str:
-    key = str(key)
-    if key.startswith("kafka."):
-        key = key[len("kafka."):]
-    return key.replace(".", "_").replace("-", "_")
 
 
 def security_options(options: Mapping[str, Any], client: str) -> dict[str, Any]:
@@ -52,7 +46,7 @@ def security_options(options: Mapping[str, Any], client: str) -> dict[str, Any]:
     docstring); their secrets remembered for redaction."""
     secrets.remember(options)
     out = dict(options)
-    names = {_norm(k): k for k in out}
+    names = {normalize_key(k): k for k in out}
     jaas_key = names.get("sasl_jaas_config")
     if jaas_key is not None and out[jaas_key] is not None:
         text = str(out.pop(jaas_key))

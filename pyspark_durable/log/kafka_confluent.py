@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -61,7 +60,7 @@ from pyspark_durable.errors import (
     OffsetOutOfRange,
 )
 from pyspark_durable.log.base import Entry, Record
-from pyspark_durable.log.kafka_admin import OneTopicRule
+from pyspark_durable.log.kafka_admin import OneTopicRule, broker_reachability
 from pyspark_durable.log.kafka_auth import AuthWatch, authentication_failed, rd_list_topics
 from pyspark_durable.secrets import install_log_filter
 
@@ -196,10 +195,6 @@ def _error_of(exc: BaseException) -> KafkaError | None:
     return None
 
 
-_PROBE_CACHE: dict[str, tuple[float, str]] = {}
-_PROBE_LOCK = threading.Lock()
-PROBE_TTL_S = 2.0  # one probe serves the failures of a whole batch (one report per record)
-PROBE_TIMEOUT_S = 0.5
 RETRY_BACKOFF_S = 0.2
 # consumer events librdkafka recovers from by itself (a broker gone, a leader moved)
 TRANSIENT_FETCH = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._DESTROY_BROKER,
@@ -213,34 +208,6 @@ BROKER_DOWN = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._
                KafkaError.OFFSET_NOT_AVAILABLE}  # a new leader's high watermark lags
 
 
-def broker_reachability(address: str) -> str:
-    """Which bootstrap brokers refuse a TCP connection now: the cause of an append that
-    timed out is otherwise invisible ("Local: Message timed out"). A few short
-    connects, cached for a moment."""
-    now = time.monotonic()
-    with _PROBE_LOCK:
-        hit = _PROBE_CACHE.get(address)
-        if hit is not None and now - hit[0] < PROBE_TTL_S:
-            return hit[1]
-    down: list[str] = []
-    servers = [a.strip() for a in address.split(",") if a.strip()]
-    for server in servers:
-        host, _, port = server.rpartition(":")
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)), PROBE_TIMEOUT_S):
-                pass
-        except (OSError, ValueError) as exc:
-            down.append(f"{server} ({exc.strerror or exc})" if isinstance(exc, OSError)
-                        else f"{server} ({exc})")
-    if not down:
-        text = f"all {len(servers)} bootstrap brokers accept connections"
-    else:
-        text = (f"{len(down)} of {len(servers)} Kafka brokers unavailable: {', '.join(down)}; "
-                "a read needs its partition's leader, an append (acks=all) the leader "
-                "and min.insync.replicas in-sync replicas")
-    with _PROBE_LOCK:
-        _PROBE_CACHE[address] = (now, text)
-    return text
 
 
 def typed(err: KafkaError, what: str, address: str, **where: Any) -> DurableWalError:

@@ -8,9 +8,7 @@ streaming source would otherwise pay even on the confluent client.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
@@ -28,7 +26,7 @@ from pyspark_durable.errors import (
     OffsetOutOfRange,
 )
 from pyspark_durable.log.base import Entry, Record
-from pyspark_durable.log.kafka_admin import KafkaSettings, OneTopicRule
+from pyspark_durable.log.kafka_admin import KafkaSettings, OneTopicRule, broker_reachability
 from pyspark_durable.log.kafka_auth import authentication_failed, py_check_credentials
 from pyspark_durable.secrets import KAFKA_PYTHON_LOGGERS, install_log_filter
 
@@ -94,40 +92,6 @@ def client_configs(servers: str, own: Mapping[str, Any],
     return clients, int(prod["delivery_timeout_ms"])
 
 
-_PROBE_CACHE: dict[str, tuple[float, str]] = {}
-_PROBE_LOCK = threading.Lock()
-PROBE_TTL_S = 2.0  # one probe serves the failures of a whole batch (one call per record)
-PROBE_TIMEOUT_S = 0.5
-
-
-def broker_reachability(address: str) -> str:
-    """Which bootstrap brokers refuse a TCP connection now: the cause of an append that
-    timed out is otherwise invisible (kafka-python reports only the expiry). A few
-    short connects, cached for a moment."""
-    now = time.monotonic()
-    with _PROBE_LOCK:
-        hit = _PROBE_CACHE.get(address)
-        if hit is not None and now - hit[0] < PROBE_TTL_S:
-            return hit[1]
-    down: list[str] = []
-    servers = [a.strip() for a in address.split(",") if a.strip()]
-    for server in servers:
-        host, _, port = server.rpartition(":")
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)), PROBE_TIMEOUT_S):
-                pass
-        except (OSError, ValueError) as exc:
-            down.append(f"{server} ({exc.strerror or exc})" if isinstance(exc, OSError)
-                        else f"{server} ({exc})")
-    if not down:
-        text = f"all {len(servers)} bootstrap brokers accept connections"
-    else:
-        text = (f"{len(down)} of {len(servers)} Kafka brokers unavailable: {', '.join(down)}; "
-                "a read needs its partition's leader, an append (acks=all) the leader "
-                "and min.insync.replicas in-sync replicas")
-    with _PROBE_LOCK:
-        _PROBE_CACHE[address] = (now, text)
-    return text
 
 
 # kafka-python 3.0 has no NoBrokersAvailable (older versions do): the names it has

@@ -51,6 +51,17 @@ def describe(broker: str, topics: list[str]) -> dict[str, int]:
         admin.close()
 
 
+def create_topic(broker: str, topic: str, partitions: int) -> None:
+    """A topic made by hand, with the broker's defaults (as an operator would)."""
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=broker)
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=-1)])
+    finally:
+        admin.close()
+
+
 def test_topics_have_one_partition_and_expected_names(make_kafka, kafka_broker, namespace):
     """This tests that logs and snapshots map to single-partition topics {namespace}_{log}."""
     store = make_kafka()
@@ -77,14 +88,9 @@ def test_namespace_prefix_of_another_is_not_confused(make_kafka, kafka_broker, n
 def test_existing_multi_partition_topic_is_refused(make_kafka, kafka_broker, namespace):
     """This tests that a log topic made with several partitions (by hand, or auto-created
     by a broker whose num.partitions is above 1) and holding records is an error, not used."""
-    from kafka.admin import NewTopic
 
     topic = f"{namespace}_region_5"
-    admin = KafkaAdminClient(bootstrap_servers=kafka_broker)
-    try:
-        admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=-1)])
-    finally:
-        admin.close()
+    create_topic(kafka_broker, topic, 3)
     producer = KafkaProducer(bootstrap_servers=kafka_broker)
     producer.send(topic, b"someone else's record", partition=2).get(timeout=10)
     producer.close()
@@ -99,7 +105,6 @@ def test_auto_created_topic_with_broker_retention_is_refused_or_fixed(
     produce, as a broker with auto.create.topics.enable does) is refused for writing when
     it holds records, naming the setting and the fix, while reading it still works; and
     that an empty one, made by hand with the broker's defaults, gets the WAL's settings."""
-    from kafka.admin import NewTopic
 
     held = f"{namespace}_region_7"
     producer = KafkaProducer(bootstrap_servers=kafka_broker)
@@ -113,11 +118,7 @@ def test_auto_created_topic_with_broker_retention_is_refused_or_fixed(
     assert [e.value for e in store.open_region(7, create=False).read(0)] == [b"auto-created"]
 
     empty = f"{namespace}_region_8"
-    admin = KafkaAdminClient(bootstrap_servers=kafka_broker)
-    try:
-        admin.create_topics([NewTopic(empty, num_partitions=1, replication_factor=-1)])
-    finally:
-        admin.close()
+    create_topic(kafka_broker, empty, 1)
     with caplog.at_level(logging.WARNING, logger="pyspark_durable.log.kafka_admin"):
         assert store.open_region(8).append([Record(b"k", b"v")]) == [0]
     assert any("is empty and has retention.ms=604800000" in r.getMessage() for r in caplog.records)
@@ -162,14 +163,9 @@ def test_empty_auto_created_topic_is_replaced(make_kafka, kafka_broker, namespac
     """This tests that an EMPTY topic a broker auto-created with several partitions (a stale
     client asked for a deleted topic) is replaced by a 1-partition topic when the log is
     opened for writing, and the log then works; opening it read-only still refuses it."""
-    from kafka.admin import NewTopic
 
     topic = f"{namespace}_region_6"
-    admin = KafkaAdminClient(bootstrap_servers=kafka_broker)
-    try:
-        admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=-1)])
-    finally:
-        admin.close()
+    create_topic(kafka_broker, topic, 4)
     with pytest.raises(ConfigError, match="has 4 partitions"):
         make_kafka().open_log("region_6", create=False)
     log = make_kafka().open_region(6)

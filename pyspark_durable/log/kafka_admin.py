@@ -26,10 +26,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark_durable.errors import ConfigError
+from pyspark_durable.errors import ConfigError, LogNotFound
 
 log = logging.getLogger(__name__)
 AUTO_CREATED_RETRIES = 3
+CONFIGS_ATTEMPTS = 10  # a topic's configs, asked right after it was created
+CONFIGS_RETRY_S = 0.2
 
 FORBIDDEN: dict[str, str] = {
     "acks": "appends are durable only with acks=all, which the backend forces",
@@ -339,24 +341,30 @@ class OneTopicRule:
                         count)
             self.delete_topic(topic)
             count = self.create(topic, configs)
-        made = False
         if count is None:
             if not create:
                 return False
-            count, made = self.create(topic, configs), True
+            count = self.create(topic, configs)
         if count != 1:
             raise ConfigError(
                 f"topic {topic!r} has {count} partitions; a log needs exactly 1 (created by "
                 "auto-creation or by hand?): delete it or use another namespace",
                 namespace=self.namespace,
             )
-        if create and not made:  # a topic made here has the WAL's settings (and its configs
-            self._ensure_retention(topic, configs)  # may not have reached every broker yet)
+        if create:
+            self._ensure_retention(topic, configs)
         return True
 
     def _ensure_retention(self, topic: str, configs: Mapping[str, str]) -> None:
         compacted = "compact" in configs.get("cleanup.policy", "")
-        problems = self.retention_problems(topic, compacted)
+        for attempt in range(CONFIGS_ATTEMPTS):
+            try:
+                problems = self.retention_problems(topic, compacted)
+                break
+            except LogNotFound:  # just created: not on every broker yet (3-node clusters)
+                if attempt == CONFIGS_ATTEMPTS - 1:
+                    raise
+                time.sleep(CONFIGS_RETRY_S)
         if not problems:
             return
         if self.empty(topic, 1):

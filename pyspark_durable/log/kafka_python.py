@@ -23,6 +23,7 @@ from pyspark_durable.errors import (
     BackendUnavailable,
     ConfigError,
     DurableWalError,
+    LogNotFound,
     OffsetOutOfRange,
 )
 from pyspark_durable.log.base import Entry, Record
@@ -129,6 +130,9 @@ def translated(what: str, address: str, **where: Any) -> Iterator[None]:
         raise ConfigError(
             f"{what}: entry too large for broker {address} ({exc}); raise max_request_size "
             "and the topic's max.message.bytes", **where) from exc
+    except kerr.UnknownTopicOrPartitionError as exc:
+        raise LogNotFound(f"{what}: the topic is not on Kafka broker {address} (deleted, not "
+                          f"created yet, or the broker lost it): {exc}", **where) from exc
     except kerr.KafkaError as exc:
         msg = f"{what}: Kafka broker {address} failed: {type(exc).__name__}: {exc}"
         cause = _cause(exc, address)

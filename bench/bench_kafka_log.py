@@ -3,7 +3,7 @@
     python bench/bench_kafka_log.py [--entries 200] [--per-append 20] [--reps 7]
                                     [--clients confluent,kafka-python]
 
-Starts its own Tansu broker (tests/kafka_broker.py). Rows of ~100 bytes are packed
+Starts its own Apache Kafka broker (tests/kafka_broker.py). Rows of ~100 bytes are packed
 1,000 to an entry (Arrow IPC via the real codec, ~100 KB values, 26-byte keys).
 For each client (the store option ``client``): (a) append: KafkaLog.append in calls
 of ``--per-append`` entries vs the raw producer of the same client (acks=all,
@@ -35,7 +35,7 @@ from kafka_broker import start_broker, stop_broker  # noqa: E402
 from pyspark_durable.codec import EntryKey, encode_value  # noqa: E402
 from pyspark_durable.codec.payload import ArrowCodec  # noqa: E402
 from pyspark_durable.log import Record  # noqa: E402
-from pyspark_durable.log.kafka import KafkaLogStore  # noqa: E402
+from pyspark_durable.log.kafka import LOG_TOPIC_CONFIG, KafkaLogStore  # noqa: E402
 
 ROWS_PER_ENTRY = 1000
 ROW_BYTES = 100
@@ -191,7 +191,7 @@ def measure(address: str, records: list[Record], per_append: int, reps: int,
                           client=client)
     log = store.open_region(0)
     raw_topic = store.topic("raw_0")
-    store.admin.ensure(raw_topic, True, {})
+    store.admin.ensure(raw_topic, True, LOG_TOPIC_CONFIG)  # the log topics' settings
     raw_append, raw_read, raw_close = RAW[client](address, store, raw_topic, records,
                                                   per_append)
 
@@ -246,12 +246,12 @@ def main() -> None:
     print(f"{args.entries} entries x {ROWS_PER_ENTRY} rows, {nbytes / 1e6:.1f} MB per "
           f"repetition, {args.per_append} entries per append, 1 warm-up + {args.reps} reps")
 
-    broker = start_broker(Path(tempfile.mkdtemp(prefix="bench-tansu-")))
+    broker = start_broker(Path(tempfile.mkdtemp(prefix="bench-kafka-")))
     try:
         print(f"{'':22s} {'ours MB/s':>10s} {'raw MB/s':>10s} {'ours rows/s':>12s} "
               f"{'raw rows/s':>12s} {'ours/raw':>9s} {'paired':>7s}")
         for client in clients:
-            results = measure(broker.address, records, args.per_append, args.reps, client)
+            results = measure(broker.bootstrap, records, args.per_append, args.reps, client)
             for label, ours, raw in (("append", "ours_a", "raw_a"), ("read", "ours_r", "raw_r")):
                 o_mb, o_rows = median_rate(results[ours], rows)
                 r_mb, r_rows = median_rate(results[raw], rows)

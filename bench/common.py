@@ -75,7 +75,7 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 WARMUPS = [1]  # set by run.py --warmups
-BROKER_PID = [0]  # run.py: the Tansu broker it started (0: none)
+BROKER_PID = [0]  # run.py: the Kafka broker's JVM it started (0: none)
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -96,18 +96,50 @@ def broker_cpu_s() -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def tree_cpu_s() -> float:
+    """CPU seconds used so far by this process and every process below it: the Spark
+    JVM, its Python workers, the broker run.py started (and whatever they have reaped,
+    e.g. Spark's short-lived Python processes). Unlike ``machine_cpu_s`` it leaves out
+    other people's processes on a shared machine."""
+    parent: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        pid = int(name)
+        parent[pid] = int(fields[1])
+        cpu[pid] = sum(int(v) for v in fields[11:15]) / _TICK  # utime stime cutime cstime
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0.0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
 @dataclass
 class CpuMeter:
-    """Machine and broker CPU seconds per call of a measured function (every round)."""
+    """CPU seconds per call of a measured function (every round): the whole machine's,
+    the bench's own process tree's (``tree_cpu_s``, broker included) and the broker's."""
 
     machine: list[float] = field(default_factory=list)
+    tree: list[float] = field(default_factory=list)
     broker: list[float] = field(default_factory=list)
 
     def wrap(self, fn: Callable[[], float]) -> Callable[[], float]:
         def run() -> float:
-            m0, b0 = machine_cpu_s(), broker_cpu_s()
+            m0, t0, b0 = machine_cpu_s(), tree_cpu_s(), broker_cpu_s()
             value = fn()
             self.machine.append(machine_cpu_s() - m0)
+            self.tree.append(tree_cpu_s() - t0)
             self.broker.append(broker_cpu_s() - b0)
             return value
         return run

@@ -3,11 +3,14 @@
     python bench/run.py [--scale small|full] [--backends file,kafka,kafka-python]
                         [--reps 3] [--pairs 1,2,3,4,5,6,7] [--warmups 1] [--tag NAME]
 
-One SparkSession (``local_session()``) for the whole run; a Tansu broker is started
-for the Kafka backend (tests/kafka_broker.py) and stopped by its PID at the end.
+One SparkSession (``local_session()``) for the whole run; an Apache Kafka broker
+(KRaft, one node) is started for the Kafka backend (tests/kafka_broker.py) and stopped
+by its PID at the end.
 ``kafka`` is the Kafka backend on the confluent-kafka client, ``kafka-python`` the
 same backend on kafka-python; the file backend always runs first, so the parquet
-peers are measured in its run and the Kafka runs compare with its rates.
+peers are measured in its run and the Kafka runs compare with its rates. Pair 7,
+Spark's own Kafka connector (jars resolved by jars/spark-kafka/pom.xml, put on the
+session with spark.jars), runs inside each Kafka run's rounds of pairs 1 and 2.
 Each measurement has one warm-up and ``--reps`` repetitions; medians and ratios go
 to bench/RESULTS.md and bench/results.png. See bench/README.md.
 """
@@ -28,6 +31,7 @@ ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT), str(ROOT / "tests")]
 
 import report  # noqa: E402
+import spark_kafka  # noqa: E402
 from common import BROKER_PID, OUT, SCRATCH, WARMUPS, Result, Target  # noqa: E402
 from kafka_broker import start_broker, stop_broker  # noqa: E402
 from log_pairs import file_append_pair, kafka_log_pairs  # noqa: E402
@@ -36,11 +40,9 @@ from spark_pairs import (  # noqa: E402
     ProgressWaiter,
     SharedRates,
     backend_goal_rows,
-    kafka_connector_jars,
     latency_pairs,
     restart_pair,
     source_sink_pairs,
-    spark_kafka_pairs,
 )
 
 SCALES = {
@@ -100,15 +102,30 @@ def main() -> None:
     spark = None
     try:
         if any(BACKENDS[b][0] == "kafka" for b in backends):
-            broker = start_broker(work / "tansu")
-            say(f"Tansu broker on {broker.address} (pid {broker.process.pid})")
-            BROKER_PID[0] = broker.process.pid
+            broker = start_broker(work / "kafka")
+            pid = broker.nodes[0].pid
+            say(f"Apache Kafka broker on {broker.bootstrap} (pid {pid})")
+            BROKER_PID[0] = pid or 0
         from pyspark_durable.session import local_session
 
         # Spark's Python workers import bench/python_floor.py (the pyfloor source/sink)
         os.environ["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
-        jars = kafka_connector_jars()
+        shared = SharedRates()
+        kafka_runs = [b for b in backends if BACKENDS[b][0] == "kafka"]
+        if "7" in pairs and kafka_runs:
+            if pairs & {"1", "2"}:
+                peer = shared.kafka_peer = spark_kafka.resolve()
+                say(f"pair 7: {peer.label() if peer.jars else 'not available: ' + peer.why_not}")
+            else:
+                results.append(Result("7 Spark's Kafka connector", None, None, "rows/s",
+                                      "report", note="not run: pair 7 runs in the rounds of "
+                                      "pairs 1 and 2 (add 1,2 to --pairs)"))
+        elif "7" in pairs:
+            results.append(Result("7 Spark's Kafka connector", None, None, "rows/s", "report",
+                                  note="not run: no Kafka backend in --backends"))
+        # a bench-only setting: the connector's jars on this session (see jars/README.md)
+        jars = shared.kafka_peer.jars if shared.kafka_peer else []
         spark = local_session("durablewal-bench", **({"spark.jars": ",".join(jars)}
                                                      if jars else {}))
         from python_floor import PythonFloor
@@ -116,11 +133,10 @@ def main() -> None:
         spark.dataSource.register(PythonFloor)
         waiter = ProgressWaiter()
         spark.streams.addListener(waiter)
-        shared = SharedRates()
         for name in backends:
             backend, client = BACKENDS[name]
             base = Target(backend, "x", path=str(work / "wal") if backend == "file" else None,
-                          bootstrap=broker.address if backend == "kafka" and broker else None,
+                          bootstrap=broker.bootstrap if backend == "kafka" and broker else None,
                           client=client)
             label = base.label
             n = scale["rows"]
@@ -139,7 +155,7 @@ def main() -> None:
                     results.append(file_append_pair(scale["log_entries"], scale["log_threads"],
                                                     args.reps, say))
                 else:
-                    results += kafka_log_pairs(broker.address, str(client),
+                    results += kafka_log_pairs(broker.bootstrap, str(client),
                                                scale["kafka_entries"], 20, args.reps, say)
             if "5" in pairs and backend == "file":
                 say(f"[{label}] pair 5: memory over {scale['memory_mb']} MB namespaces")
@@ -150,9 +166,6 @@ def main() -> None:
             if "6" in pairs:
                 say(f"[{label}] pair 6: restart from checkpoint")
                 results.extend(restart_pair(spark, base, n, args.reps, say))
-        if "7" in pairs:
-            kbase = Target("kafka", "x", bootstrap=broker.address) if broker else None
-            results += spark_kafka_pairs(spark, kbase, scale["rows"], args.reps, say)
     finally:
         if spark is not None:
             for q in spark.streams.active:

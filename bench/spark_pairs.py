@@ -1,5 +1,6 @@
-"""Spark pairs: source and sink throughput (vs rate, the Python floor and Spark's parquet
-file source / sink), per-batch latency floor, restart, Kafka peer.
+"""Spark pairs: source and sink throughput (vs rate, the Python floor, Spark's parquet
+file source / sink and, on Kafka, Spark's Kafka connector), per-batch latency floor,
+restart.
 
 Every query runs with its own fresh checkpoint. Throughput is rows divided by the
 sum of ``durationMs.triggerExecution`` of the query's progress events (query start
@@ -9,7 +10,6 @@ and stop excluded, the same for both sides of a pair); the wall time from
 
 from __future__ import annotations
 
-import glob
 import shutil
 import threading
 import time
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import spark_kafka
 from common import (
     CpuMeter,
     Result,
@@ -153,6 +154,10 @@ class SharedRates:
     file_beside: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     # label -> pair -> (CPU of the Kafka queries, CPU of the file queries beside them)
     cpu: dict[str, dict[str, tuple[CpuMeter, CpuMeter]]] = field(default_factory=dict)
+    # Spark's Kafka connector (pair 7), run side by side in each Kafka run's rounds of
+    # pairs 1 and 2; None: pair 7 not asked for. Its source topic is prefilled once.
+    kafka_peer: spark_kafka.Connector | None = None
+    kafka_peer_topic: str = ""
 
 
 def parquet_sink_fn(spark: SparkSession, n: int) -> Callable[[], float]:
@@ -232,6 +237,19 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
             "parquet→noop",
             lambda: spark.readStream.format("parquet").schema(payload_only).load(str(parquet_dir)))
     beside_file(shared, base, "1", fns)
+    peer = shared.kafka_peer if base.backend == "kafka" else None
+    peer_cpu: dict[str, tuple[CpuMeter, CpuMeter]] = {}
+    if peer is not None and peer.jars:
+        servers = str(base.bootstrap)
+        if not shared.kafka_peer_topic:
+            t0 = time.perf_counter()
+            shared.kafka_peer_topic = spark_kafka.prefill(spark, servers, n)
+            log(f"  wrote the same {n:,} rows as JSON to a Kafka topic for Spark's Kafka "
+                f"source in {time.perf_counter() - t0:.1f}s")
+        topic = shared.kafka_peer_topic
+        fns["sparkkafka"] = read_into_noop(
+            "kafka→from_json→noop", lambda: spark_kafka.source_df(spark, servers, topic))
+        peer_cpu["1"] = with_peer_meters(fns)
     try:
         runs = repeat(fns, reps)
     finally:
@@ -244,6 +262,12 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
     if "file" in runs:
         shared.file_beside.setdefault(b, {})["1"] = runs["file"]
     note = f"{n:,} rows"
+    kafka_rows = {}
+    if "sparkkafka" in runs:
+        kafka_rows["1"] = spark_kafka_rows(
+            "1", b, runs, peer_cpu["1"], f"{note}; {peer.label()}" if peer else note,
+            extra=(("durablewal, payload columns only→noop", "payload",
+                    "the same 2 columns on both sides"),))
     pq_note = f"{note}; parquet measured in the [{shared.parquet_run}] run"
     out = [
         higher_is_better(f"1 source [{b}]: durablewal→noop vs rate→noop", runs["ours"],
@@ -277,6 +301,14 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
     if measure_parquet:
         fns["parquet"] = parquet_sink_fn(spark, n)
     beside_file(shared, base, "2", fns)
+    if peer is not None and peer.jars:
+        def into(df: DataFrame, fmt: str, opts: dict[str, str]) -> float:
+            secs, _, progress = run_available_now(df, fmt, opts)
+            assert rows_of(progress) == n, (fmt, rows_of(progress), n)
+            LAST_DURATIONS["rate→to_json→kafka"] = durations(progress)
+            return n / secs
+        fns["sparkkafka"] = spark_kafka.sink_fn(spark, str(base.bootstrap), n, into)
+        peer_cpu["2"] = with_peer_meters(fns)
     runs = repeat(fns, reps)
     if measure_parquet:
         shared.parquet_sink = runs["parquet"]
@@ -301,6 +333,13 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
             "rate→parquet file sink", runs["pyfloor"], runs["parquet"], "rows/s",
             f"{note}; PySpark's limit: the most any Python sink reaches, as a share of "
             "Spark's parquet sink"))
+    if "sparkkafka" in runs:
+        kafka_rows["2"] = spark_kafka_rows(
+            "2", b, runs, peer_cpu["2"], f"{note}; {peer.label()}" if peer else note)
+    elif peer is not None:
+        kafka_rows["1"] = [Result(f"7 Spark's Kafka connector [{b}]", None, None, "rows/s",
+                                  "report", note=f"not available: {peer.why_not}")]
+    out += [r for rows in kafka_rows.values() for r in rows]
     log(f"  sink: {runs}")
     for k, v in LAST_DURATIONS.items():
         log(f"  durationMs of the last {k}: {v}")
@@ -316,6 +355,49 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
     out.append(Result(f"2b end to end [{b}]: durablewal→durablewal", median(w2w), None,
                       "rows/s", note=f"{n:,} rows; no peer", samples={"ours": w2w}))
     log(f"  wal→wal: {w2w}")
+    return out
+
+
+def with_peer_meters(fns: dict[str, Callable[[], float]]) -> tuple[CpuMeter, CpuMeter]:
+    """Meter the CPU (machine, process tree, broker) of ``ours`` and ``sparkkafka``, every
+    round (the goal rows' meter of ``ours``, if any, runs inside this one)."""
+    meters = (CpuMeter(), CpuMeter())
+    fns["ours"] = meters[0].wrap(fns["ours"])
+    fns["sparkkafka"] = meters[1].wrap(fns["sparkkafka"])
+    return meters
+
+
+TREE = ("the bench's process tree: this driver, the Spark JVM, its Python workers and the "
+        "broker (/proc, other users' processes left out)")
+SPARK_KAFKA_QUERY = {"1": "Spark's Kafka source (kafka→from_json→noop)",
+                     "2": "rate→to_json→Spark's Kafka sink"}
+OURS_QUERY = {"1": "durablewal→noop", "2": "rate→durablewal"}
+
+
+def spark_kafka_rows(pair: str, b: str, runs: dict[str, list[float]],
+                     cpu: tuple[CpuMeter, CpuMeter], note: str,
+                     extra: tuple[tuple[str, str, str], ...] = ()) -> list[Result]:
+    """Pair 7: durablewal on this Kafka client vs Spark's own Kafka connector, on the same
+    broker, with the same rows, measured in the same rounds; and the CPU of each query."""
+    peer = SPARK_KAFKA_QUERY[pair]
+    what = "source" if pair == "1" else "sink"
+    side = f"{note}; same broker and rounds, topic of 2 partitions, JSON values of ~120 B"
+    out = [reported(f"7 {what} [{b}]: {OURS_QUERY[pair]} vs {peer}", runs["ours"],
+                    runs["sparkkafka"], "rows/s", side)]
+    for label, key, why in extra:
+        out.append(reported(f"7 {what} [{b}]: {label} vs {peer}", runs[key],
+                            runs["sparkkafka"], "rows/s", f"{side}; {why}"))
+    ours, theirs = cpu
+    out += [
+        reported(f"7 {what} CPU [{b}]: CPU-s of the bench's processes and the broker per "
+                 f"query, {OURS_QUERY[pair]} vs {peer}", ours.tree, theirs.tree, "CPU-s",
+                 f"start to stop, every round; {TREE}; whole machine, other users "
+                 f"included: {median(ours.machine):.2f} vs {median(theirs.machine):.2f} s"),
+        reported(f"7 {what} broker CPU [{b}]: the broker's CPU-s per query, "
+                 f"{OURS_QUERY[pair]} vs {peer}", ours.broker, theirs.broker, "CPU-s",
+                 "the Kafka broker's JVM on this machine (/proc/PID/stat), start to stop, "
+                 "every round"),
+    ]
     return out
 
 
@@ -342,11 +424,12 @@ def backend_goal_rows(shared: SharedRates, label: str, n: int) -> list[Result]:
         if meters is not None:
             kafka, file = meters
             out.append(reported(
-                f"{pair} goal CPU [{label}]: machine CPU-s per {what} query, on {label} vs "
-                "on file", kafka.machine, file.machine, "CPU-s",
-                f"same queries as the goal row, start to stop, every round; of the Kafka "
-                f"side's, the broker on this machine used {median(kafka.broker):.2f} s "
-                f"(a cluster's broker runs elsewhere); 2 cores = 2 CPU-s per second"))
+                f"{pair} goal CPU [{label}]: CPU-s of the bench's processes and the broker "
+                f"per {what} query, on {label} vs on file", kafka.tree, file.tree, "CPU-s",
+                f"same queries as the goal row, start to stop, every round; {TREE}; of the "
+                f"Kafka side's, the broker used {median(kafka.broker):.2f} s (a cluster's "
+                f"broker runs elsewhere); whole machine, other users included: "
+                f"{median(kafka.machine):.2f} vs {median(file.machine):.2f} s"))
     return out
 
 
@@ -446,40 +529,3 @@ def restart_pair(spark: SparkSession, base: Target, n: int, reps: int,
                "Spark starts (and the pyspark it imports) for any Python streaming source",
                {"ours": ours, "peer": floor}),
     ]
-
-
-def kafka_connector_jars() -> list[str]:
-    return [j for j in glob.glob(str(ROOT / "jars" / "*.jar")) if "spark-sql-kafka" in j]
-
-
-def spark_kafka_pairs(spark: SparkSession, base: Target | None, n: int, reps: int,
-                      log: Callable[[str], None]) -> list[Result]:
-    """Pair 7: Spark's own Kafka source/sink on the same broker, when its jar is there."""
-    if not kafka_connector_jars() or base is None or base.backend != "kafka":
-        why = "no spark-sql-kafka jar in jars/" if not kafka_connector_jars() else \
-            "Kafka backend not run"
-        return [Result("7 Spark Kafka connector source/sink", None, None, "rows/s",
-                       "report", note=f"not available: {why}")]
-    topic = uid("sparkkafka")
-    servers = str(base.bootstrap)
-
-    def kafka_sink() -> float:
-        df = rate_df(spark, n).selectExpr("cast(id as string) as key", "payload as value")
-        secs, _, _ = run_available_now(df, "kafka", {"kafka.bootstrap.servers": servers,
-                                                     "topic": topic})
-        return n / secs
-
-    def kafka_source() -> float:
-        df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", servers)
-              .option("subscribe", topic).option("startingOffsets", "earliest").load())
-        secs, _, progress = run_available_now(df, "noop")
-        return rows_of(progress) / secs
-
-    sink = repeat({"peer": kafka_sink}, reps)["peer"]
-    source = repeat({"peer": kafka_source}, reps)["peer"]
-    log(f"  spark kafka: sink {sink} source {source}")
-    return [Result("7 Spark Kafka connector sink (rate→kafka)", None, median(sink), "rows/s",
-                   "report", note="compare with pair 2 [kafka/*]", samples={"peer": sink}),
-            Result("7 Spark Kafka connector source (kafka→noop)", None, median(source),
-                   "rows/s", "report", note="compare with pair 1 [kafka/*]",
-                   samples={"peer": source})]

@@ -357,6 +357,8 @@ class OneTopicRule:
 
     def _ensure_retention(self, topic: str, configs: Mapping[str, str]) -> None:
         compacted = "compact" in configs.get("cleanup.policy", "")
+        wanted = {"retention.ms": "-1", "retention.bytes": "-1",
+                  "cleanup.policy": "compact" if compacted else "delete"}
         for attempt in range(CONFIGS_ATTEMPTS):
             try:
                 problems = self.retention_problems(topic, compacted)
@@ -371,18 +373,18 @@ class OneTopicRule:
             log.warning("namespace=%s: topic %s on %s is empty and has %s (broker-side "
                         "retention would delete WAL records): setting the WAL's %s",
                         self.namespace, topic, self.address, ", ".join(problems),
-                        ", ".join(f"{k}={configs[k]}" for k in RETENTION_KEYS))
-            self.set_topic_configs(topic, configs)
+                        ", ".join(f"{k}={v}" for k, v in wanted.items()))
+            self.set_topic_configs(topic, {**configs, **wanted})
             problems = self.retention_problems(topic, compacted)
             if not problems:
                 return
         raise ConfigError(
             f"topic {topic!r} on {self.address} has {', '.join(problems)}: the broker would "
             "delete WAL records on its own (only the WAL's cleaner may). Set "
-            + ", ".join(f"{k}={configs[k]}" for k in RETENTION_KEYS)
+            + ", ".join(f"{k}={v}" for k, v in wanted.items())
             + f" (kafka-configs.sh --bootstrap-server {self.address} --alter --entity-type "
             f"topics --entity-name {topic} --add-config "
-            + ",".join(f"{k}={configs[k]}" for k in RETENTION_KEYS) + ")",
+            + ",".join(f"{k}={v}" for k, v in wanted.items()) + ")",
             namespace=self.namespace)
 
 

@@ -53,13 +53,17 @@ def test_append_with_two_brokers_down_fails_typed_and_recovers(kafka_cluster, cl
     # librdkafka reports a timed-out delivery ~3 s after message.timeout.ms: kept short,
     # so its typed report comes before the append's own bound (delivery timeout + 5 s)
     extra = {"message_timeout_ms": 1500} if client == "confluent" else {}
+    before = records("before", 50)
+    # the namespace and the acknowledged entries are written with the default timeouts:
+    # right after the previous test restarted nodes, leaders may still be moving
+    with open_store("kafka", namespace, bootstrap_servers=cluster.bootstrap, client=client,
+                    replication_factor=3, min_insync_replicas=2) as setup:
+        assert setup.open_log("region_0").append(before) == list(range(50))
     store = open_store("kafka", namespace, bootstrap_servers=cluster.bootstrap, client=client,
                        replication_factor=3, min_insync_replicas=2,
                        request_timeout_ms=REQUEST_TIMEOUT_MS, connect_timeout_ms=3000, **extra)
     try:
         log = store.open_log("region_0")
-        before = records("before", 50)
-        assert log.append(before) == list(range(50))
         topic = f"{namespace}_region_0"
         leader, replicas, isr = partition_info(cluster, topic)
         assert sorted(replicas) == sorted(isr) == [1, 2, 3], (replicas, isr)

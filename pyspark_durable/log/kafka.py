@@ -74,7 +74,7 @@ from pyspark_durable.log.base import (
     check_name,
     check_version,
 )
-from pyspark_durable.log.kafka_admin import KafkaSettings, topic_admin
+from pyspark_durable.log.kafka_admin import KafkaSettings, broker_reachability, topic_admin
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,9 @@ class KafkaLog(Log):
                 raise BackendUnavailable(
                     f"append to topic {self.topic} on Kafka broker "
                     f"{self.store.settings.bootstrap_servers} was not acknowledged within "
-                    f"{wait_s:.0f}s (the records may or may not be stored)", **self._where())
+                    f"{wait_s:.0f}s (the records may or may not be stored; "
+                    f"{broker_reachability(self.store.settings.bootstrap_servers)})",
+                    **self._where())
         return fut.result()
 
     def append_async(self, records: Sequence[Record]) -> Future[list[int]]:

@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from kafka_broker import BrokerStartError, KafkaCluster, start_broker, stop_broker
+from kafka_broker import KafkaCluster, cluster_for_tests
 
 from pyspark_durable.log import LogStore, open_store
 
@@ -39,14 +39,8 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
     Never skipped: a broker that does not start fails the tests that need it, loudly,
     with its log. Stopped by its PID at the end of the session.
     """
-    try:
-        broker = start_broker(tmp_path_factory.mktemp("kafka"), extra=BROKER_SCHEDULE)
-    except BrokerStartError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
+    with cluster_for_tests(tmp_path_factory.mktemp("kafka"), extra=BROKER_SCHEDULE) as broker:
         yield broker
-    finally:
-        stop_broker(broker)
 
 
 @pytest.fixture(scope="session")

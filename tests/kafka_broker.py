@@ -32,7 +32,8 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -322,6 +323,22 @@ def start_cluster(work_dir: Path, size: int = 1, *, sasl: bool = False, tls: boo
         cluster.stop()
         raise
     return cluster
+
+
+@contextmanager
+def cluster_for_tests(work_dir: Path, size: int = 1, **kwargs) -> Iterator[KafkaCluster]:
+    """A started cluster for a pytest fixture: a start that fails fails the tests that
+    need it, loudly, with the broker's log (never a skip); stopped by PID at the end."""
+    import pytest
+
+    try:
+        cluster = start_cluster(work_dir, size, **kwargs)
+    except BrokerStartError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 # -- the single-broker names the suite and the benchmark use -------------------------

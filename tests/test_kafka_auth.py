@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from kafka_broker import BrokerStartError, KafkaCluster, start_cluster
+from kafka_broker import KafkaCluster, cluster_for_tests
 from kafka_tls import make_ca_and_server
 
 from pyspark_durable.cli import main
@@ -45,14 +45,9 @@ PLAIN_JAAS = "org.apache.kafka.common.security.plain.PlainLoginModule"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """One Kafka node with PLAINTEXT, SASL_PLAINTEXT and SSL listeners, for this module."""
-    try:
-        broker = start_cluster(tmp_path_factory.mktemp("kafka-auth"), 1, sasl=True, tls=True)
-    except BrokerStartError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
+    with cluster_for_tests(tmp_path_factory.mktemp("kafka-auth"), 1, sasl=True,
+                           tls=True) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 def password(cluster: KafkaCluster) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import kafka_broker
 import pytest
-from kafka_broker import BrokerStartError, KafkaCluster, start_cluster
+from kafka_broker import KafkaCluster, cluster_for_tests
 from kafka_cluster_tools import Progress, restart_all
 
 import pyspark_durable
@@ -30,14 +30,8 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
     """Three KRaft nodes on 127.0.0.1, stopped by PID at the end of the session."""
     heap, kafka_broker.HEAP = kafka_broker.HEAP, CLUSTER_HEAP  # restarts use it too
     try:
-        try:
-            cluster = start_cluster(tmp_path_factory.mktemp("kafka3"), 3)
-        except BrokerStartError as exc:
-            pytest.fail(str(exc), pytrace=False)
-        try:
+        with cluster_for_tests(tmp_path_factory.mktemp("kafka3"), 3) as cluster:
             yield cluster
-        finally:
-            cluster.stop()
     finally:
         kafka_broker.HEAP = heap
 

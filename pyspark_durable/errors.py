@@ -47,6 +47,13 @@ class CorruptEntryError(DecodeError):
     """A stored frame fails its CRC or framing check in the middle of a log."""
 
 
+class CorruptOffset(DecodeError, ValueError):
+    """A streaming checkpoint's offset is not one this source writes: not JSON, not a step
+    number, negative, or of another namespace. The checkpoint is damaged or belongs to
+    another query; it is not data loss, so ``failOnDataLoss=false`` never skips it (a
+    guessed position would deliver again what the query already delivered, or skip)."""
+
+
 class OffsetOutOfRange(DurableWalError):
     """A read asked for offsets below the low watermark (deleted) or a bad range."""
 

@@ -75,7 +75,8 @@ def read_steps(ns: Namespace, table: int | str, start: int | None = None,
         raise StepNotCommitted(f"end step {hi} is past the committed steps; {committed}",
                                namespace=ns.name, step=hi)
     if lo > hi:
-        raise ConfigError(f"start {lo} is after end {hi}", namespace=ns.name)
+        raise ConfigError(f"start {lo} is after end {hi}: steps [start, end) are read; "
+                          f"{committed}", namespace=ns.name)
     if lo < available.start:
         raise StepExpired(f"step {lo} was expired; available steps are "
                           f"[{available.start}, {available.stop})", namespace=ns.name, step=lo)

@@ -18,6 +18,7 @@ from typing import Any
 
 from pyspark_durable.errors import ConfigError
 from pyspark_durable.log import open_store
+from pyspark_durable.log.base import is_decimal
 from pyspark_durable.wal import DEFAULT_TABLE, Namespace
 
 KEYS = ("backend", "namespace", "namespace_id", "options", "writer_id", "reader_id", "table",
@@ -57,10 +58,14 @@ class EndpointConfig:
 
 
 def _listed(key: str, value: Any) -> tuple:
-    """A list, or a comma-separated string (``"0,1"``: never a set of characters)."""
+    """A list, or a comma-separated string (``"0,1"``: never a set of characters).
+
+    In a string, ``tables`` are names (``"7"`` is the table named 7; a table id is an
+    integer in a list) and ``regions`` are ASCII decimal numbers.
+    """
     if isinstance(value, str):
         items = [v.strip() for v in value.split(",") if v.strip()]
-        return tuple(int(v) if key == "regions" and v.isdigit() else v for v in items)
+        return tuple(int(v) if key == "regions" and is_decimal(v) else v for v in items)
     if not isinstance(value, list | tuple | set | frozenset):
         raise ConfigError(f"{key} must be a list or a comma-separated string, not "
                           f"{type(value).__name__}")

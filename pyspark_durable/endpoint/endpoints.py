@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from pyspark_durable.errors import ConfigError, StepNotCommitted
 from pyspark_durable.wal import DEFAULT_TABLE, Attempt, Namespace, StepBatch
-from pyspark_durable.wal.namespace import check_step_arg
+from pyspark_durable.wal.namespace import check_step_arg, check_writer
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +89,7 @@ class OutputEndpoint:
 
     def start_step(self, step: int) -> None:
         """Start writer step ``step``; an uncommitted earlier attempt of it is discarded."""
+        check_writer(self.writer_id, step, self.ns.name)  # an integer >= 0, before comparing
         if step < self._expired_before:
             raise ConfigError(f"writer step {step} was expired by expire_step",
                               namespace=self.ns.name, writer=self.writer_id)
@@ -124,4 +125,5 @@ class OutputEndpoint:
 
     def expire_step(self, step: int) -> None:
         """Writer steps below ``step`` need no tracking any more."""
+        check_step_arg("expire step", step, self.ns.name)
         self._expired_before = max(self._expired_before, step)

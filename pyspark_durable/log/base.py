@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 
 from pyspark_durable.errors import ConfigError, DurableWalError, OffsetOutOfRange
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
+NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,200}")  # always fullmatch: "$" would match before "\n"
 REGION_PREFIX = "region_"
 
 Headers = tuple[tuple[str, bytes], ...]
@@ -45,11 +45,17 @@ Headers = tuple[tuple[str, bytes], ...]
 
 def check_name(kind: str, name: str) -> str:
     """Names end up in folder and Kafka topic names: letters, digits, ``_`` and ``-``."""
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise ConfigError(
             f"{kind} name {name!r} is invalid: use 1-200 letters, digits, '_' or '-'"
         )
     return name
+
+
+def is_decimal(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also takes ``"\u00b2"`` (which ``int`` refuses) and
+    ``"\u0667"`` (which ``int`` reads as 7), so a stray name would parse or crash."""
+    return text.isascii() and text.isdigit()
 
 
 def check_version(version: int) -> int:
@@ -242,7 +248,7 @@ class LogStore(ABC):
         return sorted(
             int(n[len(REGION_PREFIX):])
             for n in self.list_logs()
-            if n.startswith(REGION_PREFIX) and n[len(REGION_PREFIX):].isdigit()
+            if n.startswith(REGION_PREFIX) and is_decimal(n[len(REGION_PREFIX):])
         )
 
     def open_region(self, region_id: int, create: bool = True) -> Log:

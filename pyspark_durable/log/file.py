@@ -84,7 +84,15 @@ from pyspark_durable.errors import (
     LogNotFound,
     OffsetOutOfRange,
 )
-from pyspark_durable.log.base import Entry, Log, LogStore, Record, check_name, check_version
+from pyspark_durable.log.base import (
+    Entry,
+    Log,
+    LogStore,
+    Record,
+    check_name,
+    check_version,
+    is_decimal,
+)
 
 log = logging.getLogger(__name__)
 
@@ -323,7 +331,7 @@ class FileLog(Log):
         except FileNotFoundError:
             return first_base
         text, _, crc = raw.decode("latin-1").partition(" ")
-        if text.isdigit() and crc == f"{zlib.crc32(text.encode()):08x}":
+        if is_decimal(text) and crc == f"{zlib.crc32(text.encode()):08x}":
             return int(text)
         self._note(f"{LOW_FILE} file is damaged ({raw[:40]!r}); using the first segment's "
                    f"base {first_base} (entries below the real low watermark may be listed)")
@@ -334,7 +342,7 @@ class FileLog(Log):
         self._ack_seq, self._acked = self._read_acked()
         with os.scandir(self.path) as it:  # inodes: a recreated file is a new segment
             found = sorted((e.name, e.inode()) for e in it if e.name.endswith(SEGMENT_SUFFIX)
-                           and e.name[: -len(SEGMENT_SUFFIX)].isdigit())
+                           and is_decimal(e.name[: -len(SEGMENT_SUFFIX)]))
         bases = [int(n[: -len(SEGMENT_SUFFIX)]) for n, _ in found]
         low = self._read_low(bases[0] if bases else 0)
         with self._state:
@@ -817,7 +825,7 @@ class FileLogStore(LogStore):
             return []
         prefix = name + "."
         return sorted(int(p.name[len(prefix):]) for p in folder.iterdir()
-                      if p.name.startswith(prefix) and p.name[len(prefix):].isdigit())
+                      if p.name.startswith(prefix) and is_decimal(p.name[len(prefix):]))
 
     def read_snapshot_version(self, name: str, version: int) -> bytes | None:
         try:

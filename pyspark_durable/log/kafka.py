@@ -392,7 +392,7 @@ class KafkaLogStore(LogStore):
         suffix = f"_{SNAPSHOTS}"
         return sorted(
             t[: -len(suffix)] for t in topics
-            if t.endswith(suffix) and NAME_RE.match(t[: -len(suffix)])
+            if t.endswith(suffix) and NAME_RE.fullmatch(t[: -len(suffix)])
         )
 
     def sibling_namespaces(self) -> list[str]:

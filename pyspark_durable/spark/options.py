@@ -25,14 +25,17 @@ OPTIONS: dict[str, tuple[str, str]] = {
                     "id unless given)"),
     "region": ("0", "write: the region of every row"),
     "regionColumn": ("(none)", "write: an integer column that routes each row to a region"),
-    "table": ("default", "write: a table name or id for every row"),
-    "tableColumn": ("(none)", "write: a column (string or integer) naming each row's table"),
+    "table": ("default", "write: the table name of every row (a name, even if it looks like a "
+              "number)"),
+    "tableColumn": ("(none)", "write: a column routing each row: string values are table "
+                    "names, integer values table ids"),
     "payloadFormat": ("arrow", "write: `arrow` | `avro`"),
     "mergeSchema": ("false", "write: rows with new columns or wider types (int to long, float "
                     "to double) add a schema version to the table instead of failing"),
     "entryMaxBytes": ("921600", "write: entries are split to stay under this size"),
     "regions": ("(all)", "read: comma list of regions"),
-    "tables": ("(all)", "read: comma list of table names or ids"),
+    "tables": ("(all)", "read: comma list of table names, or a JSON list of names (strings, "
+               "kept exactly: `[\"a,b\", \" c \"]`) and table ids (integers: `[7]`)"),
     "startingStep": ("earliest", "read: `earliest` | `latest` | a step number"),
     "endingStep": ("(latest)", "batch read: first step not read"),
     "maxStepsPerTrigger": ("(none)", "stream read: at most this many steps per micro-batch"),
@@ -89,6 +92,35 @@ def _list(value: str | None) -> tuple[str, ...] | None:
     return tuple(v.strip() for v in value.split(",") if v.strip())
 
 
+def _tables(value: str | None) -> tuple[str | int, ...] | None:
+    """The ``tables`` option: names, never numbers read as ids.
+
+    A comma list (``a, b``) gives names stripped of spaces; a JSON list (``["a,b", " c ",
+    7]``) gives strings as names exactly as written and integers as table ids (tables an
+    older version created from numeric names), so every name a writer can create can be
+    selected.
+    """
+    if value is None or not value.strip():
+        return None
+    if not value.lstrip().startswith("["):
+        return _list(value)
+    try:
+        listed = json.loads(value)
+    except ValueError as exc:
+        raise ConfigError(f"option tables={value!r} starts with '[' but is not a JSON list "
+                          f"({exc}); write it as a JSON list of names and ids, e.g. "
+                          '["a,b", " c ", 7], or as a comma list of names') from None
+    if not isinstance(listed, list) or not listed:
+        raise ConfigError(f"option tables={value!r} is not a non-empty JSON list of table "
+                          "names (strings) and ids (integers)")
+    for item in listed:
+        is_id = isinstance(item, int) and not isinstance(item, bool) and 0 <= item < 1 << 64
+        if not (is_id or (isinstance(item, str) and item)):
+            raise ConfigError(f"option tables={value!r}: {item!r} is neither a table name (a "
+                              "non-empty string) nor a table id (an integer in [0, 2**64))")
+    return tuple(listed)
+
+
 @dataclass(frozen=True)
 class WalOptions:
     """Every option of the data source, typed; see README's options table."""
@@ -105,7 +137,7 @@ class WalOptions:
     merge_schema: bool = False
     entry_max_bytes: int = 900 * 1024
     regions: tuple[int, ...] | None = None
-    tables: tuple[str, ...] | None = None
+    tables: tuple[str | int, ...] | None = None  # str: a name, int: a table id
     starting_step: str = "earliest"
     ending_step: int | None = None
     max_steps_per_trigger: int | None = None
@@ -179,7 +211,7 @@ class WalOptions:
             merge_schema=_bool("mergeSchema", raw.get("mergeSchema"), False),
             entry_max_bytes=_int("entryMaxBytes", raw.get("entryMaxBytes"), 900 * 1024, 1024),
             regions=None if regions is None else tuple(_int("regions", r) for r in regions),
-            tables=_list(raw.get("tables")),
+            tables=_tables(raw.get("tables")),
             starting_step=starting,
             ending_step=_int("endingStep", raw.get("endingStep")),
             max_steps_per_trigger=_int("maxStepsPerTrigger", raw.get("maxStepsPerTrigger"),

@@ -119,6 +119,14 @@ def write_batches(opts: WalOptions, batches: Iterator[pa.RecordBatch], writer_id
                                    value=bad)
         if opts.table_column:
             tables = _route_values(batch, opts.table_column, "table")
+            if pa.types.is_integer(tables.type):  # integers are table ids, strings names
+                if pc.min(tables).as_py() < 0:
+                    raise RoutingError(f"tableColumn {opts.table_column!r} holds "
+                                       f"{pc.min(tables).as_py()}; table ids are integers in "
+                                       "[0, 2**64)", column=opts.table_column)
+                tables = tables.cast(pa.uint64())
+            else:  # a name, never a number read as an id
+                tables = tables.cast(pa.string())
         payload = _normalize(batch.drop_columns(drop) if drop else batch)
         if regions is None and tables is None:
             attempt.write(opts.table, payload, opts.region, opts.payload_format,
@@ -126,7 +134,7 @@ def write_batches(opts: WalOptions, batches: Iterator[pa.RecordBatch], writer_id
             continue
         keys = pa.table({"r": regions if regions is not None else
                          pa.array([opts.region] * batch.num_rows, pa.int64()),
-                         "t": tables.cast(pa.string()) if tables is not None else
+                         "t": tables if tables is not None else
                          pa.array([opts.table] * batch.num_rows, pa.string())})
         for group in keys.group_by(["r", "t"]).aggregate([]).to_pylist():
             mask = pc.and_(pc.equal(keys.column("r"), group["r"]),

@@ -25,7 +25,13 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from pyspark_durable.errors import ConfigError, IncarnationMismatch, StepExpired
+from pyspark_durable.errors import (
+    ConfigError,
+    CorruptOffset,
+    IncarnationMismatch,
+    StepExpired,
+    StepNotCommitted,
+)
 from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.session_cache import namespace_for
 from pyspark_durable.wal import Namespace, StepCommit
@@ -130,29 +136,66 @@ class ReadPlan:
 
 
 def first_step(ns: Namespace, opts: WalOptions) -> int:
+    """The step ``startingStep`` names; a number past the next step is a typed error."""
     steps = ns.steps(refresh=False)
     if opts.starting_step == "earliest":
         return steps.start
     if opts.starting_step == "latest":
         return steps.stop
-    return int(opts.starting_step)
+    step = int(opts.starting_step)
+    if step > steps.stop:
+        raise StepNotCommitted(
+            f"option startingStep={step} is past the committed steps [{steps.start}, "
+            f"{steps.stop}): a read starts at most at the next step, {steps.stop} "
+            "(startingStep=latest)", namespace=ns.name, step=step)
+    return step
 
 
 def offset(ns: Namespace, step: int) -> dict:
-    """A source offset: the next step, in one incarnation of the WAL."""
-    return {"step": step, "incarnation": ns.incarnation}
+    """A source offset: the next step, in one namespace and incarnation of the WAL."""
+    return {"step": step, "incarnation": ns.incarnation, "namespace": ns.name}
 
 
-def resume_step(ns: Namespace, opts: WalOptions, start: dict) -> int:
+def offset_step(ns: Namespace, found: object, what: str = "the checkpoint's offset") -> int:
+    """The step of an offset this source wrote; anything else is :class:`CorruptOffset`.
+
+    A checkpoint is only ever written by this source, so a negative, non-integer or
+    foreign offset is damage, not data loss: no ``failOnDataLoss`` setting may guess a
+    position for it (a guess re-delivers or skips what the checkpoint says).
+    """
+    steps = ns.steps(refresh=False)
+    where = f"the WAL has steps [{steps.start}, {steps.stop})"
+    if not isinstance(found, dict):
+        raise CorruptOffset(f"{what} {found!r} is not an object {{\"step\": N, ...}} "
+                            f"written by this source; {where}", namespace=ns.name)
+    step = found.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise CorruptOffset(f"{what} {found!r} names step {step!r}, not a step number >= 0: "
+                            f"the checkpoint is damaged; {where}", namespace=ns.name)
+    other = found.get("namespace", ns.name)
+    if other != ns.name:
+        raise CorruptOffset(f"{what} (step {step}) is of namespace {other!r}, not of "
+                            f"{ns.name!r}: the checkpoint belongs to another query; start this "
+                            f"one from a new checkpoint; {where}", namespace=ns.name)
+    incarnation = found.get("incarnation")
+    if incarnation is not None and not isinstance(incarnation, str):
+        raise CorruptOffset(f"{what} {found!r} names incarnation {incarnation!r}, not an id: "
+                            f"the checkpoint is damaged; {where}", namespace=ns.name)
+    return step
+
+
+def resume_step(ns: Namespace, opts: WalOptions, start: object) -> int:
     """Where a checkpointed offset resumes in the WAL as it is now.
 
-    An offset of another incarnation (the WAL was lost or recreated under the
+    A damaged offset is :class:`CorruptOffset` whatever ``failOnDataLoss`` says. An
+    offset of another incarnation (the WAL was lost or recreated under the
     checkpoint) or past the WAL's end (restored from an older copy) is data loss:
     an error naming both, or with ``failOnDataLoss=false`` a warning, then reading
     goes on from the WAL's first step (another incarnation) or its end (past it).
     """
+    step = offset_step(ns, start)
     steps = ns.steps(refresh=False)
-    step, known = int(start["step"]), start.get("incarnation")
+    known = start.get("incarnation")  # type: ignore[union-attr]  # a dict: offset_step
     problem, resume = None, step
     if known is not None and known != ns.incarnation:
         problem = (f"the checkpoint's offset (step {step}) is in WAL incarnation {known}, but "
@@ -161,7 +204,8 @@ def resume_step(ns: Namespace, opts: WalOptions, start: dict) -> int:
         resume = steps.start
     elif step > steps.stop:
         problem = (f"the checkpoint's offset is step {step}, past the WAL's last step "
-                   f"{steps.stop - 1}: the WAL went back (restored from an older copy?)")
+                   f"{steps.stop - 1} (steps [{steps.start}, {steps.stop}) in incarnation "
+                   f"{ns.incarnation}): the WAL went back (restored from an older copy?)")
         resume = steps.stop
     if problem is None:
         return check_available(ns, opts, step)
@@ -256,11 +300,12 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[WalPartition]:
         ns = namespace_for(self.opts, create=False)
         begin = resume_step(ns, self.opts, start)
+        stop = offset_step(ns, end, "the batch's end offset")
         if end.get("incarnation", ns.incarnation) != ns.incarnation:
             # a batch planned in a WAL that is gone (failOnDataLoss=false got here): it
             # reads nothing, and the next batch starts at the new WAL's first step
             return []
-        return self.plan.partitions(ns, begin, max(begin, int(end["step"])))
+        return self.plan.partitions(ns, begin, max(begin, stop))
 
     def read(self, partition: WalPartition) -> Iterator[pa.RecordBatch]:
         return self.plan.read(partition)
@@ -270,9 +315,10 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         from pyspark_durable.endpoint import DurableInputEndpoint
 
-        step = int(end["step"]) - 1
+        ns = namespace_for(self.opts, create=False)
+        step = offset_step(ns, end, "the committed batch's end offset") - 1
         if step >= 0:
-            DurableInputEndpoint(namespace_for(self.opts, create=False), self.opts.reader_id,
+            DurableInputEndpoint(ns, self.opts.reader_id,
                                  hold_retention=self.opts.hold_retention).commit(step)
 
 
@@ -285,12 +331,20 @@ class WalBatchReader(DataSourceReader):
     def partitions(self) -> list[WalPartition]:
         ns = namespace_for(self.plan.opts, create=False)
         opts = self.plan.opts
-        start = check_available(ns, opts, first_step(ns, opts))
-        last = ns.steps(refresh=False).stop
-        end = last if opts.ending_step is None else opts.ending_step
-        if end > last:
-            raise ConfigError(f"option endingStep={end} is past the last committed step "
-                              f"{last - 1}", namespace=ns.name)
+        steps = ns.steps(refresh=False)
+        asked = first_step(ns, opts)  # past the next step: StepNotCommitted
+        end = steps.stop if opts.ending_step is None else opts.ending_step
+        if end > steps.stop:
+            raise StepNotCommitted(
+                f"option endingStep={end} is past the last committed step {steps.stop - 1}; "
+                f"committed steps are [{steps.start}, {steps.stop})", namespace=ns.name,
+                step=end)
+        if asked > end:
+            raise ConfigError(
+                f"option startingStep={opts.starting_step} (step {asked}) is after "
+                f"endingStep={end}: a batch reads steps [startingStep, endingStep); "
+                f"committed steps are [{steps.start}, {steps.stop})", namespace=ns.name)
+        start = check_available(ns, opts, asked)  # expired: StepExpired, or skipped
         return self.plan.partitions(ns, start, max(start, end))
 
     def read(self, partition: WalPartition) -> Iterator[pa.RecordBatch]:

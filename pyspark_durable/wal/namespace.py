@@ -234,25 +234,38 @@ class Namespace:
         return dict(self.refresh().tables)
 
     def resolve_table(self, table: int | str) -> int:
-        """A table reference (id, numeric string, or name) to its id."""
+        """A table reference to its id: an ``int`` is an id, a ``str`` is always a name.
+
+        A name is never read as a number: ``"7"``, ``"007"`` and ``"\u0667"`` are three
+        tables, none of them table id 7 (ids are asked for explicitly, as an ``int``).
+        """
         if isinstance(table, bool):
-            raise RoutingError(f"table {table!r} is not a name or id", namespace=self.name)
+            raise RoutingError(f"table {table!r} is not a name (str) or id (int)",
+                               namespace=self.name)
         if isinstance(table, int):
             if not 0 <= table <= U64_MAX:
                 raise RoutingError(f"table id {table} is not a u64", namespace=self.name)
             return table
-        if isinstance(table, str) and table.isdigit():
-            return self.resolve_table(int(table))
         if isinstance(table, str) and table:
             return table_id_for_name(table)
-        raise RoutingError(f"table {table!r} is not a name or id", namespace=self.name)
+        raise RoutingError(f"table {table!r} is not a name (non-empty str) or id (int)",
+                           namespace=self.name)
 
     def table(self, table: int | str) -> TableInfo:
         table_id = self.resolve_table(table)
         info = self.state.tables.get(table_id) or self.refresh().tables.get(table_id)
         if info is None:
             known = ", ".join(t.name for t in self.state.tables.values()) or "none"
-            raise RoutingError(f"unknown table {table!r}; tables: {known}", namespace=self.name)
+            kind = "table id" if isinstance(table, int) else "table"
+            hint = ""
+            by_id = [t for t in self.state.tables.values()
+                     if isinstance(table, str) and t.name == table and t.table_id != table_id]
+            if by_id:  # created by id, or by an older version from a numeric name
+                hint = (f"; table id {by_id[0].table_id} is named {table!r} (created by id, or "
+                        "from a numeric name by an older version): read it by its id, "
+                        f"{by_id[0].table_id} in Python or tables=[{by_id[0].table_id}] in Spark")
+            raise RoutingError(f"unknown {kind} {table!r}; tables: {known}{hint}",
+                               namespace=self.name)
         return info
 
     def define_table(
@@ -269,7 +282,7 @@ class Namespace:
         """
         table_id = self.resolve_table(table)
         codec_for(payload_format, schema)  # rejects unknown formats and unmappable types
-        name = table if isinstance(table, str) and not table.isdigit() else str(table_id)
+        name = table if isinstance(table, str) else str(table_id)
         where = {"namespace": self.name, "table": name}
         for _ in range(EVOLVE_ATTEMPTS):
             existing = self.state.tables.get(table_id) or self.refresh().tables.get(table_id)

@@ -545,3 +545,78 @@ def test_a_vanished_topic_is_never_created_again_by_a_handle(make_kafka, kafka_b
         assert topic not in admin.list_topics()
     finally:
         admin.close()
+
+
+class LaggingReader:
+    """A Reader (log/kafka.py) over a broker whose view lags an acknowledgement, as on a
+    cluster right after a leader change: for a topic in ``lag["ends"]``, the next
+    ``lag["stale"]`` watermark answers end there, and the next ``lag["early"]`` fetches
+    return nothing."""
+
+    def __init__(self, inner, topic: str, lag: dict) -> None:
+        self.inner, self.topic, self.lag = inner, topic, lag
+
+    def watermarks(self) -> tuple[int, int]:
+        begin, high = self.inner.watermarks()
+        end = self.lag["ends"].get(self.topic)
+        if end is not None and self.lag["stale"] > 0:
+            self.lag["stale"] -= 1
+            return begin, min(high, end)
+        return begin, high
+
+    def fetch(self, max_records, timeout_ms):
+        if self.topic in self.lag["ends"] and self.lag["early"] > 0:
+            self.lag["early"] -= 1
+            return []
+        return self.inner.fetch(max_records, timeout_ms)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def lagging(store: KafkaLogStore, lag: dict) -> KafkaLogStore:
+    """``store`` whose readers see the broker through :class:`LaggingReader`."""
+    new_reader = store.new_reader
+    store.new_reader = lambda topic, where: LaggingReader(new_reader(topic, where), topic, lag)
+    return store
+
+
+def test_an_acknowledged_range_is_read_past_a_stale_high_watermark(make_kafka):
+    """This tests that a reader whose view of a log's end is stale (its own cached end,
+    then a broker answering the old end and a fetch ending early) still reads every entry
+    of a range another process had acknowledged, where a plain read stops at the view."""
+    writer = make_kafka().open_region(0)
+    writer.append([Record(b"k%d" % i, b"v") for i in range(10)])
+    lag = {"ends": {writer.topic: 10}, "stale": 0, "early": 0}
+    region = lagging(make_kafka(), lag).open_region(0, create=False)
+    assert [e.offset for e in region.read(0)] == list(range(10))  # the handle knows 10
+    writer.append([Record(b"late%d" % i, b"v") for i in range(5)])  # acknowledged: 10..14
+    lag.update(stale=1)
+    assert [e.offset for e in region.read(8, 15)] == [8, 9]  # read() clamps to its view
+    lag.update(stale=3, early=1)
+    got = list(region.read_acknowledged(8, 15))
+    assert [(e.offset, e.key) for e in got] == [(8, b"k8"), (9, b"k9")] + [
+        (10 + i, b"late%d" % i) for i in range(5)]
+    assert (lag["stale"], lag["early"]) == (0, 0)  # every stale answer was given
+
+
+def test_an_acknowledged_end_never_reached_names_the_high_watermark(make_kafka):
+    """This tests that when the broker's end stays below a range the caller knows was
+    acknowledged, the read fails within request_timeout_ms with a retriable
+    BackendUnavailable naming both ends, never a short read."""
+    writer = make_kafka().open_region(0)
+    writer.append([Record(b"k", b"v")] * 10)
+    lag = {"ends": {writer.topic: 10}, "stale": 10**9, "early": 0}
+    region = lagging(make_kafka(request_timeout_ms=1000), lag).open_region(0, create=False)
+    writer.append([Record(b"late", b"v")] * 5)
+    start = time.monotonic()
+    with pytest.raises(BackendUnavailable,
+                       match=r"stays at 10, below the end 15 of acknowledged entries") as info:
+        list(region.read_acknowledged(0, 15))
+    assert info.value.retriable
+    assert 1.0 <= time.monotonic() - start < 1.0 + 3.0
+    writer.delete_before(2)
+    start = time.monotonic()
+    with pytest.raises(OffsetOutOfRange, match="below the low watermark"):
+        list(region.read_acknowledged(0, 15))  # deleted: at once, no wait
+    assert time.monotonic() - start < 1.0

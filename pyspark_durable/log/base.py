@@ -132,6 +132,18 @@ class Log(ABC):
         before any entry is yielded (callers tell a cleaned range from a shorter log).
         """
 
+    def read_acknowledged(self, start: int, end: int) -> Iterator[Entry]:
+        """Yield the entries of ``[start, end)``, a range the caller knows was acknowledged
+        (appended and made durable, by this process or another).
+
+        Unlike :meth:`read`, ``end`` is not clamped to this handle's view of the high
+        watermark: a backend whose view can lag behind another process's acknowledged
+        append (Kafka) asks again within a bound and then raises a typed error naming
+        the end it saw, never returning fewer entries. A local log knows its end
+        exactly, so this default is :meth:`read`: a short read there is real loss.
+        """
+        return self.read(start, end)
+
     @abstractmethod
     def low_watermark(self) -> int:
         """The first offset still readable."""

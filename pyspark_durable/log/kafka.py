@@ -42,6 +42,12 @@ Implementation notes (why):
   makes a missing offset an error instead of a silent jump.
 * **The high watermark is ListOffsets(latest)**, exact on Apache Kafka (see
   :meth:`KafkaLog._bounds`); a read of a range below a known end asks nothing.
+* **An acknowledged range is read to its end** (:meth:`KafkaLog.read_acknowledged`,
+  a committed step's run): right after another process's acknowledgement, a leader
+  change or a broker whose high watermark has not advanced yet can answer a shorter
+  end, or a fetch can stop early. The end is asked again with backoff within
+  ``request_timeout_ms``; a view that stays short is :class:`BackendUnavailable`
+  naming both ends, never a short read (which the WAL would call corrupt).
 * **Durable appends.** acks=all and idempotence are forced; an append returns when
   every record is acknowledged, else raises (the records that did land stay in
   the log, as after any crash: the WAL's step commits decide what is visible).
@@ -59,6 +65,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -80,6 +87,10 @@ log = logging.getLogger(__name__)
 
 SNAPSHOTS = "snapshots"
 SCAN_CHUNK = 10_000  # entries asked of one fetch call
+# an acknowledged range's end not seen yet: ask again after this long, doubling up to
+# the cap (a lagging high watermark catches up within a replica fetch, milliseconds)
+END_BACKOFF_S = 0.01
+END_BACKOFF_MAX_S = 0.5
 # the producers batch up to 16 MiB (kafka_confluent.TUNED, kafka_python.TUNED): a topic
 # keeps Kafka's 1 MiB max.message.bytes otherwise and refuses such batches
 MAX_MESSAGE_BYTES = str((16 << 20) + (64 << 10))
@@ -276,8 +287,53 @@ class KafkaLog(Log):
         stop = high if end is None else min(end, high)
         return self._scan(start, stop)
 
+    def read_acknowledged(self, start: int, end: int) -> Iterator[Entry]:
+        """Entries of ``[start, end)``, acknowledged (acks=all) by this or another process:
+        read to ``end`` whatever this handle's view of the high watermark says (see the
+        module docstring); :class:`BackendUnavailable` if the broker's end stays short."""
+        known = start <= end <= self._known_high
+        low, high = self._watermarks(probe=not known)
+        if start < low:
+            self.check_range(start, low, high)  # deleted: OffsetOutOfRange at once
+        if high < end:
+            high = self._await_end(end, high)
+        self.check_range(start, low, high)
+        return self._scan(start, end)
+
+    def _await_end(self, end: int, high: int) -> int:
+        """Ask the high watermark again (with backoff) until it reaches ``end``, an end
+        the caller knows was acknowledged; at most ``request_timeout_ms``."""
+        settings = self.store.settings
+        bound_s = settings.request_timeout_ms / 1000
+        started = time.monotonic()
+        backoff, asked = END_BACKOFF_S, 1
+        while True:
+            left = bound_s - (time.monotonic() - started)
+            if left <= 0:
+                raise BackendUnavailable(
+                    f"the high watermark of topic {self.topic} stays at {high}, below the end "
+                    f"{end} of acknowledged entries, after {asked} answers in "
+                    f"{time.monotonic() - started:.1f}s (request_timeout_ms="
+                    f"{settings.request_timeout_ms}; a partition leader that lags or moved; "
+                    f"{broker_reachability(settings.bootstrap_servers)})", **self._where())
+            time.sleep(min(backoff, left))  # retry backoff: the broker's view catches up
+            backoff = min(backoff * 2, END_BACKOFF_MAX_S)
+            high = self._bounds()[1]
+            asked += 1
+            if high >= end:
+                log.info("namespace=%s log=%s: topic %s reached the acknowledged end %d after "
+                         "%d answers (a high watermark that lagged)", self.namespace,
+                         self.name, self.topic, end, asked)
+                return high
+
     def _scan(self, start: int, stop: int) -> Iterator[Entry]:
-        """Entries in [start, stop) of the topic, fetched in bounded chunks."""
+        """Entries in [start, stop) of the topic, fetched in bounded chunks.
+
+        Every offset below ``stop`` exists (below a high watermark, or acknowledged), so
+        a fetch that ends early (librdkafka reports the end of the partition as its
+        broker sees it) is asked again; only ``request_timeout_ms`` without an entry
+        is an error.
+        """
         if start >= stop:
             return
         settings = self.store.settings
@@ -285,13 +341,19 @@ class KafkaLog(Log):
         with self._consumer() as c:
             c.seek(start)
             offset = start
+            deadline = time.monotonic() + timeout_ms / 1000
             while offset < stop:
-                batch = c.fetch(min(stop - offset, SCAN_CHUNK), timeout_ms)
+                left_ms = int((deadline - time.monotonic()) * 1000)
+                batch = c.fetch(min(stop - offset, SCAN_CHUNK), max(1, left_ms)) \
+                    if left_ms > 0 else []
                 if not batch:
+                    if time.monotonic() < deadline:
+                        continue  # the end of the partition as its broker saw it: again
                     raise BackendUnavailable(
                         f"Kafka broker {settings.bootstrap_servers} sent nothing for "
                         f"request_timeout_ms={timeout_ms} while reading topic {self.topic} at "
                         f"offset {offset} (expected entries up to {stop})", **self._where())
+                deadline = time.monotonic() + timeout_ms / 1000
                 for entry in batch:
                     offset = entry.offset
                     if offset >= stop:

@@ -42,6 +42,11 @@ TUNED: dict[str, Any] = {
     # a prefetch left at the end of a log blocks the next request on its connection
     # (ListOffsets, the next read) for up to this long: keep it short
     "fetch_max_wait_ms": 5,
+    # kafka-python backs off reconnecting to a node up to 30 s (the Java client: 1 s), and
+    # refreshes leaders every 5 minutes: after two of three nodes came back, a watermark
+    # read timed out (3 s request timeout) on a node it had stopped trying. As librdkafka.
+    "reconnect_backoff_max_ms": 1000,
+    "metadata_max_age_ms": 2000,
 }
 
 CLIENTS: dict[str, type] = {

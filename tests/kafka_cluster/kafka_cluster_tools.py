@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -54,13 +55,39 @@ def check_exactly_once(rows: list[tuple[int, str]], files: int, where: str) -> i
     return len(rows)
 
 
-def restart_all(cluster: KafkaCluster, node_ids: list[int]) -> None:
+def restart_all(cluster: KafkaCluster, node_ids: list[int], prefix: str | None = None) -> None:
     """Start several killed nodes at once, then wait until each lists every node (a node
-    restarted alone while another is down would wait for the missing one)."""
+    restarted alone while another is down would wait for the missing one); with
+    ``prefix``, also until every partition of the topics named so is led and in sync on
+    every node (after a lost quorum a listed node does not yet lead anything)."""
     for node_id in node_ids:
         cluster.restart(node_id, wait=False)
     if node_ids:
         wait_ready(cluster, node_ids)
+    if prefix is not None:
+        wait_in_sync(cluster, prefix)
+
+
+def wait_in_sync(cluster: KafkaCluster, prefix: str, timeout_s: float = WAIT_S) -> None:
+    """Block until every partition of every topic starting with ``prefix`` has a leader
+    and all of the cluster's nodes in sync (asked of the broker; it has no event for it)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+    want = sorted(n.node_id for n in cluster.nodes)
+    deadline = time.monotonic() + timeout_s
+    lagging: dict[str, object] = {}
+    while time.monotonic() < deadline:
+        topics = admin.list_topics(timeout=10).topics
+        lagging = {f"{name}[{p.id}]": (p.leader, sorted(p.isrs))
+                   for name, meta in topics.items() if name.startswith(prefix)
+                   for p in meta.partitions.values()
+                   if p.leader not in want or sorted(p.isrs) != want}
+        if topics and not lagging:
+            return
+        time.sleep(0.2)  # the broker pushes no event for a finished election: ask again
+    raise AssertionError(f"partitions of {prefix}* not led and in sync after {timeout_s:.0f}s: "
+                         f"{lagging}")
 
 
 def partition_info(cluster: KafkaCluster, topic: str) -> tuple[int, list[int], list[int]]:

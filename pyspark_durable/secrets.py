@@ -18,7 +18,9 @@ stored metadata, the CLI's output or what Spark shows. Three tools, no dependenc
   ``auth_bytes`` holding the password in clear) and on this package's librdkafka logger.
 
 Values shorter than :data:`MIN_SCRUB_LEN` are not scrubbed from free text (they would
-mask ordinary words); their options are still redacted by key.
+mask ordinary words); their options are still redacted by key, and so is any value
+printed right after a secret key (``'sasl_plain_password': 'pw'``, ``password="pw"``,
+``sasl.password=pw``: :data:`KEYED_VALUE`), as a client's configuration is at DEBUG.
 """
 
 from __future__ import annotations
@@ -39,6 +41,13 @@ SECRET_KEY = re.compile(
 JAAS_VALUE = re.compile(r"""(?i)\b(password|username)\s*=\s*("(?:[^"\\]|\\.)*"|'[^']*'|[^\s;]+)""")
 # kafka-python's DEBUG lines show SASL requests: auth_bytes=b'\x00user\x00password'
 AUTH_BYTES = re.compile(r"""auth_bytes=b(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
+# a secret option's value printed beside its key, whatever its length: a client's
+# configuration at DEBUG ('sasl_plain_password': 'pw'), key=value, a JAAS password="pw"
+KEYED_VALUE = re.compile(
+    r"""(?P<key>['"]?[\w.-]*(?:""" + SECRET_KEY.pattern.removeprefix("(?i)") + r""")[\w.-]*['"]?"""
+    r"""\s*[:=]\s*)(?P<value>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^\s,;'"}\])]+)""",
+    re.IGNORECASE)
+UNSET = frozenset({"None", "null", "''", '""'})  # no secret to hide: kept as it is
 
 _known: set[str] = set()
 _lock = threading.Lock()
@@ -99,11 +108,19 @@ def _spellings(secret: str) -> Iterable[str]:
         yield as_str
 
 
+def _keyed(match: re.Match) -> str:
+    value = match.group("value")
+    return match.group(0) if value in UNSET else match.group("key") + REDACTED
+
+
 def scrub(text: str, extra: Iterable[str] = ()) -> str:
     """``text`` with every remembered secret (and ``extra`` ones) replaced by
-    :data:`REDACTED`, and SASL ``auth_bytes`` of a logged request masked."""
+    :data:`REDACTED`, the value printed beside a secret key masked (any length), and
+    SASL ``auth_bytes`` of a logged request masked."""
     if "auth_bytes=" in text:
         text = AUTH_BYTES.sub(f"auth_bytes={REDACTED}", text)
+    if SECRET_KEY.search(text):
+        text = KEYED_VALUE.sub(_keyed, text)
     with _lock:
         secrets = [*_known, *(s for s in extra if s and len(s) >= MIN_SCRUB_LEN)]
     for secret in sorted(secrets, key=len, reverse=True):

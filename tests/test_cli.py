@@ -657,3 +657,19 @@ def test_retention_shows_and_sets_the_policy_and_readers(wal, capsys):
     assert cli_json(capsys, "clean", wal, "--namespace", NS)["expired_before"]["after"] == 10
     code, _, err = cli(capsys, "retention", wal, "--namespace", NS, "--drop-reader", "nope")
     assert code == 2 and "unknown reader 'nope'; readers: none" in err
+
+
+@pytest.mark.parametrize("argument, named", [
+    ("sasl.password:Zq!9x-hunter", "--kafka-option sasl.password is not KEY=VALUE"),
+    ("sasl.plain.password Zq!9x-hunter", "--kafka-option sasl.plain.password is not KEY=VALUE"),
+    ("Zq!9x-hunter", "--kafka-option number 2 is not KEY=VALUE"),
+    ("=Zq!9x-hunter", "--kafka-option number 2 is not KEY=VALUE"),
+])
+def test_a_mistyped_kafka_option_is_named_without_its_value(capsys, argument, named):
+    """This tests that a --kafka-option that is not KEY=VALUE (a ':' or a blank for '=',
+    or no key) is a one-line error naming the option by its key part, or by its position
+    when it has none, and never echoing the argument (the value may be a password)."""
+    code, out, err = cli(capsys, "steps", "--bootstrap-servers", "127.0.0.1:9",
+                         "--kafka-option", "client=kafka-python", "--kafka-option", argument)
+    assert_one_line_error(code, out, err, named)
+    assert "Zq!9x" not in err

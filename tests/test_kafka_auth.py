@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
 import sys
 import time
 import uuid
@@ -211,6 +213,21 @@ def test_redaction_helpers_mask_every_spelling():
     assert "hunter" not in scrub("SaslAuthenticateRequest(auth_bytes=b'a\\x00a\\x00hunter2')")
 
 
+def test_a_short_secret_printed_beside_its_key_is_masked():
+    """This tests that a secret too short to be scrubbed as free text is still masked
+    where a client prints it beside its key (kafka-python's admin client logs its whole
+    configuration at DEBUG), in a key=value line and in a JAAS line, while unset secrets
+    and ordinary words stay readable."""
+    config = {"bootstrap_servers": ["127.0.0.1:9092"], "sasl_plain_username": "alice",
+              "sasl_plain_password": "pw1", "sasl_oauth_token_provider": None}
+    text = scrub(f"Starting KafkaAdminClient with configuration: {config}")
+    assert "pw1" not in text and "'alice'" in text and "'sasl_oauth_token_provider': None" in text
+    assert scrub("sasl.password=pw1, ssl.key.password = pw2") == \
+        f"sasl.password={REDACTED}, ssl.key.password = {REDACTED}"
+    assert "pw3" not in scrub(f"{PLAIN_JAAS} required username=\"alice\" password=\"pw3\";")
+    assert scrub("Invalid username or password") == "Invalid username or password"
+
+
 # -- nothing shows: logs, stored metadata, errors -----------------------------------
 
 
@@ -329,6 +346,84 @@ def test_the_cli_reaches_a_sasl_broker_with_a_config_file(cluster, shop, tmp_pat
     code, out, _ = cli(capsys, "namespaces", "--names-only", "--kafka-config", conf,
                        "--bootstrap-servers", cluster.sasl_bootstrap())
     assert shop in out.split()
+
+
+SHORT_USER, SHORT_PASSWORD = "bob", "Zq!9x"  # shorter than secrets.MIN_SCRUB_LEN
+CLI_COMMANDS = [["namespaces"], ["regions"], ["tables"], ["steps"],
+                ["tail", "--table", "orders"], ["check"], ["retention"],
+                ["clean", "--grace-ms", "0"]]
+CLI_PARALLEL = 3
+
+
+@pytest.fixture(scope="module")
+def short_password_user(cluster: KafkaCluster) -> str:
+    """A SCRAM-SHA-256 user whose password is too short to be scrubbed as free text."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    upsert = UserScramCredentialUpsertion(
+        SHORT_USER, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),
+        SHORT_PASSWORD.encode())
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(30)
+    return SHORT_USER
+
+
+def cli_process(argv: list[str]) -> subprocess.Popen:
+    """``durablewal ARGV`` as its own process (its loggers made in their real order)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    return subprocess.Popen([sys.executable, "-m", "pyspark_durable", *argv], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_no_cli_command_prints_a_secret_at_any_verbosity(cluster, shop, short_password_user,
+                                                         tmp_path, client):
+    """This tests that every durablewal command, run as its own process with -vv (our
+    DEBUG lines and the Kafka client's: kafka-python logs its configuration, librdkafka
+    runs with debug=all) against the SASL listener, prints no secret on stdout or stderr:
+    not a PLAIN password (sent in clear), not a 5-character SCRAM password."""
+    auth = cluster.auth
+    assert auth is not None
+    logins = {"plain": (PLAIN_JAAS, "PLAIN", auth.user, auth.password),
+              "short": (SCRAM_JAAS, "SCRAM-SHA-256", short_password_user, SHORT_PASSWORD)}
+    confs = {}
+    for name, (module, mechanism, user, secret) in logins.items():
+        confs[name] = tmp_path / f"{name}.properties"
+        confs[name].write_text(f"bootstrap.servers={cluster.sasl_bootstrap()}\n"
+                               "security.protocol=SASL_PLAINTEXT\n"
+                               f"sasl.mechanism={mechanism}\n"
+                               f"sasl.jaas.config={jaas(module, user, secret)}\n")
+    debug = ["--kafka-option", "debug=all"] if client == "confluent" else []
+    runs: list[tuple[str, list[str], subprocess.Popen]] = []
+    outputs = []
+    for i, command in enumerate([*CLI_COMMANDS, None]):
+        if len(runs) == CLI_PARALLEL or command is None:  # a few at a time: 2 cores
+            for name, done, proc in runs:
+                out, err = proc.communicate(timeout=120)
+                assert proc.returncode == 0, (name, done, err[-3000:])
+                outputs.append(out + err)
+                for secret in [*secrets_of(cluster), SHORT_PASSWORD]:
+                    assert secret not in out + err, f"a secret shows in durablewal {done} ({name})"
+            runs = []
+        if command is None:
+            break
+        name = ("plain", "short")[i % 2]  # each login on half the commands
+        namespace = [] if command[0] == "namespaces" else ["--namespace", shop]
+        runs.append((name, command, cli_process(
+            [*command, *namespace, "--kafka-config", str(confs[name]), "-vv",
+             "--timeout-ms", "20000", "--kafka-option", f"client={client}", *debug])))
+    shown = "\n".join(outputs)
+    assert shown.count("durablewal: debug: ") > 100  # the clients' chatter was printed
+    if client == "kafka-python":  # its configuration, with the password's key, was printed
+        assert "'sasl_plain_password': *********(redacted)" in shown
+    else:
+        assert "sasl.password" in shown
 
 
 def test_the_cli_warns_of_a_secret_on_the_command_line(cluster, shop, capsys):

@@ -35,6 +35,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from pyspark_durable.errors import DecodeError, DurableWalError
+from pyspark_durable.secrets import RedactingFilter
 
 from . import commands, render
 from .target import CliError
@@ -162,9 +163,13 @@ def _logging(verbose: int) -> Iterator[None]:
 
     kafka-python logs every refused connection; without this, Python's last-resort
     handler would print those lines around the one-line error the user should see.
+    Every line printed is scrubbed of secrets on the handler itself, whichever logger
+    made it (a client's logger created after the clients' filters were installed, or
+    kafka-python's configuration at DEBUG).
     """
     handler = _StderrHandler(logging.DEBUG if verbose > 1 else
                              logging.INFO if verbose else logging.WARNING)
+    handler.addFilter(RedactingFilter())
     root, kafka = logging.getLogger(), logging.getLogger("kafka")
     saved = root.level, kafka.level
     root.addHandler(handler)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ def _kafka_key(key: str) -> str:
 
 
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+_NOT_IN_KEY = re.compile(r"[:\s]")  # a Kafka option's key holds neither
 
 
 def _unescape(text: str) -> str:
@@ -113,12 +115,15 @@ def _kafka_options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {}
     if args.kafka_config is not None:
         options.update(kafka_config_file(args.kafka_config))
-    for item in args.kafka_option:
+    for number, item in enumerate(args.kafka_option, 1):
         key, sep, value = item.partition("=")
         key = key.strip()
-        if not sep or not key:
-            raise CliError(f"--kafka-option {key if is_secret(key) else item!r} is not "
-                           "key=value")
+        if not sep or not key or _NOT_IN_KEY.search(key):
+            # named by what precedes a ':' or blank ("sasl.password:pw" is a mistyped
+            # secret), else by its position: an argument is never echoed whole
+            named = _NOT_IN_KEY.split(key, maxsplit=1)[0] if _NOT_IN_KEY.search(key) else ""
+            raise CliError(f"--kafka-option {named or f'number {number}'} is not KEY=VALUE "
+                           "(the argument is not shown: it may hold a secret)")
         if is_secret(key):
             log.warning("--kafka-option %s puts a secret on the command line (shell history, "
                         "ps): put it in a file given with --kafka-config", key)

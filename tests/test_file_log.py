@@ -647,3 +647,29 @@ def test_roll_and_delete_before_remove_whole_segments(tmp_path):
             log.read(149)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("tail, expect, acked, clean_after, verdict", [
+    (True, 5, 6, True, "ACKNOWLEDGED"),   # below the acknowledged end: damage, whatever follows
+    (True, 5, 6, False, "ACKNOWLEDGED"),
+    (True, 6, 6, True, "TORN"),           # at the acknowledged end, nothing valid after: torn
+    (True, 6, 6, False, "CORRUPT"),       # a valid frame after it: corruption, never truncated
+    (False, 6, 0, True, "CORRUPT"),       # a sealed segment is never torn
+])
+def test_torn_tail_rule_as_a_decision(tail, expect, acked, clean_after, verdict):
+    """This tests that the torn-tail rule decides from the acknowledged end first: a bad
+    frame below it is damage even if nothing follows, one at or above it is a torn tail
+    only in the last segment and only with no valid frame after it (and then the file is
+    not even read to find out when the acknowledged end already decides)."""
+    from pyspark_durable.log.file.segments import Verdict, judge_bad_frame
+
+    asked = []
+
+    def nothing_valid_after() -> bool:
+        asked.append(True)
+        return clean_after
+
+    got = judge_bad_frame(tail=tail, expect=expect, acked=acked,
+                          nothing_valid_after=nothing_valid_after)
+    assert got is Verdict[verdict]
+    assert bool(asked) == (tail and expect >= acked)

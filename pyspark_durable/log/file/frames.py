@@ -1,0 +1,83 @@
+"""Frames: one log entry as bytes on disk, and back.
+
+Frame of one entry (big-endian)::
+
+    +-----------+-----------+-------------------------------------------------------+
+    | len (u32) | crc32(u32)| body: offset u64 | timestamp_ms u64 | key_len u16 |     |
+    |           | of body   |       n_headers u16 | key | headers | value          |
+    +-----------+-----------+-------------------------------------------------------+
+    header: name_len u16 | value_len u32 | name | value
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import BinaryIO
+
+from pyspark_durable.log.base import Entry, Record
+
+FRAME_HEAD = struct.Struct(">II")  # len, crc32 of the body
+BODY_HEAD = struct.Struct(">QQHH")  # offset, timestamp_ms, key_len, n_headers
+HEADER_HEAD = struct.Struct(">HI")  # name_len, value_len
+MIN_BODY = BODY_HEAD.size
+MAX_BODY = 1 << 30
+
+
+def frame_parts(offset: int, timestamp_ms: int, record: Record) -> tuple[bytes, bytes]:
+    """One frame as (everything before the value, the value): the value is not copied."""
+    key = bytes(record.key)
+    parts = [BODY_HEAD.pack(offset, timestamp_ms, len(key), len(record.headers)), key]
+    for name, value in record.headers:
+        raw = name.encode()
+        parts += [HEADER_HEAD.pack(len(raw), len(value)), raw, bytes(value)]
+    head = b"".join(parts)
+    value = record.value
+    crc = zlib.crc32(value, zlib.crc32(head))
+    return FRAME_HEAD.pack(len(head) + len(value), crc) + head, value
+
+
+def encode_frame(offset: int, timestamp_ms: int, record: Record) -> bytes:
+    head, value = frame_parts(offset, timestamp_ms, record)
+    return head + bytes(value)
+
+
+def frame_size(length: int) -> int:
+    """Bytes a frame with a body of ``length`` bytes takes in its segment."""
+    return FRAME_HEAD.size + length
+
+
+def read_body(f: BinaryIO, length: int, crc: int) -> Entry | None:
+    """Read a frame body of ``length`` bytes as an Entry, or None if it is damaged.
+
+    The body is read piece by piece (CRC carried along), so the value, nearly all
+    of it, lands in its own ``bytes`` straight from the file with no second copy.
+    """
+    left, seen = length, 0
+
+    def take(n: int) -> bytes | None:
+        nonlocal left, seen
+        data = f.read(n) if 0 <= n <= left else b""
+        if len(data) != n:
+            return None
+        left -= n
+        seen = zlib.crc32(data, seen)
+        return data
+
+    head = take(BODY_HEAD.size)
+    if head is None:
+        return None
+    offset, ts, key_len, n_headers = BODY_HEAD.unpack(head)
+    key = take(key_len)
+    raw_headers = []
+    for _ in range(n_headers):
+        sizes = take(HEADER_HEAD.size)
+        if sizes is None:
+            return None
+        name_len, value_len = HEADER_HEAD.unpack(sizes)
+        raw_headers.append((take(name_len), take(value_len)))
+    value = take(left)
+    pieces = [key, value, *(p for pair in raw_headers for p in pair)]
+    if seen != crc or any(p is None for p in pieces):
+        return None
+    return Entry(offset, key, value, tuple((n.decode(), v) for n, v in raw_headers), ts)

@@ -1,0 +1,320 @@
+"""One file log: a folder of segments, appended with group commit, read by many processes.
+
+Implementation notes (why):
+
+* **Group commit.** Appends from every thread of a process go to one writer thread,
+  which writes all pending frames with one ``write`` and one ``fdatasync``; an
+  append returns only after its fsync. The writer waits at most
+  ``group_commit_interval_ms`` after the previous fsync (IOx waits 10 ms), so a
+  lone append is never delayed and a busy log shares its fsyncs.
+* **Several processes.** Spark runs writers in separate Python workers. A writer
+  holds ``flock(LOCK_EX)`` on ``lock`` while it catches up with frames other
+  processes appended, writes and fsyncs. Readers take ``LOCK_SH`` only to learn the
+  end, so every byte they read was fsync'd by a writer that has released the lock.
+* **Acknowledgement.** After the frames' fsync the ``acked`` file records the new
+  end (:mod:`.marks`); the torn-tail rule (:mod:`.segments`) rests on it.
+* **Deletion.** ``delete_before`` records the low watermark in a file (replaced with
+  rename(2), then the folder is fsync'd) and removes whole segments below it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+
+from pyspark_durable.errors import BackendUnavailable, CorruptEntryError, OffsetOutOfRange
+from pyspark_durable.log.base import Entry, Log, Record, is_decimal
+from pyspark_durable.log.file.disk import FileLock, fsync_dir, storage_errors, write_all
+from pyspark_durable.log.file.frames import FRAME_HEAD, frame_parts, frame_size, read_body
+from pyspark_durable.log.file.marks import read_acked, read_low, write_acked, write_low
+from pyspark_durable.log.file.segments import (
+    READ_CHUNK_BYTES,
+    SEGMENT_SUFFIX,
+    Segment,
+    scan_segment,
+    segment_name,
+)
+
+log = logging.getLogger(__package__)
+
+
+class FileLog(Log):
+    """One log in a folder of segment files; see the module docstring."""
+
+    def __init__(
+        self,
+        namespace: str,
+        name: str,
+        path: Path,
+        segment_size_bytes: int,
+        group_commit_interval_ms: float,
+    ) -> None:
+        super().__init__(namespace, name)
+        self.path = path
+        self.segment_size_bytes = segment_size_bytes
+        self.group_commit_interval_ms = group_commit_interval_ms
+        self._segments: list[Segment] = []
+        self._low = 0
+        self._state = threading.Lock()  # guards _segments and _low
+        self._pending: list[tuple[Sequence[Record], Future]] = []
+        self._cond = threading.Condition()
+        self._writer: threading.Thread | None = None
+        self._closed = False
+        self._last_sync = 0.0
+        self._acked = 0  # every offset below is acknowledged (the acked file)
+        self._ack_seq = 0
+        with self._locked(fcntl.LOCK_SH):
+            self._refresh(exclusive=False)
+
+    # -- locking and catching up ------------------------------------------------
+
+    def _locked(self, mode: int) -> FileLock:
+        return FileLock(self.path / "lock", mode, namespace=self.namespace, log=self.name)
+
+    def _note(self, problem: str) -> None:
+        if problem not in self.repairs:
+            log.warning("namespace=%s log=%s: %s", self.namespace, self.name, problem)
+            self.repairs.append(problem)
+
+    def _refresh(self, exclusive: bool) -> None:
+        """Catch up with what any process appended or deleted (caller holds the flock)."""
+        self._ack_seq, self._acked = read_acked(self.path, self._note)
+        with os.scandir(self.path) as it:  # inodes: a recreated file is a new segment
+            found = sorted((e.name, e.inode()) for e in it if e.name.endswith(SEGMENT_SUFFIX)
+                           and is_decimal(e.name[: -len(SEGMENT_SUFFIX)]))
+        bases = [int(n[: -len(SEGMENT_SUFFIX)]) for n, _ in found]
+        low = read_low(self.path, bases[0] if bases else 0, self._note)
+        with self._state:
+            known = {(s.base, s.inode): s for s in self._segments}
+            segments = [known.get((b, ino)) or Segment(b, self.path / n, inode=ino)
+                        for b, (n, ino) in zip(bases, found, strict=True)]
+            if segments and not segments[-1].same_file():
+                # a new file under the old name and inode number (a recreated log), or the
+                # old one shorter than indexed (restored from a copy): the files are the
+                # truth, the index is rebuilt from them, and the `acked` rule tells a log
+                # that lost acknowledged entries
+                segments[-1] = Segment(segments[-1].base, segments[-1].path,
+                                       inode=segments[-1].inode)
+            if not segments:
+                first = self.path / segment_name(low)
+                first.touch()
+                fsync_dir(self.path)
+                segments = [Segment(low, first, inode=first.stat().st_ino)]
+            self._segments = segments
+            self._low = max(low, segments[0].base)
+            for seg, nxt in itertools.pairwise(segments):
+                if seg.base + seg.count != nxt.base:
+                    seg.scanned = False  # sealed by another process: rescan when read
+            self._scan(segments[-1], exclusive=exclusive, tail=True)
+
+    def _scan(self, seg: Segment, exclusive: bool, tail: bool,
+              end_offset: int | None = None) -> None:
+        scan_segment(seg, acked=self._acked, exclusive=exclusive, tail=tail,
+                     end_offset=end_offset, namespace=self.namespace, name=self.name)
+
+    # -- appending ------------------------------------------------------------
+
+    def append(self, records: Sequence[Record]) -> list[int]:
+        return self.append_async(records).result()
+
+    def append_async(self, records: Sequence[Record]) -> Future[list[int]]:
+        fut: Future[list[int]] = Future()
+        if not records:
+            fut.set_result([])
+            return fut
+        with self._cond:
+            if self._closed:
+                raise BackendUnavailable("log is closed", namespace=self.namespace, log=self.name)
+            self._pending.append((records, fut))
+            if self._writer is None:
+                self._writer = threading.Thread(
+                    target=self._write_loop, name=f"durablewal-{self.name}", daemon=True
+                )
+                self._writer.start()
+            self._cond.notify()
+        return fut
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending and self._closed:
+                    return
+            wait_s = self._last_sync + self.group_commit_interval_ms / 1000 - time.monotonic()
+            if wait_s > 0:
+                time.sleep(wait_s)
+            with self._cond:
+                batch, self._pending = self._pending, []
+            try:
+                with storage_errors("appending", self.path, namespace=self.namespace,
+                                    log=self.name):
+                    offsets = self._write_batch([r for r, _ in batch])
+            except BaseException as exc:  # noqa: BLE001 - forwarded to every waiter, none hangs
+                for _, fut in batch:
+                    fut.set_exception(exc)
+                continue
+            for (_, fut), offs in zip(batch, offsets, strict=False):
+                fut.set_result(offs)
+
+    def _write_batch(self, groups: list[Sequence[Record]]) -> list[list[int]]:
+        with self._locked(fcntl.LOCK_EX):
+            self._refresh(exclusive=True)
+            with self._state:
+                seg = self._segments[-1]
+                next_offset = seg.base + seg.count
+            if seg.end >= self.segment_size_bytes and seg.count:
+                seg = self._roll(next_offset)
+            now = int(time.time() * 1000)
+            buffers: list = []
+            result, positions, end = [], [], seg.end
+            for records in groups:
+                offs = []
+                for record in records:
+                    head, value = frame_parts(next_offset, now, record)
+                    positions.append(end)
+                    buffers += (head, value)
+                    end += len(head) + len(value)
+                    offs.append(next_offset)
+                    next_offset += 1
+                result.append(offs)
+            fd = os.open(seg.path, os.O_WRONLY)
+            try:
+                os.lseek(fd, seg.end, os.SEEK_SET)
+                write_all(fd, buffers)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+            self._ack_seq += 1
+            write_acked(self.path, self._ack_seq, next_offset)  # only now acknowledged
+            self._acked = next_offset
+            self._last_sync = time.monotonic()
+            with self._state:
+                if seg.end == 0:
+                    seg.head = bytes(buffers[0][: FRAME_HEAD.size])
+                seg.positions.extend(positions)
+                seg.end = end
+        return result
+
+    def _roll(self, base: int) -> Segment:
+        path = self.path / segment_name(base)
+        path.touch()
+        fsync_dir(self.path)
+        seg = Segment(base, path, scanned=True, inode=path.stat().st_ino)
+        with self._state:
+            self._segments.append(seg)
+        return seg
+
+    # -- reading --------------------------------------------------------------
+
+    def _bounds(self) -> tuple[int, int, list[Segment]]:
+        with self._locked(fcntl.LOCK_SH):
+            self._refresh(exclusive=False)
+        with self._state:
+            last = self._segments[-1]
+            return self._low, last.base + last.count, list(self._segments)
+
+    def low_watermark(self) -> int:
+        return self._bounds()[0]
+
+    def high_watermark(self) -> int:
+        return self._bounds()[1]
+
+    def read(self, start: int, end: int | None = None) -> Iterator[Entry]:
+        low, high, segments = self._bounds()
+        self.check_range(start, low, high)
+        stop = high if end is None else min(end, high)
+        return self._iter(start, stop, segments)
+
+    def _iter(self, start: int, stop: int, segments: list[Segment]) -> Iterator[Entry]:
+        offset = start
+        for i, seg in enumerate(segments):
+            if offset >= stop:
+                return
+            seg_end = segments[i + 1].base if i + 1 < len(segments) else stop
+            if offset >= seg_end:
+                continue
+            if not seg.scanned:
+                with self._state:
+                    self._scan(seg, exclusive=False, tail=False,
+                               end_offset=segments[i + 1].base if i + 1 < len(segments) else None)
+            if offset >= seg.base + seg.count:
+                raise CorruptEntryError(
+                    f"segment {seg.path.name} holds offsets [{seg.base}, "
+                    f"{seg.base + seg.count}), offset {offset} is missing",
+                    namespace=self.namespace, log=self.name, offset=offset)
+            upto = min(stop, seg_end, seg.base + seg.count)
+            yield from self._read_segment(seg, offset, upto)
+            offset = upto
+
+    def _read_segment(self, seg: Segment, start: int, stop: int) -> Iterator[Entry]:
+        try:
+            f = open(seg.path, "rb", buffering=READ_CHUNK_BYTES)
+        except FileNotFoundError:
+            raise OffsetOutOfRange(
+                f"offset {start} was deleted while reading (segment {seg.path.name})",
+                namespace=self.namespace, log=self.name,
+            ) from None
+        with f:
+            pos = seg.positions[start - seg.base]
+            f.seek(pos)
+            for offset in range(start, stop):
+                # The index knows where this frame ends: a damaged length field must fail
+                # the check below, not make f.read allocate up to 4 GiB (MemoryError) first.
+                nxt = offset - seg.base + 1
+                limit = seg.positions[nxt] if nxt < len(seg.positions) else seg.end
+                head = f.read(FRAME_HEAD.size)
+                length, crc = FRAME_HEAD.unpack(head) if len(head) == FRAME_HEAD.size else (-1, 0)
+                fits = 0 <= length <= limit - pos - FRAME_HEAD.size
+                entry = read_body(f, length, crc) if fits else None
+                if entry is None:
+                    raise CorruptEntryError(
+                        f"CRC or length mismatch at byte {pos} of segment {seg.path.name}",
+                        namespace=self.namespace, log=self.name, offset=offset,
+                    )
+                if entry.offset != offset:
+                    raise CorruptEntryError(
+                        f"frame at byte {pos} of segment {seg.path.name} holds offset "
+                        f"{entry.offset}", namespace=self.namespace, log=self.name, offset=offset,
+                    )
+                pos += frame_size(length)
+                yield entry
+
+    # -- deleting and closing ---------------------------------------------------
+
+    def delete_before(self, offset: int) -> None:
+        with storage_errors("deleting", self.path, namespace=self.namespace, log=self.name):
+            self._delete_before(offset)
+
+    def _delete_before(self, offset: int) -> None:
+        with self._locked(fcntl.LOCK_EX):
+            self._refresh(exclusive=True)
+            with self._state:
+                last = self._segments[-1]
+                target = min(offset, last.base + last.count)
+                if target <= self._low:
+                    return
+                doomed = [s for s, nxt in itertools.pairwise(self._segments) if nxt.base <= target]
+            write_low(self.path, target)
+            for seg in doomed:
+                seg.path.unlink(missing_ok=True)
+            if doomed:
+                fsync_dir(self.path)
+            gone = {id(s) for s in doomed}
+            with self._state:
+                self._low = target
+                self._segments = [s for s in self._segments if id(s) not in gone]
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._writer is not None:
+            self._writer.join()

@@ -1,0 +1,87 @@
+"""The two small files beside a log's segments: what was acknowledged, and where it starts.
+
+Acknowledgement record (``acked``, two 20-byte slots, written in turn)::
+
+    +----------+------------------+-----------------------------+
+    | seq u64  | next_offset u64  | crc32 of the 16 bytes before|
+    |          | (all below: ack) | (u32)                       |
+    +----------+------------------+-----------------------------+
+
+Low watermark (``low_watermark``): ``{offset} {crc32 of the offset's digits, 8 hex}``,
+replaced atomically.
+
+A damaged file never stops a read: the other slot, or the first segment's base, is
+used and the problem is reported through ``note`` (a log keeps it in its repairs).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+from pyspark_durable.log.base import is_decimal
+from pyspark_durable.log.file.disk import write_atomic
+
+ACK_SLOT = struct.Struct(">QQI")
+ACK_BODY = struct.Struct(">QQ")
+ACK_FILE = "acked"
+LOW_FILE = "low_watermark"
+
+
+def read_acked(folder: Path, note: Callable[[str], None]) -> tuple[int, int]:
+    """(seq, next_offset) of the newest valid slot of ``acked``; (0, 0) if none."""
+    try:
+        raw = (folder / ACK_FILE).read_bytes()
+    except FileNotFoundError:
+        return 0, 0
+    best = (0, 0)
+    for i in range(2):
+        chunk = raw[i * ACK_SLOT.size : (i + 1) * ACK_SLOT.size]
+        if len(chunk) == ACK_SLOT.size:
+            seq, nxt, crc = ACK_SLOT.unpack(chunk)
+            if zlib.crc32(chunk[: ACK_BODY.size]) == crc:
+                best = max(best, (seq, nxt))
+                continue
+        # slots are written whole; slot 1 first, so a slot 0 never written is zeros
+        unwritten = not chunk if i else (chunk == bytes(ACK_SLOT.size) and len(raw) > len(chunk))
+        if not unwritten:
+            note(f"{ACK_FILE} file: slot {i} (bytes {i * ACK_SLOT.size}-"
+                 f"{(i + 1) * ACK_SLOT.size - 1}) is damaged; the other slot is used")
+    if raw and best == (0, 0):
+        note(f"{ACK_FILE} file is damaged (no valid slot, {len(raw)} bytes): "
+             "acknowledged entries are not protected until the next append")
+    return best
+
+
+def write_acked(folder: Path, seq: int, next_offset: int) -> None:
+    """Durably record, in slot ``seq % 2``, that every offset below ``next_offset`` is
+    acknowledged (a torn slot write leaves the other, still valid one)."""
+    slot = ACK_SLOT.pack(seq, next_offset, zlib.crc32(ACK_BODY.pack(seq, next_offset)))
+    fd = os.open(folder / ACK_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, slot, (seq % 2) * ACK_SLOT.size)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_low(folder: Path, first_base: int, note: Callable[[str], None]) -> int:
+    """The low watermark file (``offset crc32``), or the first segment's base if damaged."""
+    try:
+        raw = (folder / LOW_FILE).read_bytes()
+    except FileNotFoundError:
+        return first_base
+    text, _, crc = raw.decode("latin-1").partition(" ")
+    if is_decimal(text) and crc == f"{zlib.crc32(text.encode()):08x}":
+        return int(text)
+    note(f"{LOW_FILE} file is damaged ({raw[:40]!r}); using the first segment's "
+         f"base {first_base} (entries below the real low watermark may be listed)")
+    return first_base
+
+
+def write_low(folder: Path, offset: int) -> None:
+    text = str(offset).encode()
+    write_atomic(folder / LOW_FILE, text + f" {zlib.crc32(text):08x}".encode())

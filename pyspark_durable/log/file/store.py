@@ -1,0 +1,132 @@
+"""The file log store: the logs and snapshots of one namespace below ``{root}/{namespace}/``."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pyspark_durable.errors import ConfigError, LogNotFound
+from pyspark_durable.log.base import Log, LogStore, check_name, check_version, is_decimal
+from pyspark_durable.log.file.disk import fsync_dir, make_dirs, storage_errors, write_atomic
+from pyspark_durable.log.file.log import FileLog
+
+SNAPSHOTS = "snapshots"
+
+
+class FileLogStore(LogStore):
+    """The logs of one namespace below ``{root}/{namespace}/``."""
+
+    type_name = "file"
+    OPTIONS = ("path", "segment_size_bytes", "group_commit_interval_ms")
+
+    def __init__(
+        self,
+        namespace: str,
+        path: str | os.PathLike[str] | None = None,
+        segment_size_bytes: int = 64 << 20,
+        group_commit_interval_ms: float = 10.0,
+        **unknown: Any,
+    ) -> None:
+        super().__init__(namespace)
+        if unknown:
+            raise ConfigError(
+                f"unknown file backend options {sorted(unknown)}; valid: {', '.join(self.OPTIONS)}"
+            )
+        if path is None:
+            raise ConfigError("the file backend needs a path (the log's root folder)")
+        self.root = Path(path)
+        if self.root.exists() and not self.root.is_dir():
+            raise ConfigError(f"path {str(self.root)!r} is a file, not a folder: the file "
+                              "backend keeps a folder per namespace below it")
+        try:
+            self.segment_size_bytes = int(segment_size_bytes)
+            self.group_commit_interval_ms = float(group_commit_interval_ms)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"segment_size_bytes={segment_size_bytes!r} and group_commit_interval_ms="
+                f"{group_commit_interval_ms!r} must be numbers", namespace=namespace) from None
+        if self.segment_size_bytes < 1024:
+            raise ConfigError(f"segment_size_bytes {segment_size_bytes} is below 1024")
+        self.folder = self.root / namespace
+        self._logs: dict[str, FileLog] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def list_namespaces(cls, config: Mapping[str, Any]) -> list[str]:
+        root = Path(config.get("path", ""))
+        if not root.is_dir():
+            raise LogNotFound(f"no WAL folder at {root}")
+        return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+    def sibling_namespaces(self) -> list[str]:
+        return self.list_namespaces({"path": self.root}) if self.root.is_dir() else []
+
+    def location(self) -> str:
+        return f"folder {self.root}" + ("" if self.root.is_dir() else " (which does not exist)")
+
+    def list_logs(self) -> list[str]:
+        if not self.folder.is_dir():
+            return []
+        return sorted(
+            p.name for p in self.folder.iterdir() if p.is_dir() and p.name != SNAPSHOTS
+        )
+
+    def open_log(self, name: str, create: bool = True) -> Log:
+        check_name("log", name)
+        with self._lock:
+            existing = self._logs.get(name)
+            if existing is not None:
+                return existing
+            path = self.folder / name
+            if not path.is_dir():
+                if not create:
+                    raise LogNotFound("log does not exist", namespace=self.namespace, log=name)
+            with storage_errors("opening the log", path, namespace=self.namespace, log=name):
+                if not path.is_dir():
+                    make_dirs(path)
+                log_ = FileLog(self.namespace, name, path, self.segment_size_bytes,
+                               self.group_commit_interval_ms)
+            self._logs[name] = log_
+            return log_
+
+    def _snapshot_path(self, name: str, version: int) -> Path:
+        check_name("snapshot", name)
+        return self.folder / SNAPSHOTS / f"{name}.{check_version(version):020d}"
+
+    def write_snapshot(self, name: str, version: int, data: bytes) -> None:
+        path = self._snapshot_path(name, version)
+        with storage_errors("writing a snapshot", path, namespace=self.namespace):
+            if not path.parent.is_dir():
+                make_dirs(path.parent)
+            write_atomic(path, data)
+
+    def snapshot_versions(self, name: str) -> list[int]:
+        check_name("snapshot", name)
+        folder = self.folder / SNAPSHOTS
+        if not folder.is_dir():
+            return []
+        prefix = name + "."
+        return sorted(int(p.name[len(prefix):]) for p in folder.iterdir()
+                      if p.name.startswith(prefix) and is_decimal(p.name[len(prefix):]))
+
+    def read_snapshot_version(self, name: str, version: int) -> bytes | None:
+        try:
+            return self._snapshot_path(name, version).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def delete_snapshot(self, name: str, version: int) -> None:
+        path = self._snapshot_path(name, version)
+        with storage_errors("deleting a snapshot", path, namespace=self.namespace):
+            if path.exists():
+                path.unlink(missing_ok=True)
+                fsync_dir(path.parent)
+
+    def close(self) -> None:
+        with self._lock:
+            logs, self._logs = list(self._logs.values()), {}
+        for log_ in logs:
+            log_.close()

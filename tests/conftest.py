@@ -14,7 +14,16 @@ from pyspark_durable.log import LogStore, open_store
 LOG_BACKENDS = ["file", "memory", "kafka", "kafka-python"]
 
 
+SLOW_MARKS = ("kafka", "spark", "crash")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks set here
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    """Refuse an empty run; mark ``quick`` every test that needs no broker, no Spark and
+    kills nothing (the quick lane: ``pytest -m quick``), so the lane cannot drift."""
+    for item in items:
+        if not any(item.get_closest_marker(m) for m in SLOW_MARKS):
+            item.add_marker(pytest.mark.quick)
     if not items:
         raise pytest.UsageError("no tests were collected: refusing a silent green run")
 
@@ -59,7 +68,7 @@ StoreFactory = Callable[..., LogStore]
 
 def backend_param(backend: str):
     """A backend as a test parameter; the Kafka ones are marked ``kafka`` (the quick lane,
-    ``-m "not kafka and not spark and not crash"``, starts no broker)."""
+    ``-m quick``, starts no broker)."""
     return pytest.param(backend, marks=pytest.mark.kafka) if backend.startswith("kafka") \
         else backend
 

@@ -582,3 +582,78 @@ def test_spark_reads_and_writes_over_sasl_and_shows_no_secret(cluster, spark_ses
         failing.stop()
     for i, text in enumerate(shown):
         assert_no_secret(cluster, text, f"Spark's output #{i}: {text[:300]}")
+
+
+WORKER_LOGGING = '''\
+"""Loaded by every Python process Spark starts for this test: our loggers and the
+Kafka client's at DEBUG, into one file."""
+import logging
+import os
+
+_handler = logging.FileHandler(os.environ["DURABLEWAL_TEST_WORKER_LOG"])
+_handler.setFormatter(logging.Formatter("%(process)d %(name)s %(levelname)s %(message)s"))
+for _name in ("pyspark_durable", "kafka"):
+    logging.getLogger(_name).setLevel(logging.DEBUG)
+    logging.getLogger(_name).addHandler(_handler)
+'''
+
+
+@pytest.fixture
+def workers_logging_at_debug(spark_session, tmp_path) -> Iterator[Path]:
+    """Spark's Python processes for durablewal log ``pyspark_durable`` and ``kafka`` at
+    DEBUG into the returned file: a ``sitecustomize`` on their PYTHONPATH, given through
+    the environment the data source is registered with (a new registration with another
+    environment gets its own Python daemon). Registered again as before afterwards."""
+    import pyspark_durable
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(WORKER_LOGGING)
+    log_file = tmp_path / "workers.log"
+    environment = spark_session.sparkContext.environment
+    saved = dict(environment)
+    environment.update(PYTHONPATH=os.pathsep.join(
+        p for p in (str(site), environment.get("PYTHONPATH", "")) if p),
+        DURABLEWAL_TEST_WORKER_LOG=str(log_file))
+    pyspark_durable.register(spark_session)
+    try:
+        yield log_file
+    finally:
+        environment.clear()
+        environment.update(saved)
+        pyspark_durable.register(spark_session)
+
+
+@pytest.mark.spark
+def test_our_loggers_at_debug_in_spark_show_no_secret(cluster, spark_session,
+                                                      workers_logging_at_debug, tmp_path):
+    """This tests that a Spark batch write, streaming read-and-write and batch read over
+    SASL PLAIN (a kafka-python user's password in clear on the wire) leave no secret in
+    what this package's loggers and the Kafka client's log at DEBUG in Spark's Python
+    processes, where the WAL's stores run."""
+    auth = cluster.auth
+    assert auth is not None
+    options = {"backend": "kafka", "kafka.bootstrap.servers": cluster.sasl_bootstrap(),
+               "kafka.client": "kafka-python", "kafka.security.protocol": "SASL_PLAINTEXT",
+               "kafka.sasl.mechanism": "PLAIN", "kafka.sasl.plain.username": auth.user,
+               "kafka.sasl.plain.password": auth.password}
+    spark = spark_session
+    src, dst = f"dl{uuid.uuid4().hex[:8]}", f"dm{uuid.uuid4().hex[:8]}"
+    rows = spark.createDataFrame([(i, f"v{i}") for i in range(10)], "id long, v string")
+    rows.write.format("durablewal").options(**options, namespace=src).mode("append").save()
+    query = (spark.readStream.format("durablewal").options(**options, namespace=src).load()
+             .select("id", "v").writeStream.format("durablewal")
+             .options(**options, namespace=dst)
+             .option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(120)
+        assert query.exception() is None
+    finally:
+        query.stop()
+    copied = spark.read.format("durablewal").options(**options, namespace=dst).load()
+    assert sorted(r.id for r in copied.select("id").collect()) == list(range(10))
+    logged = workers_logging_at_debug.read_text()
+    assert " pyspark_durable." in logged and " kafka." in logged  # DEBUG lines were written
+    assert "auth_bytes=" + REDACTED in logged  # the PLAIN request, logged and masked
+    assert_no_secret(cluster, logged, "the DEBUG log of Spark's Python processes")

@@ -28,7 +28,7 @@ from pyspark_durable.wal import Namespace
 pytestmark = pytest.mark.kafka
 CHILD = str(Path(__file__).parent / "tail_child.py")
 WRITERS = ("w0", "w1", "w2")
-WRITE_S = 8.0  # each writer commits steps back to back this long
+WRITE_S = 6.0  # each writer commits steps back to back this long
 EXIT_TIMEOUT_S = 120.0  # a child that outlives this is stuck: the test fails
 
 

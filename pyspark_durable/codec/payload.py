@@ -108,15 +108,44 @@ class RawCodec(PayloadCodec):
         return [pa.RecordBatch.from_arrays([pa.array(values, pa.binary())], schema=self.SCHEMA)]
 
 
-def _avro_type(dtype: pa.DataType, name: str) -> Any:
-    """Map an Arrow type to an Avro type (always nullable: Spark columns may be)."""
+def _escape(name: str) -> str:
+    """A column name in Avro's name alphabet: ASCII letters and digits kept, every
+    other character (``_`` too) as ``_<hex code point>_``. Injective, as
+    :func:`_record_name` needs."""
+    return "".join(c if c.isascii() and c.isalnum() else f"_{ord(c):x}_" for c in name)
+
+
+def _record_name(path: tuple[str, ...]) -> str:
+    """The Avro name of the record at ``path`` (tokens from :func:`_avro_type`).
+
+    Avro names are global to a schema, so they must differ whenever paths differ:
+    ``a.b`` and ``a_b`` are two columns, and both may be structs. Each token is
+    ``_`` + a marker letter outside the hex digits (``n`` a field name, then
+    escaped; ``i`` an array item, ``k``/``v`` a map key/value, ``r`` the record
+    itself, ``p`` a map's key-value pair), so the name reads back to one path.
+    """
+    return "f" + "".join(path)
+
+
+_MARKERS = frozenset("nikvrp")
+
+
+def _avro_type(dtype: pa.DataType, path: tuple[str, ...], where: str, logical: bool) -> Any:
+    """Map an Arrow type to an Avro type (always nullable: Spark columns may be).
+
+    ``logical``: dates and timestamps carry Avro's logical types (the documented
+    schema); the codec itself reads and writes their plain numbers, which are the
+    same bytes and have no Python ``datetime`` range to overflow."""
+    assert all(p[1] in _MARKERS for p in path)
     t = pa.types
+    if t.is_null(dtype):
+        return "null"  # the only value is null: no union
     if t.is_boolean(dtype):
         base: Any = "boolean"
     elif t.is_int8(dtype) or t.is_int16(dtype) or t.is_int32(dtype):
         base = "int"
-    elif t.is_int64(dtype):
-        base = "long"
+    elif t.is_int64(dtype) or t.is_duration(dtype) or t.is_time64(dtype):
+        base = "long"  # durations and times of day: their count of the type's unit
     elif t.is_float32(dtype):
         base = "float"
     elif t.is_float64(dtype):
@@ -129,33 +158,62 @@ def _avro_type(dtype: pa.DataType, name: str) -> Any:
         base = {"type": "bytes", "logicalType": "decimal",
                 "precision": dtype.precision, "scale": dtype.scale}
     elif t.is_date32(dtype):
-        base = {"type": "int", "logicalType": "date"}
-    elif t.is_timestamp(dtype):
-        logical = "timestamp-micros" if dtype.tz else "local-timestamp-micros"
-        base = {"type": "long", "logicalType": logical}
+        base = {"type": "int", "logicalType": "date"} if logical else "int"
+    elif t.is_timestamp(dtype):  # a count of the type's unit (Spark's: microseconds)
+        kind = "timestamp-micros" if dtype.tz else "local-timestamp-micros"
+        base = {"type": "long", "logicalType": kind} if logical and dtype.unit == "us" \
+            else "long"
     elif t.is_list(dtype) or t.is_large_list(dtype):
-        base = {"type": "array", "items": _avro_type(dtype.value_type, name + "_item")}
+        base = {"type": "array", "items": _avro_type(dtype.value_type, (*path, "_i"),
+                                                     f"{where}.element", logical)}
     elif t.is_map(dtype):
         # Avro maps only allow string keys; Spark maps allow any: store pairs.
         base = {"type": "array", "items": {
-            "type": "record", "name": name + "_entry", "fields": [
-                {"name": "key", "type": _avro_type(dtype.key_type, name + "_key")},
-                {"name": "value", "type": _avro_type(dtype.item_type, name + "_value")},
+            "type": "record", "name": _record_name((*path, "_p")), "fields": [
+                {"name": "key", "type": _avro_type(dtype.key_type, (*path, "_k"),
+                                                   f"{where}.key", logical)},
+                {"name": "value", "type": _avro_type(dtype.item_type, (*path, "_v"),
+                                                     f"{where}.value", logical)},
             ]}}
     elif t.is_struct(dtype):
-        base = {"type": "record", "name": name + "_struct", "fields": [
-            {"name": f.name, "type": _avro_type(f.type, f"{name}_{f.name}")} for f in dtype
+        base = {"type": "record", "name": _record_name((*path, "_r")), "fields": [
+            {"name": f.name, "type": _avro_type(f.type, (*path, "_n" + _escape(f.name)),
+                                                f"{where}.{f.name}", logical)}
+            for f in dtype
         ]}
     else:
-        raise ConfigError(f"column {name!r}: Arrow type {dtype} has no Avro mapping")
+        raise ConfigError(f"column {where!r}: Arrow type {dtype} has no Avro mapping")
     return ["null", base]
 
 
-def avro_schema(schema: pa.Schema) -> dict[str, Any]:
-    """The Avro record schema fastavro uses for a table's Arrow schema."""
+def avro_schema(schema: pa.Schema, logical: bool = True) -> dict[str, Any]:
+    """The Avro record schema of a table's Arrow schema (``logical=False``: the one the
+    codec parses, dates and timestamps as their plain numbers, the same bytes)."""
     return {"type": "record", "name": "row", "fields": [
-        {"name": f.name, "type": _avro_type(f.type, f.name)} for f in schema
+        {"name": f.name, "type": _avro_type(f.type, ("_n" + _escape(f.name),), f.name,
+                                            logical)}
+        for f in schema
     ]}
+
+
+def _physical(dtype: pa.DataType) -> pa.DataType:
+    """``dtype`` with dates, timestamps, durations and times as their integers: the
+    values the codec hands fastavro (``datetime`` cannot hold every Spark timestamp)."""
+    t = pa.types
+    if t.is_date32(dtype):
+        return pa.int32()
+    if t.is_timestamp(dtype) or t.is_duration(dtype) or t.is_time64(dtype):
+        return pa.int64()
+    if t.is_list(dtype):
+        return pa.list_(dtype.value_field.with_type(_physical(dtype.value_type)))
+    if t.is_large_list(dtype):
+        return pa.large_list(dtype.value_field.with_type(_physical(dtype.value_type)))
+    if t.is_map(dtype):
+        return pa.map_(dtype.key_field.with_type(_physical(dtype.key_type)),
+                       dtype.item_field.with_type(_physical(dtype.item_type)))
+    if t.is_struct(dtype):
+        return pa.struct([f.with_type(_physical(f.type)) for f in dtype])
+    return dtype
 
 
 def _to_avro(value: Any, dtype: pa.DataType) -> Any:
@@ -194,16 +252,18 @@ class AvroCodec(PayloadCodec):
 
         super().__init__(schema)
         self._fastavro = fastavro
-        self._parsed = fastavro.parse_schema(avro_schema(schema))
+        self._parsed = fastavro.parse_schema(avro_schema(schema, logical=False))
+        self._physical = pa.schema([f.with_type(_physical(f.type)) for f in schema])
 
     def encode(self, batch: Batchish) -> bytes:
         if not batch.schema.equals(self.schema):
             raise DecodeError(f"batch schema {batch.schema} differs from the table's {self.schema}")
         out = io.BytesIO()
         out.write(_RAW_LEN.pack(batch.num_rows))
-        types = [f.type for f in self.schema]
+        types = [f.type for f in self._physical]
         names = self.schema.names
-        for row in batch.to_pylist():
+        plain = batch if self._physical.equals(self.schema) else batch.cast(self._physical)
+        for row in plain.to_pylist():
             record = {n: _to_avro(row[n], ty) for n, ty in zip(names, types, strict=False)}
             self._fastavro.schemaless_writer(out, self._parsed, record)
         return out.getvalue()
@@ -213,7 +273,7 @@ class AvroCodec(PayloadCodec):
         try:
             (count,) = _RAW_LEN.unpack(buf.read(4))
             rows = []
-            types = [f.type for f in self.schema]
+            types = [f.type for f in self._physical]
             names = self.schema.names
             for _ in range(count):
                 rec = self._fastavro.schemaless_reader(buf, self._parsed, None)
@@ -222,9 +282,10 @@ class AvroCodec(PayloadCodec):
             raise DecodeError(f"payload is not Avro of the table's schema: {exc}") from exc
         if buf.tell() != len(buf.getbuffer()):
             raise DecodeError("avro payload has trailing bytes")
-        return pa.Table.from_pylist(rows, schema=self.schema).to_batches() or [
-            pa.RecordBatch.from_pylist([], schema=self.schema)
-        ]
+        table = pa.Table.from_pylist(rows, schema=self._physical)
+        if not self._physical.equals(self.schema):
+            table = table.cast(self.schema)
+        return table.to_batches() or [pa.RecordBatch.from_pylist([], schema=self.schema)]
 
 
 CODECS: dict[str, type[PayloadCodec]] = {c.name: c for c in (ArrowCodec, AvroCodec, RawCodec)}

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource
-from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
+from pyspark_durable.codec import codec_for
 from pyspark_durable.errors import ConfigError, SchemaMismatch
+from pyspark_durable.spark.arrow_types import (
+    arrow_schema,
+    check_writable,
+    normalize_schema,
+    read_schema,
+    spark_schema,
+    spark_type_name,
+)
 from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.session_cache import namespace_for
-from pyspark_durable.spark.sink import WalBatchWriter, WalStreamWriter, normalize_schema
+from pyspark_durable.spark.sink import WalBatchWriter, WalStreamWriter
 from pyspark_durable.spark.source import METADATA_FIELDS, ReadPlan, WalBatchReader, WalStreamReader
 from pyspark_durable.wal.schemas import union_by_name
 
@@ -50,20 +58,10 @@ def _payload_schema(opts: WalOptions, strict: bool = False
         return None, ids
     try:
         union = union_by_name([(t.name, normalize_schema(t.schema)) for t in chosen],
-                              type_name=_spark_type_name)
+                              type_name=spark_type_name)
     except SchemaMismatch as exc:
         raise SchemaMismatch(exc.args[0], namespace=ns.name) from None
     return union, ids
-
-
-def _spark_type_name(t: pa.DataType) -> str:
-    """An Arrow type as a Spark user knows it (``bigint``, not ``int64``)."""
-    from pyspark.sql.pandas.types import from_arrow_type
-
-    try:
-        return from_arrow_type(t).simpleString()
-    except (TypeError, ValueError):
-        return str(t)
 
 
 class DurableWalDataSource(DataSource):
@@ -83,28 +81,26 @@ class DurableWalDataSource(DataSource):
             raise ConfigError(
                 "namespace has no tables yet, so there is no schema to read; write to it "
                 "first or give the reader a .schema(...)", namespace=self.opts.namespace)
-        return from_arrow_schema(pa.schema(list(payload) + list(METADATA_FIELDS)))
+        return spark_schema(pa.schema(list(payload) + list(METADATA_FIELDS)))
 
     def _plan(self, schema: StructType) -> ReadPlan:
         payload, ids = _payload_schema(self.opts)
         meta_names = {f.name for f in METADATA_FIELDS}
         if payload is None:  # nothing written yet: trust the user's schema
             given = [f for f in schema.fields if f.name not in meta_names]
-            from pyspark.sql.pandas.types import to_arrow_schema
-
-            payload = to_arrow_schema(StructType(given), timezone="UTC")
+            payload = arrow_schema(StructType(given))
         full = pa.schema(list(payload) + list(METADATA_FIELDS))
-        if schema == from_arrow_schema(full) or [f.name for f in schema.fields] == full.names:
+        if schema == spark_schema(full) or [f.name for f in schema.fields] == full.names:
             arrow, with_meta = full, True
-        elif schema == from_arrow_schema(payload) or [f.name for f in schema.fields] == \
+        elif schema == spark_schema(payload) or [f.name for f in schema.fields] == \
                 payload.names:
             arrow, with_meta = payload, False
         else:
             raise SchemaMismatch(
                 f"the given schema {schema.simpleString()} does not match the table's "
-                f"{from_arrow_schema(full).simpleString()}", namespace=self.opts.namespace)
+                f"{spark_schema(full).simpleString()}", namespace=self.opts.namespace)
         regions = None if self.opts.regions is None else frozenset(self.opts.regions)
-        return ReadPlan(self.opts, ids, regions, arrow, with_meta)
+        return ReadPlan(self.opts, ids, regions, read_schema(arrow), with_meta)
 
     def reader(self, schema: StructType) -> WalBatchReader:
         return WalBatchReader(self._plan(schema))
@@ -113,14 +109,17 @@ class DurableWalDataSource(DataSource):
         return WalStreamReader(self._plan(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> WalBatchWriter:
-        self._check_write(overwrite)
-        return WalBatchWriter(self.opts)
+        return WalBatchWriter(self.opts, self._check_write(schema, overwrite))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> WalStreamWriter:
-        self._check_write(overwrite)
-        return WalStreamWriter(self.opts)
+        return WalStreamWriter(self.opts, self._check_write(schema, overwrite))
 
-    def _check_write(self, overwrite: bool) -> None:
+    def _check_write(self, schema: StructType, overwrite: bool) -> pa.Schema:
+        """The Arrow schema the write stores; a type it could not give back is refused
+        here, on the driver, before any task writes."""
         if overwrite:
             raise ConfigError("a WAL is append-only: use mode('append'), not overwrite",
                               namespace=self.opts.namespace)
+        stored = check_writable(schema, namespace=self.opts.namespace)
+        codec_for(self.opts.payload_format, stored)  # a type the format cannot hold
+        return stored

@@ -56,29 +56,12 @@ def _task_identity() -> tuple[str | None, int | None, str]:
     return query_id, None if batch is None else int(batch), attempt
 
 
-def utc_type(t: pa.DataType) -> pa.DataType:
-    """Timestamps are instants: store every zone as UTC (Spark hands the session zone)."""
-    if pa.types.is_timestamp(t) and t.tz is not None:
-        return pa.timestamp(t.unit, tz="UTC")
-    if pa.types.is_list(t):
-        return pa.list_(pa.field(t.value_field.name, utc_type(t.value_type)))
-    if pa.types.is_large_list(t):
-        return pa.large_list(pa.field(t.value_field.name, utc_type(t.value_type)))
-    if pa.types.is_map(t):
-        return pa.map_(utc_type(t.key_type), utc_type(t.item_type))
-    if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, utc_type(f.type)) for f in t])
-    return t
-
-
-def normalize_schema(schema: pa.Schema) -> pa.Schema:
-    """Spark marks nullability per query plan and zones per session: the WAL ignores both."""
-    return pa.schema([pa.field(f.name, utc_type(f.type), nullable=True) for f in schema])
-
-
-def _normalize(batch: pa.RecordBatch) -> pa.RecordBatch:
-    schema = normalize_schema(batch.schema)
-    return batch if batch.schema.equals(schema) else batch.cast(schema)
+def _stored(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` as the writer's stored schema (``arrow_types.arrow_schema``): Spark's
+    batches lack its collations and other metadata, and carry the session's zone."""
+    if batch.schema.equals(schema, check_metadata=True):
+        return batch
+    return batch.cast(schema)
 
 
 def _route_values(batch: pa.RecordBatch, column: str, kind: str) -> pa.Array:
@@ -93,14 +76,16 @@ def _route_values(batch: pa.RecordBatch, column: str, kind: str) -> pa.Array:
 
 
 def write_batches(opts: WalOptions, batches: Iterator[pa.RecordBatch], writer_id: str,
-                  writer_step: int, attempt_id: str) -> AttemptReceipt:
-    """Route rows by region/table and append them as one WAL attempt."""
+                  writer_step: int, attempt_id: str, schema: pa.Schema) -> AttemptReceipt:
+    """Route rows by region/table and append them as one WAL attempt; ``schema`` is the
+    Arrow form of the writer's Spark schema (``arrow_types.arrow_schema``)."""
     ns = namespace_for(opts)
     attempt = ns.begin(writer_id, writer_step, attempt_id)
     drop = [c for c in (opts.region_column, opts.table_column) if c]
     for batch in batches:
         if batch.num_rows == 0:
             continue
+        batch = _stored(batch, schema)
         reserved = [c for c in batch.schema.names if c in METADATA_NAMES and c not in drop]
         if reserved:  # the source's metadata columns are regenerated on read, never stored
             batch = batch.drop_columns(reserved)
@@ -127,7 +112,7 @@ def write_batches(opts: WalOptions, batches: Iterator[pa.RecordBatch], writer_id
                 tables = tables.cast(pa.uint64())
             else:  # a name, never a number read as an id
                 tables = tables.cast(pa.string())
-        payload = _normalize(batch.drop_columns(drop) if drop else batch)
+        payload = batch.drop_columns(drop) if drop else batch
         if regions is None and tables is None:
             attempt.write(opts.table, payload, opts.region, opts.payload_format,
                           opts.merge_schema)
@@ -192,15 +177,16 @@ def keep_retention(opts: WalOptions) -> None:
 class WalStreamWriter(DataSourceStreamArrowWriter):
     """Streaming sink; Arrow batches in, one step per micro-batch."""
 
-    def __init__(self, opts: WalOptions) -> None:
+    def __init__(self, opts: WalOptions, schema: pa.Schema) -> None:
         self.opts = opts
+        self.schema = schema
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WalCommitMessage:
         query_id, batch_id, attempt_id = _task_identity()
         if query_id is None or batch_id is None:
             raise ConfigError("the streaming sink runs without a query id or batch id")
         return WalCommitMessage(write_batches(self.opts, iterator, f"query-{query_id}",
-                                              batch_id, attempt_id))
+                                              batch_id, attempt_id, self.schema))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         commit_receipts(self.opts, messages, None, batchId, consecutive=True)
@@ -214,14 +200,15 @@ class WalStreamWriter(DataSourceStreamArrowWriter):
 class WalBatchWriter(DataSourceArrowWriter):
     """Batch ``df.write``: one job = one step, under a writer id made for the job."""
 
-    def __init__(self, opts: WalOptions) -> None:
+    def __init__(self, opts: WalOptions, schema: pa.Schema) -> None:
         self.opts = opts
+        self.schema = schema
         self.writer_id = f"batch-{uuid.uuid4().hex}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WalCommitMessage:
         _, _, attempt_id = _task_identity()
         return WalCommitMessage(write_batches(self.opts, iterator, self.writer_id, 0,
-                                              attempt_id))
+                                              attempt_id, self.schema))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         commit_receipts(self.opts, messages, self.writer_id, 0, consecutive=False)

@@ -32,13 +32,26 @@ def _rank(t: pa.DataType) -> tuple[int, int] | None:
 
 
 def common_type(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
-    """The type both fit in without loss (``a`` if equal), or None for a conflict."""
-    if a.equals(b):
+    """The type both fit in without loss (``a`` if equal), or None for a conflict.
+
+    Nested field metadata counts: it is what tells a variant or a geometry from a
+    plain struct of binaries, a collated string from a plain one."""
+    if a.equals(b, check_metadata=True):
         return a
     ra, rb = _rank(a), _rank(b)
     if ra is None or rb is None or ra[0] != rb[0]:
         return None
     return a if ra[1] > rb[1] else b
+
+
+def _common_field(have: pa.Field, new: pa.Field) -> pa.Field | None:
+    """One column of both fields (nullable, ``have``'s name), or None for a conflict;
+    a column's metadata (a Spark collation, comment) is part of its type."""
+    if (have.metadata or {}) != (new.metadata or {}):
+        return None
+    wider = common_type(have.type, new.type)
+    return None if wider is None else pa.field(have.name, wider, nullable=True,
+                                               metadata=have.metadata)
 
 
 def fits(rows: pa.Schema, table: pa.Schema) -> bool:
@@ -48,8 +61,8 @@ def fits(rows: pa.Schema, table: pa.Schema) -> bool:
         i = table.get_field_index(f.name)
         if i < 0:
             return False
-        target = table.field(i).type
-        if not f.type.equals(target) and common_type(f.type, target) != target:
+        common = _common_field(table.field(i), f)
+        if common is None or not common.type.equals(table.field(i).type, check_metadata=True):
             return False
     return True
 
@@ -67,17 +80,16 @@ def merge(table: pa.Schema, rows: pa.Schema, *, what: str = "the table") -> pa.S
                 raise SchemaMismatch(
                     f"column {f.name!r} differs from {what}'s column {twin!r} only in case; "
                     "Spark resolves column names case-insensitively, so both cannot exist")
-            fields.append(pa.field(f.name, f.type, nullable=True))
+            fields.append(f.with_nullable(True))
             lowered[f.name.lower()] = f.name
             continue
-        have = table.field(i).type
-        wider = common_type(have, f.type)
-        if wider is None:
+        common = _common_field(table.field(i), f)
+        if common is None:
             raise SchemaMismatch(
-                f"column {f.name!r} has type {have} in {what} and {f.type} in the rows; only "
-                "new columns and lossless widenings (int to long, float to double) evolve a "
-                "schema")
-        fields[i] = pa.field(f.name, wider, nullable=True)
+                f"column {f.name!r} has type {_spelled(table.field(i))} in {what} and "
+                f"{_spelled(f)} in the rows; only new columns and lossless widenings (int to "
+                "long, float to double) evolve a schema")
+        fields[i] = common
     return pa.schema(fields)
 
 
@@ -93,14 +105,24 @@ def conform(data: pa.Table | pa.RecordBatch, target: pa.Schema) -> pa.Table | pa
             columns.append(pa.nulls(n, f.type))
             continue
         col = data.column(i)
-        columns.append(col if col.type.equals(f.type) else pc.cast(col, f.type))
+        columns.append(col if col.type.equals(f.type, check_metadata=True)
+                       else pc.cast(col, f.type))
     if isinstance(data, pa.RecordBatch):
         return pa.RecordBatch.from_arrays(columns, schema=target)
     return pa.Table.from_arrays(columns, schema=target)
 
 
+def _spelled(f: pa.Field) -> str:
+    """A field's type, with its metadata when it has any (what tells two apart)."""
+    if not f.metadata:
+        return str(f.type)
+    meta = ", ".join(f"{k.decode(errors='replace')}={v.decode(errors='replace')}"
+                     for k, v in f.metadata.items())
+    return f"{f.type} ({meta})"
+
+
 def union_by_name(named: list[tuple[str, pa.Schema]],
-                  type_name: Callable[[pa.DataType], str] = str) -> pa.Schema:
+                  type_name: Callable[[pa.Field], str] = _spelled) -> pa.Schema:
     """One schema for rows of several tables: every column by name, widened where the
     tables differ. A real conflict names both tables, the column and both types
     (spelled by ``type_name``: the Spark layer passes Spark's type names)."""
@@ -113,15 +135,15 @@ def union_by_name(named: list[tuple[str, pa.Schema]],
             if i is None:
                 index[f.name] = len(fields)
                 owner[f.name] = table
-                fields.append(pa.field(f.name, f.type, nullable=True))
+                fields.append(f.with_nullable(True))
                 continue
-            wider = common_type(fields[i].type, f.type)
-            if wider is None:
+            common = _common_field(fields[i], f)
+            if common is None:
                 raise SchemaMismatch(
-                    f"column {f.name!r} is {type_name(fields[i].type)} in table "
-                    f"{owner[f.name]!r} and {type_name(f.type)} in table {table!r}, so the "
+                    f"column {f.name!r} is {type_name(fields[i])} in table "
+                    f"{owner[f.name]!r} and {type_name(f)} in table {table!r}, so the "
                     f"tables cannot be read as one DataFrame; choose tables of one type with "
                     f".option(\"tables\", \"{owner[f.name]}\") (then .option(\"tables\", "
                     f"\"{table}\") for the other)")
-            fields[i] = pa.field(f.name, wider, nullable=True)
+            fields[i] = common
     return pa.schema(fields)

@@ -7,6 +7,7 @@ a WAL, as the Spark driver calls them.
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -240,3 +241,26 @@ def test_step_options_that_are_no_step_are_typed_errors(tmp_path, option, value,
     naming the option and its value."""
     with pytest.raises(ConfigError, match=f"option {option}='{value}' {message}"):
         WalOptions.parse({"path": str(tmp_path), option: value})
+
+
+def test_cli_tail_reads_a_table_by_name_or_by_explicit_id(tmp_path, capsys):
+    """This tests that `durablewal tail --table 7` reads the table named "7" and
+    `--table-id 7` the table with id 7 (an older version's numeric name), and that
+    `--table 7` without such a table fails pointing at the id."""
+    from pyspark_durable.cli import main
+
+    ns = open_namespace({"backend": "file", "namespace": "cli",
+                         "options": {"path": str(tmp_path)}})
+    write_step(ns, "w", 0, {7: [{"id": 1}]})
+    ns.close()
+    base = ["tail", str(tmp_path), "--namespace", "cli", "--json"]
+    assert main([*base, "--table-id", "7"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"][0]["id"] == 1
+    assert main([*base, "--table", "7"]) == 2
+    assert "table id 7 is named '7'" in capsys.readouterr().err
+    ns = open_namespace({"backend": "file", "namespace": "cli",
+                         "options": {"path": str(tmp_path)}})
+    write_step(ns, "w", 1, {"7": [{"id": 2}]})
+    ns.close()
+    assert main([*base, "--table", "7"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"][0]["id"] == 2

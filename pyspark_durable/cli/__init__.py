@@ -124,7 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_count, metavar="N",
                    help="at most N steps: the first ones with --from, else the latest")
     p = add("tail", commands.cmd_tail, "the last rows of a table")
-    p.add_argument("--table", required=True, help="table name or id")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--table", help="table name (always a name, even if it looks like a "
+                                       "number)")
+    which.add_argument("--table-id", type=_count, metavar="ID",
+                       help="table id (a table created by id, or from a numeric name by an "
+                            "older version)")
     p.add_argument("-n", type=_count, default=10, help="rows to show (default %(default)s)")
     add("check", commands.cmd_check,
         "verify CRCs, sequences, steps and the snapshot; exit 1 listing every problem")

@@ -303,7 +303,7 @@ def _tail_rows(ns: Namespace, info: TableInfo, n: int, progress: Progress) -> pa
 def cmd_tail(args: argparse.Namespace) -> int:
     """The last rows of one table, with the step and sequence each came from."""
     with _namespace(args) as ns, Progress(not args.json) as progress:
-        info = ns.table(args.table)
+        info = ns.table(args.table if args.table_id is None else args.table_id)
         rows = _tail_rows(ns, info, args.n, progress) if args.n else None
     columns = ["_step", "_region", "_sequence", *info.schema.names]
     records = rows.to_pylist() if rows is not None else []

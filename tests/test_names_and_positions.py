@@ -11,7 +11,6 @@ import json
 import re
 
 import pytest
-from conftest import backend_param
 
 from pyspark_durable.endpoint import OutputEndpoint, open_namespace, read_steps, write_step
 from pyspark_durable.endpoint.config import EndpointConfig
@@ -27,6 +26,7 @@ from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.source import first_step, offset, resume_step
 from pyspark_durable.wal import Namespace
 
+BACKENDS = ["file", "memory", "kafka"]  # conftest parametrizes store_config with these
 NUMERIC_NAMES = ["007", "7", "\u0667", "\u00b2", " 7", "7 "]  # ASCII, Arabic-Indic 7, superscript 2
 
 
@@ -35,8 +35,6 @@ def ns(make_store) -> Namespace:
     return Namespace(make_store())
 
 
-@pytest.mark.parametrize("store_config", ["file", "memory", backend_param("kafka")],
-                         indirect=True)
 def test_names_that_look_like_numbers_are_separate_tables(ns):
     """This tests that "007", "7", an Arabic-Indic 7, "²" and padded "7"s are six tables,
     each read back under its own name, and none of them is table id 7."""

@@ -52,6 +52,23 @@ def test_read_ranges_and_past_end(make_store):
         log.read(11)
 
 
+def test_an_acknowledged_range_reads_whole_in_a_handle_that_never_saw_it(make_store):
+    """This tests that read_acknowledged (how the WAL reads a committed run) yields
+    exactly [start, end) in a handle opened before another handle appended those
+    entries, and that a deleted start is OffsetOutOfRange, as for read."""
+    reader = make_store().open_region(0)
+    writer = make_store().open_region(0)
+    writer.append([rec(i) for i in range(4)])
+    assert [e.offset for e in reader.read(0)] == [0, 1, 2, 3]  # the reader knows 4
+    writer.append([rec(i) for i in range(4, 10)])
+    got = list(reader.read_acknowledged(2, 9))
+    assert [(e.offset, e.key) for e in got] == [(i, rec(i).key) for i in range(2, 9)]
+    assert list(reader.read_acknowledged(9, 9)) == []
+    writer.delete_before(5)
+    with pytest.raises(OffsetOutOfRange, match="below the low watermark"):
+        list(reader.read_acknowledged(3, 9))
+
+
 def test_offsets_dense_and_monotonic(make_store):
     """This tests that offsets continue densely across many appends of varied sizes."""
     log = make_store().open_region(1)

@@ -207,6 +207,38 @@ class Ui:
             self.task = None
 
 
+def descendants(pid: int) -> list[int]:
+    """PIDs of every process below ``pid`` (from /proc), children first."""
+    parent_of: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # exited while listed
+            continue
+        parent_of[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], [pid]
+    while frontier:
+        kids = [p for p, parent in parent_of.items() if parent in frontier]
+        found += kids
+        frontier = kids
+    return found
+
+
+def wait_gone(pids: list[int]) -> None:
+    """Block until each process has exited (a pidfd becomes readable when it does)."""
+    import select
+
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:
+            select.select([fd], [], [], 30.0)
+        finally:
+            os.close(fd)
+
+
 class Child:
     """A child process (its own process group) with events on stdout, stderr to a log."""
 
@@ -227,12 +259,24 @@ class Child:
                 yield parts
 
     def kill(self) -> None:
-        """SIGKILL the whole process group: the driver, its JVM and the Python workers."""
+        """SIGKILL the driver, its JVM and the Python workers, and wait until all are gone.
+
+        PySpark's worker daemon puts itself in a process group of its own, so killing
+        the child's group alone would leave workers writing for a moment after it; they
+        are found as descendants of the child and killed by PID too.
+        """
+        doomed = descendants(self.proc.pid)
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        for pid in doomed:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.killed = True
+        wait_gone(doomed)
 
     def finish(self) -> None:
         self.proc.wait()
@@ -255,13 +299,16 @@ class Child:
 
 
 class Demo:
-    def __init__(self, ui: Ui, wal: Path, work: Path) -> None:
+    def __init__(self, ui: Ui, wal: Path, work: Path, rows_per_file: int) -> None:
         self.ui = ui
+        self.rows_per_file = rows_per_file
         self.wal = wal
         self.work = work
         self.ns = None  # the WAL, opened (never created) by this process once it exists
         self.seen: dict[int, int] = {}  # WAL step -> the micro-batch that committed it
         self.runs = 0
+        self.in_flight: int | None = None  # the micro-batch the kill interrupted, if any
+        self.kill_note = "none"  # the report's crash line
 
     def namespace(self):
         if self.ns is None:
@@ -271,7 +318,7 @@ class Demo:
                                       "options": {"path": str(self.wal)}}, create=False)
         return self.ns
 
-    def batch_line(self, event: list[str]) -> None:
+    def batch_line(self, event: list[str], note: str = "") -> None:
         """``BATCH <batch id> <rows> <ms> <query id>``: the step it committed, from the WAL."""
         batch, rows, ms = (int(x) for x in event[1:4])
         step = self.namespace().committed_step(f"query-{event[4]}", batch)
@@ -282,8 +329,17 @@ class Demo:
                          f"committed: a no-op, its {rows} rows are not written twice", "magenta")
         else:
             self.seen[step] = batch
+            again = ""
+            if batch == self.in_flight:
+                again = (": the batch the kill interrupted, run again from Spark's offset "
+                         "log; this attempt committed it, the killed one's entries stay "
+                         "uncommitted")
+            if rows > self.rows_per_file:
+                note += (f": {rows // self.rows_per_file} input files in one micro-batch, as "
+                         "Spark's file source does after a kill that came between its logging "
+                         "a file and planning a batch for it")
             self.ui.line(f"micro-batch {batch:>2} -> step {step:>2}, {rows} rows "
-                         f"({ms / 1000:.1f} s)", "green")
+                         f"({ms / 1000:.1f} s){again}{note}", "green")
 
     def missed_before_kill(self) -> None:
         """Steps committed whose progress event died with the driver: from the WAL."""
@@ -300,12 +356,58 @@ class Demo:
                 self.ui.line(f"micro-batch {c.writer_step:>2} -> step {step:>2}, {c.rows} rows "
                              "(committed just before the kill; read from the WAL)", "green")
 
+    def uncommitted(self) -> int:
+        """Entries in the regions that no committed step refers to (the WAL's own record:
+        what ``durablewal regions`` counts as uncommitted; the demo expires nothing)."""
+        from pyspark_durable.errors import LogNotFound
+
+        try:
+            ns = self.namespace()
+        except LogNotFound:
+            return 0
+        ns.refresh()
+        stored = 0
+        for region_id in ns.store.list_regions():
+            region = ns.store.open_region(region_id, create=False)
+            stored += region.high_watermark() - region.low_watermark()
+        referenced = sum(r.end - r.start for s in ns.steps() for r in ns.step_commit(s).runs)
+        return stored - referenced
+
+    def after_kill(self, delay: float, reported: int) -> None:
+        """Say where the kill landed, from the WAL: the last committed micro-batch, and
+        whether a batch after it had written entries no step refers to."""
+        from pyspark_durable.errors import LogNotFound
+
+        self.missed_before_kill()
+        try:
+            steps = self.namespace().steps()
+        except LogNotFound:
+            steps = range(0)
+        last = self.namespace().step_commit(steps[-1]).writer_step if steps else None
+        done = f"micro-batch {last} (step {steps[-1]})" if steps else "no micro-batch"
+        self.ui.line(f"killed the writer {delay:.2f} s after micro-batch {reported} reported; "
+                     f"the WAL's last commit is {done}", "red")
+        left = self.uncommitted()
+        following = 0 if last is None else last + 1
+        if left:
+            self.in_flight = following
+            self.ui.line(f"the kill landed inside micro-batch {following}: its tasks had "
+                         f"written {left} entries that no step refers to (uncommitted: "
+                         "readers never see them)", "red")
+            self.kill_note = f"writer killed with SIGKILL inside micro-batch {following}"
+        else:
+            self.ui.line("the kill landed between micro-batches (or before the next one "
+                         "wrote anything): no entry was left uncommitted", "red")
+            self.kill_note = ("writer killed with SIGKILL between micro-batches "
+                              f"{last} and {following}" if last is not None else
+                              "writer killed with SIGKILL before its first commit")
+
     def writer(self, kill_after: int | None) -> tuple[int, bool]:
         """Run the writing query; SIGKILL it ``kill_after`` batches into this run."""
         self.runs += 1
         args = ["--child-writer", str(self.wal), str(self.work / "in"), str(self.work / "ckpt")]
         batches = 0
-        last, died_after = -1, 0.0  # the last batch seen before the kill, and how long after
+        last, died_after = -1, 0.0  # the batch whose line triggered the kill, how long after
         with Child("writing query", args, self.work / f"writer-{self.runs}.log") as child:
             self.ui.phase("starting Spark (local[2]) for the writer")
             for event in child.events():
@@ -329,14 +431,12 @@ class Demo:
                         # what it managed to print before it died is read below
                         last, died_after = batch, delay
                 elif kind == "BATCH":  # printed by the child just before the kill landed
-                    self.batch_line(event)
+                    self.batch_line(event, " (committed before the kill landed)")
                 elif kind == "DONE":
                     self.ui.activity("stopping Spark")
             child.finish()
         if child.killed:
-            self.ui.line(f"killed the writer {died_after:.2f} s after micro-batch {last} "
-                         "committed", "red")
-            self.missed_before_kill()
+            self.after_kill(died_after, last)
         elif kill_after is not None:
             self.ui.line("the writer finished before the kill")
         else:
@@ -403,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="durablewal-demo-"))
     wal = wal or work / "wal"
     with Ui() as ui:
-        demo = Demo(ui, wal, work)
+        demo = Demo(ui, wal, work, args.rows)
         try:
             ui.header(f"durablewal demo: orders -> WAL at {wal} "
                       f"(file backend, namespace '{NAMESPACE}')")
@@ -412,12 +512,13 @@ def main(argv: list[str] | None = None) -> int:
                       f"(3 regions, tables {', '.join(TABLES.values())})")
             ui.header(f"[2/4] writing query (JSON files -> durablewal, one file per "
                       f"micro-batch); SIGKILL after {args.kill_after} micro-batches")
-            _, killed = demo.writer(args.kill_after)
+            demo.writer(args.kill_after)
             ui.header("[3/4] restarting the writing query from its checkpoint" + ui.dots)
             demo.writer(None)
             ui.header("[4/4] reading the WAL back with a streaming query "
                       "(durablewal -> parquet)")
             result = demo.reader(rows_in)
+            left = demo.uncommitted()
         finally:
             ui.idle()
             demo.close()
@@ -434,7 +535,9 @@ def main(argv: list[str] | None = None) -> int:
     ui.line(f"steps        {len(steps)}  (steps {spans(steps)}: one per micro-batch, "
             "across 3 regions)")
     ui.line("per region   " + ", ".join(f"{r}: {n}" for r, n in result["per_region"]))
-    ui.line(f"crash        {'writer killed with SIGKILL mid-stream' if killed else 'none'}")
+    ui.line(f"crash        {demo.kill_note}")
+    ui.line(f"uncommitted  {left} entries (written by killed attempts, referred to by no "
+            "step: never read)")
     ui.line(f"time         {elapsed:.1f} s")
     ui.line("verdict      " + ("EXACTLY ONCE" if ok else "FAILED"),
             "bold green" if ok else "bold red")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -119,3 +120,32 @@ def test_main_job_proves_exactly_once(tmp_path):
         assert (int(batch), int(step)) in {(b, s) for b, s, _ in batches}, out
     # ...and each before the report
     assert max(m.end() for m in BATCH_LINE.finditer(out)) < out.index("exactly-once report")
+
+    # where the kill landed, told from the WAL: the last commit it names is the last
+    # micro-batch announced before the restart, and the uncommitted entries it names are
+    # what `durablewal regions` counts at the end (the restart leaves none of its own)
+    killed = re.search(r"^  killed the writer [\d.]+ s after micro-batch (\d+) reported; the "
+                       r"WAL's last commit is micro-batch (\d+) \(step (\d+)\)$", out, re.M)
+    assert killed, out
+    restart = out.index("[3/4]")
+    before = [(b, s) for b, s, _ in (tuple(int(x) for x in m.groups())
+                                     for m in BATCH_LINE.finditer(out[:restart]))]
+    assert max(before) == (int(killed.group(2)), int(killed.group(3))), out
+    regions = subprocess.run(
+        [sys.executable, "-m", "pyspark_durable", "regions", str(tmp_path / "wal"),
+         "--namespace", "shop", "--json"], capture_output=True, text=True, check=True)
+    left = sum(r["uncommitted"] for r in json.loads(regions.stdout)["regions"])
+    assert re.search(rf"^  uncommitted +{left} entries", out, re.M), (left, out)
+    inside = re.search(r"^  the kill landed inside micro-batch (\d+): its tasks had written "
+                       r"(\d+) entries", out, re.M)
+    if left:
+        assert inside and int(inside.group(2)) == left, (left, out)
+        batch = int(inside.group(1))
+        assert batch == int(killed.group(2)) + 1, out
+        assert f"crash        writer killed with SIGKILL inside micro-batch {batch}" in out
+        # the restarted query ran that batch again and committed it
+        assert re.search(rf"^  micro-batch +{batch} -> step +\d+, \d+ rows \([\d.]+ s\): the "
+                         "batch the kill interrupted", out[restart:], re.M), out
+    else:
+        assert not inside and "the kill landed between micro-batches" in out, out
+        assert "crash        writer killed with SIGKILL between micro-batches" in out, out

@@ -12,6 +12,8 @@ from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 from spark_io import reader, write
 
+from pyspark_durable.endpoint import open_namespace
+
 pytestmark = pytest.mark.spark
 NAMES = ["007", "7", "\u0667", "a,b", " c ", "c"]  # the last: a name " c " must not select
 
@@ -70,6 +72,19 @@ def test_malformed_or_unknown_tables_option_is_a_typed_error(spark, named, table
     an error naming it, never reading a different selection."""
     with pytest.raises(PySparkException, match=message):
         reader(spark, named, tables=tables).collect()
+
+
+def test_negative_table_id_in_table_column_is_a_typed_error(spark, tmp_path):
+    """This tests that an integer tableColumn holding -1 fails the write naming the column
+    and the value, writing nothing."""
+    wal = {"path": str(tmp_path / "wal"), "namespace": "neg"}
+    rows = spark.createDataFrame([(1, 3), (2, -1)], "id long, t long")
+    with pytest.raises(PySparkException, match=r"tableColumn 't' holds -1; table ids are "):
+        write(rows, wal, tableColumn="t")
+    ns = open_namespace({"backend": "file", "namespace": "neg",
+                         "options": {"path": wal["path"]}})
+    assert ns.steps() == range(0, 0)
+    ns.close()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from pyspark.sql.types import StructType
 from pyspark_durable.codec import codec_for
 from pyspark_durable.errors import ConfigError, SchemaMismatch
 from pyspark_durable.spark.arrow_types import (
-    arrow_schema,
     check_writable,
     normalize_schema,
     read_schema,
@@ -88,7 +87,7 @@ class DurableWalDataSource(DataSource):
         meta_names = {f.name for f in METADATA_FIELDS}
         if payload is None:  # nothing written yet: trust the user's schema
             given = [f for f in schema.fields if f.name not in meta_names]
-            payload = arrow_schema(StructType(given))
+            payload = check_writable(StructType(given), namespace=self.opts.namespace)
         full = pa.schema(list(payload) + list(METADATA_FIELDS))
         if schema == spark_schema(full) or [f.name for f in schema.fields] == full.names:
             arrow, with_meta = full, True

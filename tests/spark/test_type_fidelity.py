@@ -212,3 +212,14 @@ def test_refused_types_are_named_and_nothing_is_written(spark, tmp_path, cls, fm
     ns = open_namespace({"backend": "file", "namespace": "refused",
                          "options": {"path": opts["path"]}})
     assert ns.steps() == range(0, 1)  # ...and holds that one step only
+
+
+def test_a_readers_own_schema_with_a_refused_type_is_named(spark, tmp_path):
+    """This tests that a reader's own schema for a table not written yet is checked by
+    the same rule: a type the WAL cannot give back is a SchemaMismatch naming it."""
+    opts = {"namespace": "ahead", "path": str(tmp_path / "wal")}
+    write(spark.sql("select 1L as id"), opts, table="now")
+    with pytest.raises(PySparkException, match="SchemaMismatch: namespace=ahead: column 'ym' "
+                                               "has type interval year to month"):
+        (spark.read.format("durablewal").schema("id long, ym interval year to month")
+         .options(**opts).option("tables", "later").load().collect())

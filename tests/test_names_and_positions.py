@@ -232,11 +232,13 @@ def test_starting_step_past_the_end_names_the_real_cause(three):
 
 @pytest.mark.parametrize("value, message", [("-1", "must be >= 0"),
                                             ("abc", "is not an integer"),
-                                            ("1.5", "is not an integer")])
-@pytest.mark.parametrize("option", ["startingStep", "endingStep"])
+                                            ("1.5", "is not an integer"),
+                                            ("\u0667", "is not an integer"),
+                                            ("1_0", "is not an integer")])
+@pytest.mark.parametrize("option", ["startingStep", "endingStep", "regions"])
 def test_step_options_that_are_no_step_are_typed_errors(tmp_path, option, value, message):
-    """This tests that a negative or non-integer startingStep or endingStep is a ConfigError
-    naming the option and its value."""
+    """This tests that a negative or non-integer startingStep, endingStep or region is a
+    ConfigError naming the option and its value (an Arabic-Indic 7 is not step 7)."""
     with pytest.raises(ConfigError, match=f"option {option}='{value}' {message}"):
         WalOptions.parse({"path": str(tmp_path), option: value})
 

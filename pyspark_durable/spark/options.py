@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -68,10 +69,10 @@ def _int(name: str, value: str | None, default: int | None = None,
          minimum: int | None = 0) -> int | None:
     if value is None:
         return default
-    try:
-        n = int(value)
-    except ValueError:
-        raise ConfigError(f"option {name}={value!r} is not an integer") from None
+    # ASCII decimals only: int() would also read "\u0667" (Arabic-Indic 7) or "1_0"
+    if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", str(value)):
+        raise ConfigError(f"option {name}={value!r} is not an integer")
+    n = int(value)
     if minimum is not None and n < minimum:
         raise ConfigError(f"option {name}={value!r} must be >= {minimum}")
     return n

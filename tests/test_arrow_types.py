@@ -74,3 +74,15 @@ def test_widening_keeps_a_columns_metadata():
     wide = check_writable(T.StructType([T.StructField("c", T.LongType(), True, meta)]))
     merged = merge(narrow, wide)
     assert spark_schema(merged) == T.StructType([T.StructField("c", T.LongType(), True, meta)])
+
+
+def test_a_watermark_is_not_stored_with_its_column():
+    """This tests that withWatermark's column marker (spark.watermarkDelayMs, a property
+    of the writing query) is not stored: the reader's column is not marked as if it had
+    a watermark, and a stream with a watermark writes into a table a batch created."""
+    meta = {"spark.watermarkDelayMs": 10000, "comment": "event time"}
+    marked = check_writable(T.StructType([T.StructField("ts", T.TimestampType(), True, meta)]))
+    plain = check_writable(T.StructType([T.StructField("ts", T.TimestampType(), True,
+                                                       {"comment": "event time"})]))
+    assert spark_schema(marked)["ts"].metadata == {"comment": "event time"}
+    assert fits(marked, plain)

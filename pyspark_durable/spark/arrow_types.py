@@ -22,6 +22,10 @@ Two things change on purpose, the same on every path:
   versions and other tables read null in columns they lack.
 * time zones: ``timestamp`` values are instants, stored as UTC (Spark hands the
   session zone; Spark shows them in the reader's session zone again).
+* query-plan metadata (:data:`PLAN_KEYS`): ``withWatermark`` marks its column with
+  ``spark.watermarkDelayMs``, a property of the writing query, not of the data. Kept,
+  it would make a reader's column look watermarked with no watermark operator in its
+  plan, and a stream with a watermark a conflict with a batch without one.
 
 A type that cannot round-trip through a Python data source in pyspark 4.3 is refused
 when the write is planned, before anything is written, naming its column path.
@@ -55,6 +59,7 @@ from pyspark.sql.types import (
 from pyspark_durable.errors import DecodeError, SchemaMismatch
 
 TYPE_KEY = b"durablewal::spark_type"  # a leaf type pyspark's Arrow conversion narrows
+PLAN_KEYS = frozenset({"spark.watermarkDelayMs"})  # Spark's EventTimeWatermark.delayKey
 
 # Why each refused type cannot round-trip; a type not here (and not a container of
 # one) round-trips exactly on every payload format.
@@ -115,10 +120,11 @@ def check_writable(schema: StructType, **where: Any) -> pa.Schema:
 
 
 def nullable(dt: DataType) -> Any:
-    """``dt`` as a reader sees it: every column, element, value and field nullable."""
+    """``dt`` as a reader sees it: every column, element, value and field nullable, no
+    query-plan metadata."""
     if isinstance(dt, StructType):
-        return StructType([StructField(f.name, nullable(f.dataType), True, f.metadata)
-                           for f in dt])
+        return StructType([StructField(f.name, nullable(f.dataType), True,
+                                       _data_metadata(f.metadata)) for f in dt])
     if isinstance(dt, ArrayType):
         return ArrayType(nullable(dt.elementType), True)
     if isinstance(dt, MapType):
@@ -134,7 +140,11 @@ def _with_collations(field: StructField) -> StructField:
     elif isinstance(dt, (ArrayType, MapType)):
         dt = _nested_structs(dt)
     meta = field.jsonValue()["metadata"]  # the field's own, plus __COLLATIONS of its type
-    return StructField(field.name, dt, field.nullable, meta)
+    return StructField(field.name, dt, field.nullable, _data_metadata(meta))
+
+
+def _data_metadata(meta: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in meta.items() if k not in PLAN_KEYS}
 
 
 def _nested_structs(dt: DataType) -> DataType:
@@ -240,6 +250,6 @@ def spark_type_name(f: pa.Field) -> str:
         return str(f.type)
 
 
-__all__ = ["REFUSED", "TYPE_KEY", "arrow_schema", "check_writable", "metadata_key",
+__all__ = ["PLAN_KEYS", "REFUSED", "TYPE_KEY", "arrow_schema", "check_writable", "metadata_key",
            "normalize_schema", "nullable", "read_schema", "refused_column", "relax", "spark_schema",
            "spark_type_name"]

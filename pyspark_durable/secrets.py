@@ -41,12 +41,12 @@ SECRET_KEY = re.compile(
 JAAS_VALUE = re.compile(r"""(?i)\b(password|username)\s*=\s*("(?:[^"\\]|\\.)*"|'[^']*'|[^\s;]+)""")
 # kafka-python's DEBUG lines show SASL requests: auth_bytes=b'\x00user\x00password'
 AUTH_BYTES = re.compile(r"""auth_bytes=b(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
-# a secret option's value printed beside its key, whatever its length: a client's
-# configuration at DEBUG ('sasl_plain_password': 'pw'), key=value, a JAAS password="pw"
+# a value printed beside its key: a client's configuration at DEBUG ('sasl_plain_password':
+# 'pw'), key=value, a JAAS password="pw". Keys start a token and are matched possessively,
+# so a long token costs linear time; :func:`_keyed` masks the values of secret keys
 KEYED_VALUE = re.compile(
-    r"""(?P<key>['"]?[\w.-]*(?:""" + SECRET_KEY.pattern.removeprefix("(?i)") + r""")[\w.-]*['"]?"""
-    r"""\s*[:=]\s*)(?P<value>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^\s,;'"}\])]+)""",
-    re.IGNORECASE)
+    r"""(?P<key>(?<![\w.-])['"]?(?P<name>[A-Za-z_][\w.-]*+)['"]?\s*[:=]\s*)"""
+    r"""(?P<value>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^\s,;'"}\])]+)""")
 UNSET = frozenset({"None", "null", "''", '""'})  # no secret to hide: kept as it is
 
 _known: set[str] = set()
@@ -109,8 +109,14 @@ def _spellings(secret: str) -> Iterable[str]:
 
 
 def _keyed(match: re.Match) -> str:
+    """A secret key's value masked (any length); another key's quoted value is searched
+    for keys in turn (``'x': 'a password="pw"'``)."""
     value = match.group("value")
-    return match.group(0) if value in UNSET else match.group("key") + REDACTED
+    if is_secret(match.group("name")):
+        return match.group(0) if value in UNSET else match.group("key") + REDACTED
+    if value[:1] in "'\"" and SECRET_KEY.search(value):
+        return match.group("key") + value[0] + KEYED_VALUE.sub(_keyed, value[1:-1]) + value[-1]
+    return match.group(0)
 
 
 def scrub(text: str, extra: Iterable[str] = ()) -> str:

@@ -217,7 +217,7 @@ def test_a_short_secret_printed_beside_its_key_is_masked():
     """This tests that a secret too short to be scrubbed as free text is still masked
     where a client prints it beside its key (kafka-python's admin client logs its whole
     configuration at DEBUG), in a key=value line and in a JAAS line, while unset secrets
-    and ordinary words stay readable."""
+    and ordinary words stay readable, and that a long line is scrubbed in linear time."""
     config = {"bootstrap_servers": ["127.0.0.1:9092"], "sasl_plain_username": "alice",
               "sasl_plain_password": "pw1", "sasl_oauth_token_provider": None}
     text = scrub(f"Starting KafkaAdminClient with configuration: {config}")
@@ -226,6 +226,10 @@ def test_a_short_secret_printed_beside_its_key_is_masked():
         f"sasl.password={REDACTED}, ssl.key.password = {REDACTED}"
     assert "pw3" not in scrub(f"{PLAIN_JAAS} required username=\"alice\" password=\"pw3\";")
     assert scrub("Invalid username or password") == "Invalid username or password"
+    start = time.monotonic()  # a long token (a logged record's bytes) costs linear time
+    assert scrub("password: " + "ab" * 100_000 + " " + "x" * 200_000) == \
+        f"password: {REDACTED} " + "x" * 200_000
+    assert time.monotonic() - start < 2.0
 
 
 # -- nothing shows: logs, stored metadata, errors -----------------------------------

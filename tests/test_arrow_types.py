@@ -86,3 +86,25 @@ def test_a_watermark_is_not_stored_with_its_column():
                                                        {"comment": "event time"})]))
     assert spark_schema(marked)["ts"].metadata == {"comment": "event time"}
     assert fits(marked, plain)
+
+
+def test_a_type_that_would_not_come_back_is_refused_by_the_rule(monkeypatch):
+    """This tests that the refusal is a rule, not a list: with the Spark type of narrowed
+    leaves no longer stored, time(3) (which pyspark reads back as time(6)) is refused,
+    though no list names it."""
+    from pyspark_durable.spark import arrow_types
+
+    monkeypatch.setattr(arrow_types, "_tag", lambda dt, f: f)
+    with pytest.raises(SchemaMismatch, match="column 't' has type time\\(3\\), which would "
+                                             "read back as time\\(6\\)"):
+        check_writable(T.StructType([T.StructField("t", T.TimeType(3))]))
+
+
+def test_a_user_defined_type_comes_back_as_itself():
+    """This tests that a UDT column (alone and in an array) is stored with its type, so a
+    reader gets the UDT, not its SQL type."""
+    from pyspark.testing.objects import PythonOnlyUDT
+
+    schema = T.StructType([T.StructField("p", PythonOnlyUDT()),
+                           T.StructField("ps", T.ArrayType(PythonOnlyUDT()))])
+    assert spark_schema(check_writable(schema)) == nullable(schema)

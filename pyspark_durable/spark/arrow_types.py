@@ -8,8 +8,9 @@ variant, geometry and geography by Arrow field metadata and keeps every field's 
 metadata under ``SPARK::metadata::json``; collations, which pyspark leaves out, go into
 that same metadata the way Spark's schema JSON carries them (``__COLLATIONS``). A
 type pyspark's conversion narrows to its default (``interval hour to minute`` comes
-back ``interval day to second``, ``time(3)`` as ``time(6)``) is named in full on its
-Arrow field, under ``durablewal::spark_type``. The WAL stores the Arrow schema with
+back ``interval day to second``, ``time(3)`` as ``time(6)``, a user-defined type as
+its SQL type) is named in full on its Arrow field, under ``durablewal::spark_type``
+(a reader of a user-defined type needs its Python class, as Spark does). The WAL stores the Arrow schema with
 its metadata, and the reader turns it back with pyspark's ``from_arrow_schema``,
 Spark's JSON parser (``StructType.fromJson``, which reads the collations back into
 the string types) and those names. The writer checks the round trip before it writes:
@@ -51,7 +52,6 @@ from pyspark.sql.types import (
     StringType,
     StructField,
     StructType,
-    UserDefinedType,
     YearMonthIntervalType,
     _parse_datatype_json_string,
 )
@@ -67,8 +67,6 @@ REFUSED: dict[type[DataType], str] = {
     YearMonthIntervalType: "pyspark 4.3 cannot convert it to or from Arrow in a Python "
                            "data source (an Arrow month interval has no pyarrow array)",
     CalendarIntervalType: "Spark stores no calendar interval in any table",
-    UserDefinedType: "a Python data source sees only its SQL type, so it would read back "
-                     "as that type, not the user-defined one",
 }
 
 
@@ -97,9 +95,7 @@ def check_writable(schema: StructType, **where: Any) -> pa.Schema:
     bad = refused_column(schema)
     if bad is not None:
         path, dt, why = bad
-        spelled = f"user-defined {type(dt).__name__}" if isinstance(dt, UserDefinedType) \
-            else dt.simpleString()
-        raise SchemaMismatch(f"column {path!r} has type {spelled}, which durablewal "
+        raise SchemaMismatch(f"column {path!r} has type {dt.simpleString()}, which durablewal "
                              f"cannot store: {why}; cast or drop the column", **where)
     fields = []
     for f in schema:

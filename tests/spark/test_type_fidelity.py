@@ -59,6 +59,7 @@ ROUND_TRIP: dict[type, list[tuple[str, str]]] = {
     # a.b and a_b are both structs: Avro record names must not clash
     T.StructType: [("a", "named_struct('b', named_struct('x', 1))"),
                    ("a_b", "named_struct('x', 2)")],
+    T.UserDefinedType: [("udt", None), ("udt_arr", None)],  # no SQL: see columns_df
 }
 # Each refused type: a column carrying it and the words the error must hold.
 REFUSED: dict[type, tuple[str, str, str]] = {
@@ -66,7 +67,6 @@ REFUSED: dict[type, tuple[str, str, str]] = {
                               "column 'ym.element' has type interval year to month"),
     T.CalendarIntervalType: ("ci", "make_interval(1, 2, 3, 4, 5, 6, 7)",
                              'Cannot use "INTERVAL" type'),  # Spark's own analysis refuses
-    T.UserDefinedType: ("udt", "", "column 'udt' has type user-defined PythonOnlyUDT"),
 }
 NOT_COLUMN_TYPES = {T.DataType, T.AtomicType, T.NumericType, T.IntegralType, T.FractionalType,
                     T.DatetimeType, T.AnyTimeType, T.SpatialType, T.AnsiIntervalType,
@@ -142,7 +142,12 @@ def west(spark) -> Iterator[None]:
 
 def columns_df(spark, types: list[type] | None = None):
     cols = [c for cls, cs in ROUND_TRIP.items() if types is None or cls in types for c in cs]
-    df = spark.sql("select " + ", ".join(f"{expr} as {name}" for name, expr in cols))
+    df = spark.sql("select " + ", ".join(f"{expr} as {name}" for name, expr in cols if expr))
+    if types is None or T.UserDefinedType in types:
+        udt = T.StructType([T.StructField("udt", PythonOnlyUDT()),
+                            T.StructField("udt_arr", T.ArrayType(PythonOnlyUDT()))])
+        df = df.crossJoin(spark.createDataFrame(
+            [(PythonOnlyPoint(1.0, 2.0), [PythonOnlyPoint(3.0, -0.0), None])], udt))
     return df.withMetadata("i32", {"comment": "kept", "nested": {"k": [1, 2]}}) \
         if "i32" in df.columns else df
 
@@ -176,7 +181,7 @@ def check_round_trip(spark, opts: dict, formats: tuple[str, ...], types=None) ->
 def test_every_type_round_trips_exactly_on_both_formats(spark, west, tmp_path):
     """This tests that a DataFrame holding every round-trip type (collations, variant,
     geometry, narrow intervals, time(3), field metadata, timestamps at year 9999 in a zone
-    west of UTC, structs a.b beside a_b) reads back, batch and stream, with the writer's
+    west of UTC, structs a.b beside a_b, user-defined types) reads back, batch and stream, with the writer's
     schema (nullable) and values, on the arrow and avro payload formats."""
     check_round_trip(spark, {"namespace": "types", "path": str(tmp_path / "wal")}, FORMATS)
 
@@ -197,12 +202,7 @@ def test_refused_types_are_named_and_nothing_is_written(spark, tmp_path, cls, fm
     """This tests that a type durablewal cannot give back is refused before anything is
     written, with an error naming the column and the type."""
     name, expr, words = REFUSED[cls]
-    if cls is T.UserDefinedType:
-        schema = T.StructType([T.StructField("id", T.LongType()),
-                               T.StructField(name, PythonOnlyUDT())])
-        df = spark.createDataFrame([(1, PythonOnlyPoint(1.0, 2.0))], schema)
-    else:
-        df = spark.sql(f"select 1L as id, {expr} as {name}")
+    df = spark.sql(f"select 1L as id, {expr} as {name}")
     opts = {"namespace": "refused", "path": str(tmp_path / "wal")}
     with pytest.raises(PySparkException, match=words) as caught:
         write(df, opts, payloadFormat=fmt)

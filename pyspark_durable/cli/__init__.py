@@ -41,6 +41,22 @@ from . import commands, render
 from .target import CliError
 
 PROG = "durablewal"
+# top-level --help: how to point any command at a WAL (the subcommands' options say it
+# only after the user picked one)
+WHERE = """\
+Point any command at a WAL, on files or on Kafka:
+  durablewal COMMAND PATH [--namespace NS]              the WAL root folder (file log),
+                                                        the folder given to .save(path)
+  durablewal COMMAND --bootstrap-servers HOST:PORT [--namespace NS]
+                                                        a WAL in Kafka (SASL/TLS settings:
+                                                        --kafka-config client.properties)
+Start with: durablewal namespaces PATH   (--namespace defaults to 'default')"""
+CHECK_TERMS = """\
+terms in the report:
+  needed step  a committed step whose entries must still be readable: retained by the
+               retention policy, or holding rows of a table that has not moved past them
+  run          the entries of one step for one table in one region: a range of region
+               offsets the step's commit record names, each one checked entry by entry"""
 DEFAULT_TIMEOUT_MS = 5000
 DEFAULT_GRACE_MS = 300_000
 
@@ -60,6 +76,22 @@ def _positive(value: str) -> int:
     n = _count(value)
     if n == 0:
         raise argparse.ArgumentTypeError("must be positive")
+    return n
+
+
+def _limit(value: str) -> int:
+    """argparse type of a retention limit: a positive integer. Many tools read 0 as
+    unlimited; here a limit of 0 would expire every step at the next cleaner pass."""
+    keep = "to keep everything, leave the limit out, or give --clear to remove both limits"
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if n == 0:
+        raise argparse.ArgumentTypeError(
+            f"0 would expire every step at the next clean (0 is not 'no limit'): {keep}")
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative (-1 is not 'no limit'): {keep}")
     return n
 
 
@@ -97,16 +129,18 @@ def _namespace_option() -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=PROG, description="Inspect, verify and clean a pyspark_durable WAL.",
+        prog=PROG, description="Inspect, verify and clean a pyspark_durable WAL.\n\n" + WHERE,
         formatter_class=argparse.RawDescriptionHelpFormatter,  # --version on one line
         epilog="Exit codes: 0 done, 1 check found problems, 2 bad input or error.")
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     backend, namespace = _backend_options(), _namespace_option()
 
-    def add(name: str, handler: object, help_: str, ns: bool = True) -> argparse.ArgumentParser:
+    def add(name: str, handler: object, help_: str, ns: bool = True,
+            epilog: str | None = None) -> argparse.ArgumentParser:
         parents = [backend, namespace] if ns else [backend]
-        p = sub.add_parser(name, parents=parents, help=help_, description=help_)
+        p = sub.add_parser(name, parents=parents, help=help_, description=help_, epilog=epilog,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         p.set_defaults(handler=handler, parser=p)
         return p
 
@@ -132,7 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "older version)")
     p.add_argument("-n", type=_count, default=10, help="rows to show (default %(default)s)")
     add("check", commands.cmd_check,
-        "verify CRCs, sequences, steps and the snapshot; exit 1 listing every problem")
+        "verify CRCs, sequences, steps and the snapshot; exit 1 listing every problem",
+        epilog=CHECK_TERMS)
     p = add("clean", commands.cmd_clean,
             "run one cleaner pass and report what it freed")
     p.add_argument("--grace-ms", type=_count, default=DEFAULT_GRACE_MS,
@@ -140,9 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default %(default)s)")
     p = add("retention", commands.cmd_retention,
             "show or set the retention policy every cleaner applies, and the readers")
-    p.add_argument("--max-steps", type=_count, metavar="N", help="keep at most N newest steps")
-    p.add_argument("--max-age-ms", type=_count, metavar="MS",
-                   help="expire steps committed longer ago than MS")
+    p.add_argument("--max-steps", type=_limit, metavar="N",
+                   help="keep at most N newest steps (N >= 1; no limit: leave it out, or --clear)")
+    p.add_argument("--max-age-ms", type=_limit, metavar="MS",
+                   help="expire steps committed longer ago than MS (MS >= 1; no limit: leave "
+                        "it out, or --clear)")
     p.add_argument("--clear", action="store_true", help="keep everything (no limits)")
     p.add_argument("--drop-reader", action="append", metavar="ID",
                    help="forget a reader, so it no longer holds retention (repeatable)")

@@ -33,7 +33,7 @@ from pyspark_durable.errors import DurableWalError, coordinates
 from pyspark_durable.log import Entry, Log, LogStore
 from pyspark_durable.wal import Run, StepCommit
 from pyspark_durable.wal.namespace import COMMITS_LOG
-from pyspark_durable.wal.records import decode_meta
+from pyspark_durable.wal.records import decode_record
 from pyspark_durable.wal.state import SNAPSHOT_NAME, NamespaceState
 
 from .check_report import CheckReport, Problem
@@ -153,8 +153,8 @@ class Checker:
                 self.report.commit_records += 1
                 self.progress.advance(task)
                 try:
-                    record = decode_meta(entry.value, namespace=self.store.namespace,
-                                         offset=entry.offset)
+                    record, _ = decode_record(entry.value, namespace=self.store.namespace,
+                                              offset=entry.offset)
                     if full is not None:
                         full.apply(record, entry.offset)
                         full.next_offset = entry.offset + 1

@@ -12,6 +12,7 @@ import argparse
 import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, cast
 
 import pyarrow as pa
@@ -19,6 +20,7 @@ import pyarrow as pa
 from pyspark_durable.errors import DurableWalError
 from pyspark_durable.log import Log, LogStore
 from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy, StepCommit, TableInfo
+from pyspark_durable.wal.namespace import COMMITS_LOG
 from pyspark_durable.wal.state import NamespaceState
 
 from .check import run_check
@@ -76,10 +78,31 @@ def _namespace_summary(target: Target, name: str, names: list[str]) -> dict[str,
         store.close()
 
 
+def _not_a_wal_root(target: Target, names: list[str]) -> CliError | None:
+    """Why ``target`` is no folder of namespaces, if it is not: a file WAL's PATH that is
+    one namespace's own folder (it has a commits log), or a folder none of whose folders
+    is a namespace. A table of "not a WAL namespace" notes would bury the mistake."""
+    if target.backend != "file":
+        return None
+    root = Path(target.options["path"])
+    if (root / COMMITS_LOG).is_dir():
+        return CliError(f"PATH {root} is the namespace {root.name!r} itself; give its parent "
+                        f"folder {root.parent}")
+    if any((root / name / COMMITS_LOG).is_dir() for name in names):
+        return None
+    inside = f"its folders {', '.join(names)} have" if names else "it is empty: it has"
+    return CliError(f"no WAL namespace in {target.where} ({inside} no {COMMITS_LOG} log); "
+                    "give the WAL root folder, the one a query's .save(path) or "
+                    ".start(path) was given")
+
+
 def cmd_namespaces(args: argparse.Namespace) -> int:
     """List namespaces, with a summary of each unless ``--names-only``."""
     target = target_from_args(args)
     names = list_namespaces(target)
+    mistake = _not_a_wal_root(target, names)
+    if mistake is not None:
+        raise mistake
     found: list[dict[str, Any]] = [{"name": name} for name in names]
     if not args.names_only:
         with Progress(not args.json) as progress:
@@ -97,7 +120,8 @@ def cmd_namespaces(args: argparse.Namespace) -> int:
         rows = [[n["name"], "-", "-", "-", "-", n["error"]] if "error" in n else
                 [n["name"], n["id"], len(n["regions"]), len(n["tables"]),
                  span(n["first_step"], n["next_step"]), ""] for n in found]
-        shown = TextTable(["namespace", "id", "regions", "tables", "steps", "note"], rows)
+        shown = TextTable(["namespace", "id", "regions", "tables", "steps", "note"], rows,
+                          whole={"note"})
     _output(args, doc, shown)
     return 0
 
@@ -131,7 +155,10 @@ def _regions_notes(state: NamespaceState, found: list[dict[str, Any]]) -> list[s
     if any(r["uncommitted"] for r in found):
         notes.append("uncommitted: entries no committed step refers to (killed, failed or "
                      "aborted task attempts, duplicates of a committed batch, attempts in "
-                     "flight); readers never see them, the cleaner deletes them")
+                     "flight); readers never see them. A cleaner pass deletes them once they "
+                     "are older than its grace (--grace-ms, cleanGraceMs) and a retention "
+                     "policy expired the steps written before them in their region: under "
+                     "the default policy (keep everything) they stay")
         if state.base_step > 0:
             notes.append(f"  (steps below {state.base_step} are no longer indexed: entries of "
                          "them the cleaner has not deleted yet count as uncommitted too)")
@@ -210,15 +237,15 @@ def cmd_tables(args: argparse.Namespace) -> int:
     doc = {"namespace": args.namespace, "steps": [state.expired_before, state.next_step],
            "tables": found}
     rows = []
-    for t in found:
+    for t in found:  # ids only in --json: a 20-digit number no one types (--table takes names)
         schema = t["schema_text"] + (f" (v{t['schema_version']})" if t["schema_version"] else "")
         for r in t["regions"] or [{"region": "-", "rows": 0, "first_sequence": 0,
                                    "next_sequence": 0}]:
-            rows.append([t["name"], t["id"], r["region"], t["format"], r["rows"],
+            # every row whole, schema included: grep finds a table's regions with its schema
+            rows.append([t["name"], r["region"], t["format"], r["rows"],
                          span(r["first_sequence"], r["next_sequence"]), schema])
-            schema = "\""  # once per table
-    shown = TextTable(["table", "id", "region", "format", "rows", "sequences", "schema"],
-                      rows) if found else f"namespace {args.namespace!r} has no tables"
+    shown = TextTable(["table", "region", "format", "rows", "sequences", "schema"], rows,
+                      whole={"schema"}) if found else f"namespace {args.namespace!r} has no tables"
     _output(args, doc, shown)
     return 0
 

@@ -16,7 +16,7 @@ import datetime as dt
 import json
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any, TextIO
 
 from rich.box import Box
@@ -91,12 +91,14 @@ class TextTable:
 
     A float column shows every value with the same decimals. Cells longer than
     ``width_max`` are cut with ``...`` so that one wide value does not push every other
-    column off the screen (``--json`` shows values whole). :meth:`lines` draws it as
-    plain text (for pipes); on a terminal rich draws it (``__rich__``).
+    column off the screen (``--json`` shows values whole), except in the ``whole``
+    columns: what a command exists to show (a schema, a note) is never cut; piped it
+    stays on one line, on a terminal it wraps within its cell. :meth:`lines` draws it
+    as plain text (for pipes); on a terminal rich draws it (``__rich__``).
     """
 
     def __init__(self, headers: Sequence[str], rows: Iterable[Sequence[Any]],
-                 width_max: int = CELL_WIDTH_MAX) -> None:
+                 width_max: int = CELL_WIDTH_MAX, whole: Collection[str] = ()) -> None:
         raw = [list(r) for r in rows]
         text = [[cell(v) for v in r] for r in raw]
         for i in range(len(headers)):
@@ -107,8 +109,9 @@ class TextTable:
                     if isinstance(r[i], float) and math.isfinite(r[i]):
                         t[i] = f"{r[i]:.{places}f}"
         self.headers = list(headers)
-        self.rows = [[t if len(t) <= width_max else t[: width_max - 3] + "..." for t in r]
-                     for r in text]
+        keep = [h in whole for h in headers]
+        self.rows = [[t if k or len(t) <= width_max else t[: width_max - 3] + "..."
+                      for t, k in zip(r, keep, strict=True)] for r in text]
         self.right = [bool(raw) and all(_numeric(r[i]) or r[i] is None for r in raw)
                       for i in range(len(headers))]
 

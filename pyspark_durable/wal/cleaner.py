@@ -34,6 +34,7 @@ from pyspark_durable.errors import OffsetOutOfRange
 from pyspark_durable.log import Log
 from pyspark_durable.wal import failpoints
 from pyspark_durable.wal.namespace import COMMITS_LOG, Namespace
+from pyspark_durable.wal.records import CleanRecord
 from pyspark_durable.wal.state import SNAPSHOT_NAME
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ class Cleaner:
 
     def run_once(self) -> CleanReport:
         ns = self.ns
-        with ns._lock:
+        with ns.exclusive():
             state = ns.refresh()
             expired = state.expired_before
             target = ns.retention().expire_target(state, int(time.time() * 1000))
@@ -115,8 +116,7 @@ class Cleaner:
             # a pass with no bound to move records only its time, and not more than once
             # per RECORD_INTERVAL_MS (passes back to back would only lengthen every replay)
             if proposed or now_ms - state.last_clean_ms >= RECORD_INTERVAL_MS:
-                ns._append_meta({"k": "clean", "ts": now_ms,
-                                 "regions": {str(r): b for r, b in proposed.items()}})
+                ns.append_record(CleanRecord(now_ms, proposed))
             failpoints.reached("clean.recorded")
             state = ns.refresh()  # every step ordered before our bound is in this replay
             needed = state.needed_starts()

@@ -71,12 +71,20 @@ from pyspark_durable.wal import failpoints
 from pyspark_durable.wal.attempt import Attempt
 from pyspark_durable.wal.records import (
     AttemptReceipt,
+    CommitRecord,
+    ExpireRecord,
+    MarkRecord,
+    NsRecord,
+    ReaderRecord,
+    RetentionRecord,
     Run,
+    SchemaRecord,
     StepCommit,
     TableInfo,
+    TableRecord,
+    WriterRecord,
     build_runs,
     encode_meta,
-    schema_to_b64,
 )
 from pyspark_durable.wal.retention import RetentionPolicy
 from pyspark_durable.wal.schemas import conform, fits, merge
@@ -180,8 +188,9 @@ class Namespace:
             namespace_id = self.state.namespace_id
         if self.state.namespace_id is None:
             incarnation = uuid.uuid4().hex
-            self._append_meta({"k": "ns", "name": self.name, "id": namespace_id,
-                               "inc": incarnation, "i": incarnation})
+            # the first record carries the incarnation it starts as its tag, too
+            self._append_meta({**NsRecord(self.name, namespace_id, incarnation).to_json(),
+                               "i": incarnation})
             self.refresh()
         if self.state.namespace_id != namespace_id:
             raise ConfigError(
@@ -222,8 +231,17 @@ class Namespace:
         """The id this namespace got when it was created (None: an older WAL without one)."""
         return self.state.incarnation
 
+    def append_record(self, record: CommitRecord) -> int:
+        """Append one record to the commits log; its offset. Replay decides what it
+        means: :meth:`refresh` to see it (a cleaner records its ``clean`` record so)."""
+        return self._append_meta(record.to_json())
+
+    def exclusive(self) -> threading.RLock:
+        """This handle's lock: hold it to refresh, decide and append as one unit."""
+        return self._lock
+
     def _append_meta(self, record: dict) -> int:
-        """Append one record, tagged with the incarnation it belongs to."""
+        """Append one record's JSON, tagged with the incarnation it belongs to."""
         if self.state.incarnation is not None:
             record = {**record, "i": self.state.incarnation}
         return self._commits.append([Record(b"", encode_meta(record))])[0]
@@ -287,7 +305,7 @@ class Namespace:
         for _ in range(EVOLVE_ATTEMPTS):
             existing = self.state.tables.get(table_id) or self.refresh().tables.get(table_id)
             if existing is None:
-                self._append_meta(TableInfo(table_id, name, (schema,), payload_format).to_json())
+                self.append_record(TableRecord(table_id, name, schema, payload_format))
                 existing = self.refresh().tables[table_id]  # the first definition wins
             if existing.payload_format != payload_format:
                 raise SchemaMismatch(
@@ -309,8 +327,7 @@ class Namespace:
                     "version with them set .option(\"mergeSchema\", \"true\") (Spark) or "
                     "merge_schema=True", **where)
             codec_for(payload_format, merged)
-            self._append_meta({"k": "schema", "table": table_id, "v": len(existing.schemas),
-                               "schema": schema_to_b64(merged)})
+            self.append_record(SchemaRecord(table_id, len(existing.schemas), merged))
             self.refresh()
             log.info("namespace=%s table=%s: schema version %d is %s", self.name, name,
                      len(existing.schemas), _fmt(merged))
@@ -356,7 +373,7 @@ class Namespace:
                             build_runs(receipts), int(time.time() * 1000))
         self._raise_if_lost(commit)  # cheap early answer; the replay below decides
         failpoints.reached("commit.checked")
-        offset = self._append_meta(commit.to_json())
+        offset = self.append_record(commit)
         failpoints.reached("commit.appended")
         step = self.committed_step(writer_id, writer_step)
         if step is None:  # replay refused our record: a clean bound was ordered before it
@@ -371,7 +388,7 @@ class Namespace:
         check_writer(writer_id, writer_step, self.name)
         if self.refresh().writer_last.get(writer_id, -1) < writer_step:
             self.check_consecutive(writer_id, writer_step)
-            self._append_meta({"k": "writer", "w": writer_id, "ws": writer_step})
+            self.append_record(WriterRecord(writer_id, writer_step))
 
     def check_consecutive(self, writer_id: str, writer_step: int) -> None:
         last = self.state.writer_last.get(writer_id)
@@ -555,7 +572,7 @@ class Namespace:
             raise StepNotCommitted(f"cannot expire up to {step}: only steps below "
                                    f"{s.next_step} are committed", namespace=self.name)
         if step > s.expired_before:
-            self._append_meta({"k": "expire", "before": step})
+            self.append_record(ExpireRecord(step))
             self.refresh()
 
     def mark_deleted(self, table: int | str, sequence: int, region_id: int | None = None) -> None:
@@ -582,8 +599,7 @@ class Namespace:
                                f"table in region {region_id}", namespace=self.name,
                                table=info.name, region=region_id)
         if sequence > current:
-            self._append_meta({"k": "mark", "table": info.table_id, "region": region_id,
-                               "seq": sequence})
+            self.append_record(MarkRecord(info.table_id, sequence, region_id))
             self.refresh()
 
     # -- readers and the retention policy ------------------------------------------
@@ -603,19 +619,19 @@ class Namespace:
             raise StepNotCommitted(f"reader {reader_id!r} cannot have read up to step {next_step}"
                                    f": committed steps end at {s.next_step}", namespace=self.name)
         if s.readers.get(reader_id) != ReaderPosition(next_step, hold):
-            self._append_meta({"k": "reader", "id": reader_id, "next": next_step, "hold": hold})
+            self.append_record(ReaderRecord(reader_id, next_step, hold))
             self.refresh()
 
     def drop_reader(self, reader_id: str) -> None:
         """Forget a reader (it no longer holds retention)."""
         if reader_id in self.refresh().readers:
-            self._append_meta({"k": "reader", "id": reader_id, "drop": True})
+            self.append_record(ReaderRecord(reader_id, drop=True))
             self.refresh()
 
     def set_retention(self, policy: RetentionPolicy) -> None:
         """Keep ``policy`` with the namespace (every cleaner applies it); no-op if unchanged."""
         if self.refresh().retention != policy.to_json():
-            self._append_meta({"k": "retention", "policy": policy.to_json()})
+            self.append_record(RetentionRecord(policy.to_json()))
             self.refresh()
 
     def retention(self) -> RetentionPolicy:

@@ -4,16 +4,35 @@ Every fact about a namespace is one JSON entry of the namespace's ``commits`` lo
 the order the log gives them; replaying that log (from the latest snapshot) rebuilds
 the namespace's whole state, the same in every process:
 
-=========  ==========================================================================
-kind       meaning
-=========  ==========================================================================
-``ns``     the namespace's name and u8 id (first entry; the first one wins)
-``table``  a table definition: id, name, Arrow schema (version 0), payload format
-``schema`` schema version ``v`` of ``table`` (schema evolution; the first ``v`` wins)
-``step``   one committed step: writer id, writer step, attempts, and its *runs*
-``expire`` steps below ``before`` are no longer needed by step readers
-``mark``   entries of ``table`` in ``region`` below sequence ``seq`` are not needed
-=========  ==========================================================================
+=============  ===================  ================================================
+kind           class                meaning
+=============  ===================  ================================================
+``ns``         ``NsRecord``         the namespace's name, u8 id and incarnation (the
+                                    first one wins)
+``table``      ``TableRecord``      a table definition: id, name, Arrow schema
+                                    (version 0), payload format
+``schema``     ``SchemaRecord``     schema version ``v`` of ``table`` (schema
+                                    evolution; the first ``v`` wins)
+``step``       ``StepCommit``       one committed step: writer id, writer step,
+                                    attempts, and its *runs*
+``writer``     ``WriterRecord``     a consecutive writer finished a step without rows
+``expire``     ``ExpireRecord``     steps below ``before`` are no longer needed by
+                                    step readers
+``mark``       ``MarkRecord``       entries of ``table`` in ``region`` below sequence
+                                    ``seq`` are not needed
+``clean``      ``CleanRecord``      a cleaner pass: its time and the bounds it moves
+``reader``     ``ReaderRecord``     a reader's next step and hold, or its drop
+``retention``  ``RetentionRecord``  the namespace's retention policy
+=============  ===================  ================================================
+
+Each kind is one class below with its encoding (``to_json``) next to its decoding
+(``from_json``); :data:`RECORD_KINDS` maps a kind to its class, :func:`decode_record`
+decodes by kind and :class:`~pyspark_durable.wal.state.NamespaceState` applies each
+class with one handler. Adding a kind is a class here plus its handler there. Every
+record also carries ``i``, the incarnation it was written in (the namespace adds it).
+The JSON is the format of docs/record-format.md: field names never change, and old
+forms (a ``table`` record's ``region``, a ``mark`` without ``region``, 6-element runs)
+still decode.
 
 A *run* is ``[region, table, start, end, rows, bytes, schema_version]``: the region
 offsets ``[start, end)`` hold entries of one table, encoded with one schema version
@@ -25,8 +44,9 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import pyarrow as pa
 
@@ -39,6 +59,94 @@ def schema_to_b64(schema: pa.Schema) -> str:
 
 def schema_from_b64(text: str) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+class CommitRecord:
+    """One fact of the commits log; each kind is a subclass pairing ``to_json`` with
+    ``from_json``, registered in :data:`RECORD_KINDS` by :func:`record_kind`."""
+
+    __slots__ = ()
+    kind: ClassVar[str]
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CommitRecord:
+        raise NotImplementedError
+
+
+RECORD_KINDS: dict[str, type[CommitRecord]] = {}  # kind (the ``k`` field) -> its class
+_R = TypeVar("_R", bound=type[CommitRecord])
+
+
+def record_kind(kind: str) -> Callable[[_R], _R]:
+    """Register a record class as the one that encodes and decodes ``kind``."""
+    def register(cls: _R) -> _R:
+        assert kind not in RECORD_KINDS, kind
+        cls.kind = kind
+        RECORD_KINDS[kind] = cls
+        return cls
+    return register
+
+
+@record_kind("ns")
+@dataclass(frozen=True, slots=True)
+class NsRecord(CommitRecord):
+    """The namespace's creation: its name, u8 id and incarnation (None: an older WAL)."""
+
+    name: str
+    namespace_id: int
+    incarnation: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        d = {"k": self.kind, "name": self.name, "id": self.namespace_id}
+        return d if self.incarnation is None else {**d, "inc": self.incarnation}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> NsRecord:
+        return cls(d["name"], d["id"], d.get("inc"))
+
+
+@record_kind("table")
+@dataclass(frozen=True, slots=True)
+class TableRecord(CommitRecord):
+    """A table definition with its schema version 0 (the first one of an id wins)."""
+
+    table_id: int
+    name: str
+    schema: pa.Schema
+    payload_format: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"k": self.kind, "id": self.table_id, "name": self.name,
+                "schema": schema_to_b64(self.schema), "format": self.payload_format}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TableRecord:
+        # an old record's `region` (a table bound to one region) is ignored: tables span regions
+        return cls(d["id"], d["name"], schema_from_b64(d["schema"]), d["format"])
+
+    def info(self) -> TableInfo:
+        return TableInfo(self.table_id, self.name, (self.schema,), self.payload_format)
+
+
+@record_kind("schema")
+@dataclass(frozen=True, slots=True)
+class SchemaRecord(CommitRecord):
+    """Schema version ``version`` of a table (the first record of a version wins)."""
+
+    table_id: int
+    version: int
+    schema: pa.Schema
+
+    def to_json(self) -> dict[str, Any]:
+        return {"k": self.kind, "table": self.table_id, "v": self.version,
+                "schema": schema_to_b64(self.schema)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SchemaRecord:
+        return cls(d["table"], d["v"], schema_from_b64(d["schema"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,19 +171,18 @@ class TableInfo:
     def version(self) -> int:
         return len(self.schemas) - 1
 
-    def to_json(self) -> dict[str, Any]:
-        """The ``table`` record that defines the table (schema version 0)."""
-        return {"k": "table", "id": self.table_id, "name": self.name,
-                "schema": schema_to_b64(self.schemas[0]), "format": self.payload_format}
-
     def snapshot_json(self) -> dict[str, Any]:
-        return {**self.to_json(), "schemas": [schema_to_b64(s) for s in self.schemas[1:]]}
+        """The ``table`` record that defines the table, plus its later schema versions."""
+        record = TableRecord(self.table_id, self.name, self.schemas[0], self.payload_format)
+        return {**record.to_json(), "schemas": [schema_to_b64(s) for s in self.schemas[1:]]}
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> TableInfo:
-        schemas = [schema_from_b64(d["schema"])] + [schema_from_b64(s)
-                                                    for s in d.get("schemas", ())]
-        return TableInfo(d["id"], d["name"], tuple(schemas), d["format"])
+        """A snapshot's table (:meth:`snapshot_json`)."""
+        first = TableRecord.from_json(d).info()
+        return TableInfo(first.table_id, first.name,
+                         (*first.schemas, *(schema_from_b64(s) for s in d.get("schemas", ()))),
+                         first.payload_format)
 
     def with_version(self, schema: pa.Schema) -> TableInfo:
         return TableInfo(self.table_id, self.name, (*self.schemas, schema), self.payload_format)
@@ -103,8 +210,9 @@ class Run:
         return self.region_id, self.table_id
 
 
+@record_kind("step")
 @dataclass(slots=True)
-class StepCommit:
+class StepCommit(CommitRecord):
     """A committed step; ``step`` and ``first_sequences`` are fixed by replay order."""
 
     writer_id: str
@@ -135,17 +243,124 @@ class StepCommit:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "k": "step", "w": self.writer_id, "ws": self.writer_step,
+            "k": self.kind, "w": self.writer_id, "ws": self.writer_step,
             "att": list(self.attempts), "ts": self.timestamp_ms,
             "runs": [[r.region_id, r.table_id, r.start, r.end, r.rows, r.size_bytes,
                       r.schema_version] for r in self.runs],
         }
 
-    @staticmethod
-    def from_json(d: dict[str, Any]) -> StepCommit:
-        return StepCommit(
-            d["w"], d["ws"], tuple(d["att"]), tuple(Run(*r) for r in d["runs"]), d["ts"]
-        )
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> StepCommit:
+        # runs of 6 elements (written before schema versions) are schema version 0
+        return cls(d["w"], d["ws"], tuple(d["att"]), tuple(Run(*r) for r in d["runs"]), d["ts"])
+
+
+@record_kind("writer")
+@dataclass(frozen=True, slots=True)
+class WriterRecord(CommitRecord):
+    """A consecutive writer finished ``writer_step`` without rows (no step is made)."""
+
+    writer_id: str
+    writer_step: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"k": self.kind, "w": self.writer_id, "ws": self.writer_step}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> WriterRecord:
+        return cls(d["w"], d["ws"])
+
+
+@record_kind("expire")
+@dataclass(frozen=True, slots=True)
+class ExpireRecord(CommitRecord):
+    """Steps below ``before`` are no longer needed by step readers."""
+
+    before: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"k": self.kind, "before": self.before}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ExpireRecord:
+        return cls(d["before"])
+
+
+@record_kind("mark")
+@dataclass(frozen=True, slots=True)
+class MarkRecord(CommitRecord):
+    """Entries of a (region, table) below ``sequence`` are not needed by the table.
+
+    ``region_id`` None: an old record, written when a table lived in one region; it
+    applies to every (region, table) pair replay knows for the table.
+    """
+
+    table_id: int
+    sequence: int
+    region_id: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        d = {"k": self.kind, "table": self.table_id, "seq": self.sequence}
+        return d if self.region_id is None else {**d, "region": self.region_id}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> MarkRecord:
+        return cls(d["table"], d["seq"], d.get("region"))
+
+
+@record_kind("clean")
+@dataclass(frozen=True, slots=True)
+class CleanRecord(CommitRecord):
+    """A cleaner pass: its time and, per region, the bound it moves (maybe none)."""
+
+    timestamp_ms: int
+    bounds: Mapping[int, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"k": self.kind, "ts": self.timestamp_ms,
+                "regions": {str(r): b for r, b in self.bounds.items()}}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CleanRecord:
+        return cls(d["ts"], {int(r): b for r, b in d["regions"].items()})
+
+
+@record_kind("reader")
+@dataclass(frozen=True, slots=True)
+class ReaderRecord(CommitRecord):
+    """A reader's position (the next step it needs, whether it holds retention), or,
+    with ``drop``, that the reader is forgotten; the latest record of a reader wins."""
+
+    reader_id: str
+    next_step: int = 0
+    hold: bool = False
+    drop: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        if self.drop:
+            return {"k": self.kind, "id": self.reader_id, "drop": True}
+        return {"k": self.kind, "id": self.reader_id, "next": self.next_step, "hold": self.hold}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ReaderRecord:
+        if d.get("drop"):
+            return cls(d["id"], drop=True)
+        return cls(d["id"], d["next"], bool(d["hold"]))
+
+
+@record_kind("retention")
+@dataclass(frozen=True, slots=True)
+class RetentionRecord(CommitRecord):
+    """The namespace's retention policy (``RetentionPolicy.to_json``); the latest wins."""
+
+    policy: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"k": self.kind, "policy": dict(self.policy)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RetentionRecord:
+        return cls(dict(d["policy"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +408,7 @@ def build_runs(receipts: list[AttemptReceipt]) -> tuple[Run, ...]:
 
 
 def encode_meta(d: dict[str, Any]) -> bytes:
+    """A record's JSON as stored: compact, keys sorted."""
     return json.dumps(d, separators=(",", ":"), sort_keys=True).encode()
 
 
@@ -205,3 +421,23 @@ def decode_meta(data: bytes, *, namespace: str, offset: int) -> dict[str, Any]:
     except ValueError as exc:
         raise DecodeError(f"commit log entry is garbage: {exc}", namespace=namespace,
                           log="commits", offset=offset) from exc
+
+
+def decode_record(data: bytes, *, namespace: str,
+                  offset: int) -> tuple[CommitRecord, str | None]:
+    """A stored record as its kind's class, with the incarnation it was tagged with.
+
+    An unknown kind, or a record missing a field of its kind, is a :class:`DecodeError`
+    naming the offset.
+    """
+    d = decode_meta(data, namespace=namespace, offset=offset)
+    kind = d["k"]
+    cls = RECORD_KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise DecodeError(f"unknown commit-log record kind {kind!r}",
+                          namespace=namespace, log="commits", offset=offset)
+    try:
+        return cls.from_json(d), d.get("i")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DecodeError(f"commit-log {kind} record is malformed: {exc!r}",
+                          namespace=namespace, log="commits", offset=offset) from exc

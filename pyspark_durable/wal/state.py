@@ -22,6 +22,7 @@ import json
 import logging
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,23 @@ from pyspark_durable.errors import (
     OffsetOutOfRange,
 )
 from pyspark_durable.log import Log, LogStore
-from pyspark_durable.wal.records import Run, StepCommit, TableInfo, decode_meta, schema_from_b64
+from pyspark_durable.wal.records import (
+    RECORD_KINDS,
+    CleanRecord,
+    CommitRecord,
+    ExpireRecord,
+    MarkRecord,
+    NsRecord,
+    ReaderRecord,
+    RetentionRecord,
+    Run,
+    SchemaRecord,
+    StepCommit,
+    TableInfo,
+    TableRecord,
+    WriterRecord,
+    decode_record,
+)
 
 log = logging.getLogger(__name__)
 
@@ -169,12 +186,12 @@ class NamespaceState:
                     "older copy", namespace=self.namespace, log="commits") from None
             raise
         for entry in entries:
-            record = decode_meta(entry.value, namespace=self.namespace, offset=entry.offset)
-            tag = record.get("i")
+            record, tag = decode_record(entry.value, namespace=self.namespace,
+                                        offset=entry.offset)
             # processes creating a namespace at once each append an `ns` record with
             # their own id; the first one wins and the others are ignored, not damage
             if tag is not None and self.incarnation is not None and tag != self.incarnation \
-                    and record["k"] != "ns":
+                    and not isinstance(record, NsRecord):
                 raise IncarnationMismatch(
                     f"record at offset {entry.offset} belongs to incarnation {tag}, this "
                     f"handle knows incarnation {self.incarnation}: the WAL was recreated",
@@ -182,62 +199,69 @@ class NamespaceState:
             self.apply(record, entry.offset)
             self.next_offset = entry.offset + 1
 
-    def apply(self, d: dict[str, Any], offset: int) -> None:
-        kind = d["k"]
-        if kind == "ns":
-            if self.namespace_id is None:
-                self.namespace_id = d["id"]
-                self.incarnation = d.get("inc")  # (None: made by a version without them)
-        elif kind == "table":
-            self.tables.setdefault(d["id"], TableInfo.from_json(d))  # the first one wins
-        elif kind == "schema":
-            info = self.tables.get(d["table"])
-            if info is not None and d["v"] == len(info.schemas):  # the first version v wins
-                self.tables[d["table"]] = info.with_version(schema_from_b64(d["schema"]))
-        elif kind == "step":
-            commit = StepCommit.from_json(d)
-            pair = (commit.writer_id, commit.writer_step)
-            if pair in self.pairs:
-                return  # a duplicate commit of a pair: never a second step
-            if self.lost_run(commit) is not None:
-                return  # a cleaner recorded its bound first: the entries may be gone
-            commit.step, commit.commit_offset = self.next_step, offset
-            for run in commit.runs:  # sequences count per (region, table), in run order
-                first = self.next_sequences.get(run.key, 0)
-                commit.first_sequences.setdefault(run.key, first)
-                self.next_sequences[run.key] = first + run.entries
-            self.index.append(commit)
-            self.pairs[pair] = self.next_step
-            self.note_writer(commit.writer_id, commit.writer_step)
-            self.next_step += 1
-        elif kind == "expire":
-            self.expired_before = max(self.expired_before, d["before"])
-        elif kind == "mark":
-            if "region" in d:
-                keys = [(d["region"], d["table"])]
-            else:  # written when a table lived in one region: its (region, table) pairs
-                keys = [k for k in self.next_sequences if k[1] == d["table"]]
-            for key in keys:
-                self.marks[key] = max(self.marks.get(key, 0), d["seq"])
-        elif kind == "clean":
-            bounds = {int(r): b for r, b in d["regions"].items()}
-            for region_id, bound in bounds.items():
-                self.clean_bounds[region_id] = max(self.clean_bounds.get(region_id, 0), bound)
-            if bounds:
-                self.bound_history.append((offset, bounds))
-            self.last_clean_ms = max(self.last_clean_ms, d["ts"])
-        elif kind == "reader":
-            if d.get("drop"):
-                self.readers.pop(d["id"], None)
-            else:
-                self.readers[d["id"]] = ReaderPosition(d["next"], bool(d["hold"]))
-        elif kind == "retention":
-            self.retention = dict(d["policy"])
-        elif kind == "writer":
-            self.note_writer(d["w"], d["ws"])
+    def apply(self, record: CommitRecord, offset: int) -> None:
+        """Apply one decoded record, read at commits-log ``offset``, by its kind."""
+        _APPLY[type(record)](self, record, offset)
+
+    def _apply_ns(self, r: NsRecord, offset: int) -> None:
+        if self.namespace_id is None:  # the first one wins
+            self.namespace_id = r.namespace_id
+            self.incarnation = r.incarnation  # (None: made by a version without them)
+
+    def _apply_table(self, r: TableRecord, offset: int) -> None:
+        if r.table_id not in self.tables:  # the first definition wins
+            self.tables[r.table_id] = r.info()
+
+    def _apply_schema(self, r: SchemaRecord, offset: int) -> None:
+        info = self.tables.get(r.table_id)
+        if info is not None and r.version == len(info.schemas):  # the first version v wins
+            self.tables[r.table_id] = info.with_version(r.schema)
+
+    def _apply_step(self, commit: StepCommit, offset: int) -> None:
+        pair = (commit.writer_id, commit.writer_step)
+        if pair in self.pairs:
+            return  # a duplicate commit of a pair: never a second step
+        if self.lost_run(commit) is not None:
+            return  # a cleaner recorded its bound first: the entries may be gone
+        commit.step, commit.commit_offset = self.next_step, offset
+        for run in commit.runs:  # sequences count per (region, table), in run order
+            first = self.next_sequences.get(run.key, 0)
+            commit.first_sequences.setdefault(run.key, first)
+            self.next_sequences[run.key] = first + run.entries
+        self.index.append(commit)
+        self.pairs[pair] = self.next_step
+        self.note_writer(commit.writer_id, commit.writer_step)
+        self.next_step += 1
+
+    def _apply_writer(self, r: WriterRecord, offset: int) -> None:
+        self.note_writer(r.writer_id, r.writer_step)
+
+    def _apply_expire(self, r: ExpireRecord, offset: int) -> None:
+        self.expired_before = max(self.expired_before, r.before)
+
+    def _apply_mark(self, r: MarkRecord, offset: int) -> None:
+        if r.region_id is not None:
+            keys = [(r.region_id, r.table_id)]
+        else:  # written when a table lived in one region: its (region, table) pairs
+            keys = [k for k in self.next_sequences if k[1] == r.table_id]
+        for key in keys:
+            self.marks[key] = max(self.marks.get(key, 0), r.sequence)
+
+    def _apply_clean(self, r: CleanRecord, offset: int) -> None:
+        for region_id, bound in r.bounds.items():
+            self.clean_bounds[region_id] = max(self.clean_bounds.get(region_id, 0), bound)
+        if r.bounds:
+            self.bound_history.append((offset, dict(r.bounds)))
+        self.last_clean_ms = max(self.last_clean_ms, r.timestamp_ms)
+
+    def _apply_reader(self, r: ReaderRecord, offset: int) -> None:
+        if r.drop:
+            self.readers.pop(r.reader_id, None)
         else:
-            raise DecodeError(f"unknown commit-log record kind {kind!r}",
-                              namespace=self.namespace, log="commits", offset=offset)
+            self.readers[r.reader_id] = ReaderPosition(r.next_step, r.hold)
+
+    def _apply_retention(self, r: RetentionRecord, offset: int) -> None:
+        self.retention = dict(r.policy)
 
     def note_writer(self, writer_id: str, writer_step: int) -> None:
         self.writer_last[writer_id] = max(self.writer_last.get(writer_id, -1), writer_step)
@@ -404,3 +428,19 @@ def _upgrade_v2(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "v": 3,
             "next_sequences": [[home[int(t)], int(t), n] for t, n in doc["next_sequences"].items()],
             "marks": [[home[int(t)], int(t), n] for t, n in doc["marks"].items()]}
+
+
+# one handler per record kind (records.RECORD_KINDS): replay dispatches on the class
+_APPLY: dict[type, Callable[[NamespaceState, Any, int], None]] = {
+    NsRecord: NamespaceState._apply_ns,
+    TableRecord: NamespaceState._apply_table,
+    SchemaRecord: NamespaceState._apply_schema,
+    StepCommit: NamespaceState._apply_step,
+    WriterRecord: NamespaceState._apply_writer,
+    ExpireRecord: NamespaceState._apply_expire,
+    MarkRecord: NamespaceState._apply_mark,
+    CleanRecord: NamespaceState._apply_clean,
+    ReaderRecord: NamespaceState._apply_reader,
+    RetentionRecord: NamespaceState._apply_retention,
+}
+assert set(_APPLY) == set(RECORD_KINDS.values()), "a record kind without a replay handler"

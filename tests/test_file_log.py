@@ -673,3 +673,40 @@ def test_torn_tail_rule_as_a_decision(tail, expect, acked, clean_after, verdict)
                           nothing_valid_after=nothing_valid_after)
     assert got is Verdict[verdict]
     assert bool(asked) == (tail and expect >= acked)
+
+
+def test_a_lone_appender_never_waits_for_the_group_commit_interval(tmp_path, monkeypatch):
+    """This tests that appends that come one after another (each after the previous one
+    returned) are written at once, with no group-commit wait, while appends from
+    concurrent threads do wait (up to the interval) so that they share fsyncs."""
+    waits: list[float] = []
+    real_sleep = time.sleep
+
+    def recording(seconds: float) -> None:
+        if threading.current_thread().name.startswith("durablewal-"):
+            waits.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", recording)
+    store, log = open_log(tmp_path / "wal", group_commit_interval_ms=200)
+    try:
+        for i in range(20):
+            assert log.append([Record(b"k", b"v%d" % i)]) == [i]
+        assert waits == [], f"a lone appender waited {waits}"
+
+        start = threading.Barrier(4)
+
+        def worker(n: int) -> None:
+            start.wait()
+            for i in range(10):
+                log.append([Record(b"t%d" % n, b"v%d" % i)])
+
+        pool = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        assert log.high_watermark() == 60
+        assert waits, "concurrent appenders never waited to share an fsync"
+    finally:
+        store.close()

@@ -4,9 +4,11 @@ Implementation notes (why):
 
 * **Group commit.** Appends from every thread of a process go to one writer thread,
   which writes all pending frames with one ``write`` and one ``fdatasync``; an
-  append returns only after its fsync. The writer waits at most
-  ``group_commit_interval_ms`` after the previous fsync (IOx waits 10 ms), so a
-  lone append is never delayed and a busy log shares its fsyncs.
+  append returns only after its fsync. While appends are concurrent (a write
+  gathered several, or more arrived during one) the writer waits up to
+  ``group_commit_interval_ms`` after the previous fsync (IOx waits 10 ms) so they
+  share fsyncs; a lone appender, whose next append comes only after the previous
+  returned, never waits.
 * **Several processes.** Spark runs writers in separate Python workers. A writer
   holds ``flock(LOCK_EX)`` on ``lock`` while it catches up with frames other
   processes appended, writes and fsyncs. Readers take ``LOCK_SH`` only to learn the
@@ -68,6 +70,7 @@ class FileLog(Log):
         self._writer: threading.Thread | None = None
         self._closed = False
         self._last_sync = 0.0
+        self._concurrent = False  # were appends concurrent at the last write?
         self._acked = 0  # every offset below is acknowledged (the acked file)
         self._ack_seq = 0
         with self._locked(fcntl.LOCK_SH):
@@ -149,7 +152,7 @@ class FileLog(Log):
                 if not self._pending and self._closed:
                     return
             wait_s = self._last_sync + self.group_commit_interval_ms / 1000 - time.monotonic()
-            if wait_s > 0:
+            if wait_s > 0 and self._concurrent:
                 time.sleep(wait_s)
             with self._cond:
                 batch, self._pending = self._pending, []
@@ -161,6 +164,8 @@ class FileLog(Log):
                 for _, fut in batch:
                     fut.set_exception(exc)
                 continue
+            with self._cond:  # appends that came while this batch was written wait next time
+                self._concurrent = len(batch) > 1 or bool(self._pending)
             for (_, fut), offs in zip(batch, offsets, strict=False):
                 fut.set_result(offs)
 

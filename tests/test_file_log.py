@@ -632,8 +632,8 @@ def test_roll_and_delete_before_remove_whole_segments(tmp_path):
     store, log = open_log(root, size)
     try:
         assert (log.low_watermark(), log.high_watermark()) == (bases[3], 150)
-        log.delete_before(10_000)  # everything: only the active segment stays
-        assert [int(p.stem) for p in segment_files(folder)] == bases[-1:]
+        log.delete_before(10_000)  # everything: the active segment rolls and goes too
+        assert [int(p.stem) for p in segment_files(folder)] == [150]
         assert (log.low_watermark(), log.high_watermark()) == (150, 150)
         assert list(log.read(150)) == []
     finally:
@@ -708,5 +708,32 @@ def test_a_lone_appender_never_waits_for_the_group_commit_interval(tmp_path, mon
             t.join()
         assert log.high_watermark() == 60
         assert waits, "concurrent appenders never waited to share an fsync"
+    finally:
+        store.close()
+
+
+def test_deleting_inside_the_active_segment_frees_it_at_the_next_deletion(tmp_path):
+    """This tests that a log that never fills a segment still frees disk: a deletion point
+    inside the segment being appended to rolls it, so the next deletion past it removes
+    the file, and reads and appends go on across the roll."""
+    root = tmp_path / "wal"
+    store, log = open_log(root, 64 * 1024)  # rolls on deletion once it holds 4 KiB
+    folder = root / NS / LOG
+    try:
+        log.append([rec(i, 500) for i in range(20)])  # ~10 KB: one segment, far from full
+        log.delete_before(15)
+        assert [int(p.stem) for p in segment_files(folder)] == [0, 20], "no roll"
+        assert [e.offset for e in log.read(15)] == list(range(15, 20))
+        assert log.append([rec(i, 500) for i in range(20, 25)]) == list(range(20, 25))
+        log.delete_before(22)  # past the rolled segment: its file goes
+        assert [int(p.stem) for p in segment_files(folder)] == [20]
+        assert [e.offset for e in log.read(22)] == [22, 23, 24]
+        log.delete_before(23)  # the new segment holds ~2.5 KB: below 4 KiB, no roll
+        assert [int(p.stem) for p in segment_files(folder)] == [20]
+    finally:
+        store.close()
+    store, log = open_log(root, 64 * 1024)
+    try:
+        assert (log.low_watermark(), log.high_watermark()) == (23, 25)
     finally:
         store.close()

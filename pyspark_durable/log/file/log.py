@@ -16,7 +16,10 @@ Implementation notes (why):
 * **Acknowledgement.** After the frames' fsync the ``acked`` file records the new
   end (:mod:`.marks`); the torn-tail rule (:mod:`.segments`) rests on it.
 * **Deletion.** ``delete_before`` records the low watermark in a file (replaced with
-  rename(2), then the folder is fsync'd) and removes whole segments below it.
+  rename(2), then the folder is fsync'd) and removes whole segments below it. A
+  deletion point inside the segment being appended to rolls it (once it holds 1/16
+  of a segment), so the next deletion can free it: disk follows what is kept, not
+  the segment size.
 """
 
 from __future__ import annotations
@@ -45,6 +48,11 @@ from pyspark_durable.log.file.segments import (
 )
 
 log = logging.getLogger(__package__)
+
+# a deletion that reaches into the segment being appended to rolls it once it holds
+# this fraction of a segment, so disk stays within a fraction of a segment of what the
+# cleaner keeps (plus what is written between two deletions)
+ROLL_ON_DELETE = 16
 
 
 class FileLog(Log):
@@ -306,6 +314,12 @@ class FileLog(Log):
                 target = min(offset, last.base + last.count)
                 if target <= self._low:
                     return
+            if target > last.base and last.end >= self.segment_size_bytes // ROLL_ON_DELETE:
+                # the point is inside the segment being appended to, which only a roll lets
+                # a deletion free (now, if the point is its end; else the next time):
+                # without one, a log that never fills a segment keeps every entry on disk
+                self._roll(last.base + last.count)
+            with self._state:
                 doomed = [s for s, nxt in itertools.pairwise(self._segments) if nxt.base <= target]
             write_low(self.path, target)
             for seg in doomed:

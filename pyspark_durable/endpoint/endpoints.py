@@ -62,7 +62,8 @@ class DurableInputEndpoint:
         """The last step this reader committed, or None (needs a ``reader_id``)."""
         if self.reader_id is None:
             return None
-        position = self.ns.refresh().readers.get(self.reader_id)
+        self.ns.refresh()
+        position = self.ns.reader_position(self.reader_id)
         return None if position is None else position.next_step - 1
 
     def expire(self, step: int) -> None:
@@ -95,10 +96,10 @@ class OutputEndpoint:
                               namespace=self.ns.name, writer=self.writer_id)
         self._step = step
         self._done = self.ns.committed_step(self.writer_id, step)
-        later = [ws for (w, ws) in self.ns.state.pairs if w == self.writer_id and ws > step]
-        if later:
+        newest = self.ns.newest_committed_writer_step(self.writer_id)
+        if newest is not None and newest > step:
             log.warning("namespace=%s writer=%s: writing step %d again although steps up to %d "
-                        "are committed", self.ns.name, self.writer_id, step, max(later))
+                        "are committed", self.ns.name, self.writer_id, step, newest)
         self._attempt = None if self._done is not None else self.ns.begin(self.writer_id, step)
 
     def push_buffer(self, data: pa.Table | pa.RecordBatch, table: int | str | None = None,

@@ -69,6 +69,7 @@ from pyspark_durable.errors import (
 from pyspark_durable.log import Entry, LogStore, Record
 from pyspark_durable.wal import failpoints
 from pyspark_durable.wal.attempt import Attempt
+from pyspark_durable.wal.queries import NamespaceQueries
 from pyspark_durable.wal.records import (
     AttemptReceipt,
     CommitRecord,
@@ -151,8 +152,12 @@ class _RunRead:
     codec: PayloadCodec | None = field(default=None)
 
 
-class Namespace:
-    """One WAL namespace over a :class:`LogStore`; see the module docstring."""
+class Namespace(NamespaceQueries):
+    """One WAL namespace over a :class:`LogStore`; see the module docstring.
+
+    Outside ``wal/``, ask it questions (:class:`NamespaceQueries`, ``steps``, ``tables``,
+    ``table``, ``step_commit``, ``retention``); never read ``state``.
+    """
 
     def __init__(
         self, store: LogStore, namespace_id: int | None = 0,
@@ -248,8 +253,9 @@ class Namespace:
 
     # -- tables ---------------------------------------------------------------
 
-    def tables(self) -> dict[int, TableInfo]:
-        return dict(self.refresh().tables)
+    def tables(self, refresh: bool = True) -> dict[int, TableInfo]:
+        """Table id -> table (a copy). ``refresh=False``: as of the last refresh."""
+        return dict((self.refresh() if refresh else self.state).tables)
 
     def resolve_table(self, table: int | str) -> int:
         """A table reference to its id: an ``int`` is an id, a ``str`` is always a name.

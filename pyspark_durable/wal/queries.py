@@ -1,0 +1,65 @@
+"""The questions a :class:`~pyspark_durable.wal.namespace.Namespace` answers about itself.
+
+Code outside ``wal/`` (the CLI, Spark, the endpoints) asks these instead of reading
+the replay state (:class:`~pyspark_durable.wal.state.NamespaceState`), so the state can
+change shape without them, and what they get back cannot change it: tuples, frozen
+records and read-only mappings of copies.
+
+Every answer is as of the handle's last refresh: on Kafka a refresh costs broker round
+trips, so a caller that needs what other processes appended since calls
+``refresh()`` (or a method that refreshes, such as ``steps()``) first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from pyspark_durable.wal.records import StepCommit
+from pyspark_durable.wal.state import NamespaceState, ReaderPosition
+
+
+class NamespaceQueries:
+    """Read-only questions; mixed into ``Namespace``, which keeps ``state`` current."""
+
+    state: NamespaceState
+
+    def first_indexed_step(self) -> int:
+        """The first step still indexed; steps below it were folded into a snapshot."""
+        return self.state.base_step
+
+    def indexed_steps(self) -> tuple[StepCommit, ...]:
+        """The indexed steps in step order, expired ones (still indexed) included."""
+        return tuple(self.state.index)
+
+    def regions(self) -> tuple[int, ...]:
+        """Regions that hold committed entries, ascending."""
+        return tuple(self.state.regions())
+
+    def table_keys(self) -> frozenset[tuple[int, int]]:
+        """The (region, table) pairs that hold committed entries."""
+        return frozenset(self.state.next_sequences)
+
+    def table_regions(self, table_id: int) -> Mapping[int, int]:
+        """Region -> next sequence number, for the regions holding entries of a table."""
+        return MappingProxyType(self.state.table_regions(table_id))
+
+    def marked_before(self, region_id: int, table_id: int) -> int:
+        """The sequence below which entries of a (region, table) were marked deleted."""
+        return self.state.marks.get((region_id, table_id), 0)
+
+    def readers(self) -> Mapping[str, ReaderPosition]:
+        """Registered readers and their positions."""
+        return MappingProxyType(dict(self.state.readers))
+
+    def reader_position(self, reader_id: str) -> ReaderPosition | None:
+        """A registered reader's position, or None if it is not registered."""
+        return self.state.readers.get(reader_id)
+
+    def last_clean_ms(self) -> int:
+        """When the newest cleaner pass recorded itself (0: never)."""
+        return self.state.last_clean_ms
+
+    def newest_committed_writer_step(self, writer_id: str) -> int | None:
+        """The highest writer step ``writer_id`` committed as a step, or None."""
+        return max((ws for (w, ws) in self.state.pairs if w == writer_id), default=None)

@@ -31,9 +31,10 @@ def _payload_schema(opts: WalOptions, strict: bool = False
     user's schema they are allowed: a stream may wait for them to be written.
     """
     ns = namespace_for(opts, create=False)
-    state = ns.state  # namespace_for caught the handle up: no second round trip
+    # namespace_for caught the handle up: no second round trip
+    tables = ns.tables(refresh=False)
     if strict and opts.regions is not None:
-        known = state.regions()
+        known = ns.regions()
         unknown = [r for r in opts.regions if r not in known]
         if unknown:
             raise ConfigError(
@@ -44,13 +45,12 @@ def _payload_schema(opts: WalOptions, strict: bool = False
         if strict:
             chosen = [ns.table(t) for t in opts.tables]  # unknown: RoutingError listing them
         else:
-            chosen = [state.tables[i] for i in map(ns.resolve_table, opts.tables)
-                      if i in state.tables]
+            chosen = [tables[i] for i in map(ns.resolve_table, opts.tables) if i in tables]
         ids = frozenset(map(ns.resolve_table, opts.tables))
     else:
         in_regions = None if opts.regions is None else {
-            t for r, t in state.next_sequences if r in opts.regions}
-        chosen = [t for t in state.tables.values()
+            t for r, t in ns.table_keys() if r in opts.regions}
+        chosen = [t for t in tables.values()
                   if in_regions is None or t.table_id in in_regions]
         ids = None
     if not chosen:

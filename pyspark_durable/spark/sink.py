@@ -162,7 +162,7 @@ def keep_retention(opts: WalOptions) -> None:
     if not opts.auto_clean:
         return
     now_ms = time.time() * 1000
-    if now_ms - ns.state.last_clean_ms < opts.clean_interval_ms:  # namespace_for refreshed
+    if now_ms - ns.last_clean_ms() < opts.clean_interval_ms:  # namespace_for refreshed
         return
     try:
         report = Cleaner(ns, grace_ms=opts.clean_grace_ms).run_once()

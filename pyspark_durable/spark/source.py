@@ -106,7 +106,7 @@ class ReadPlan:
         tables = None if self.table_ids is None else set(self.table_ids)
         for sb in ns.read_region_steps(partition.region_id, partition.steps, tables):
             name = names.get(sb.table_id) or names.setdefault(
-                sb.table_id, ns.state.tables[sb.table_id].name)
+                sb.table_id, ns.table(sb.table_id).name)
             for batch in sb.batches:
                 n = batch.num_rows
                 if n == 0:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -21,7 +21,6 @@ from pyspark_durable.errors import DurableWalError
 from pyspark_durable.log import Log, LogStore
 from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy, StepCommit, TableInfo
 from pyspark_durable.wal.namespace import COMMITS_LOG
-from pyspark_durable.wal.state import NamespaceState
 
 from .check import run_check
 from .render import Part, Progress, TextTable, emit, emit_json, iso_ms, span, styled
@@ -30,7 +29,6 @@ from .target import (
     Target,
     list_namespaces,
     open_existing_namespace,
-    open_existing_store,
     open_listed_store,
     target_from_args,
 )
@@ -57,8 +55,8 @@ def _schema_text(info: TableInfo) -> str:
     return ", ".join(f"{f.name}: {f.type}" for f in info.schema)
 
 
-def _table_name(state: NamespaceState, table_id: int) -> str:
-    info = state.tables.get(table_id)
+def _table_name(tables: Mapping[int, TableInfo], table_id: int) -> str:
+    info = tables.get(table_id)
     return info.name if info is not None else str(table_id)
 
 
@@ -67,15 +65,16 @@ def _table_name(state: NamespaceState, table_id: int) -> str:
 
 def _namespace_summary(target: Target, name: str, names: list[str]) -> dict[str, Any]:
     try:
-        store, state = open_existing_store(target, name, names)
+        ns = open_existing_namespace(target, name, names)
     except (DurableWalError, CliError) as exc:
         return {"name": name, "error": str(exc)}
     try:
-        return {"name": name, "id": state.namespace_id, "regions": store.list_regions(),
-                "tables": sorted(t.name for t in state.tables.values()),
-                "first_step": state.expired_before, "next_step": state.next_step}
+        steps = ns.steps(refresh=False)  # just recovered
+        return {"name": name, "id": ns.namespace_id, "regions": ns.store.list_regions(),
+                "tables": sorted(t.name for t in ns.tables(refresh=False).values()),
+                "first_step": steps.start, "next_step": steps.stop}
     finally:
-        store.close()
+        ns.close()
 
 
 def _not_a_wal_root(target: Target, names: list[str]) -> CliError | None:
@@ -129,7 +128,7 @@ def cmd_namespaces(args: argparse.Namespace) -> int:
 # -- regions ------------------------------------------------------------------------
 
 
-def _referenced(state: NamespaceState,
+def _referenced(ns: Namespace,
                 watermarks: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
     """Per region, its entries in ``[low, high)`` that committed steps refer to, as
     (of retained steps, of expired steps): the runs of the indexed steps, which are
@@ -137,8 +136,9 @@ def _referenced(state: NamespaceState,
     committed) is never read: rule 4 of the protocol in :mod:`pyspark_durable.wal.namespace`.
     """
     counts = {region_id: [0, 0] for region_id in watermarks}
-    for commit in state.index:
-        kind = 0 if commit.step >= state.expired_before else 1
+    expired_before = ns.steps(refresh=False).start
+    for commit in ns.indexed_steps():
+        kind = 0 if commit.step >= expired_before else 1
         for run in commit.runs:
             if run.region_id in watermarks:
                 low, high = watermarks[run.region_id]
@@ -146,11 +146,12 @@ def _referenced(state: NamespaceState,
     return {region_id: (retained, expired) for region_id, (retained, expired) in counts.items()}
 
 
-def _regions_notes(state: NamespaceState, found: list[dict[str, Any]]) -> list[str]:
+def _regions_notes(expired_before: int, base_step: int,
+                   found: list[dict[str, Any]]) -> list[str]:
     """Footnotes for the columns that need one, only when they are not all zero."""
     notes = []
     if any(r["expired"] for r in found):
-        notes.append(f"expired: entries of steps below {state.expired_before}, which readers no "
+        notes.append(f"expired: entries of steps below {expired_before}, which readers no "
                      "longer see; the cleaner deletes them once older than its grace")
     if any(r["uncommitted"] for r in found):
         notes.append("uncommitted: entries no committed step refers to (killed, failed or "
@@ -159,8 +160,8 @@ def _regions_notes(state: NamespaceState, found: list[dict[str, Any]]) -> list[s
                      "are older than its grace (--grace-ms, cleanGraceMs) and a retention "
                      "policy expired the steps written before them in their region: under "
                      "the default policy (keep everything) they stay")
-        if state.base_step > 0:
-            notes.append(f"  (steps below {state.base_step} are no longer indexed: entries of "
+        if base_step > 0:
+            notes.append(f"  (steps below {base_step} are no longer indexed: entries of "
                          "them the cleaner has not deleted yet count as uncommitted too)")
     return notes
 
@@ -169,21 +170,22 @@ def cmd_regions(args: argparse.Namespace) -> int:
     """Regions with their watermarks, the tables living in each, and how many of their
     entries belong to retained steps, to expired steps, or to no committed step."""
     with _namespace(args) as ns:
-        state = ns.refresh()
+        steps, base_step = ns.steps(), ns.first_indexed_step()
         watermarks = {}
         for region_id in ns.store.list_regions():
             region = ns.store.open_region(region_id, create=False)
             watermarks[region_id] = region.low_watermark(), region.high_watermark()
-        referenced = _referenced(state, watermarks)
+        referenced = _referenced(ns, watermarks)
+        infos, keys = ns.tables(refresh=False), sorted(ns.table_keys())
     found = []
     for region_id, (low, high) in watermarks.items():
-        tables = sorted(_table_name(state, t) for r, t in state.next_sequences if r == region_id)
+        tables = sorted(_table_name(infos, t) for r, t in keys if r == region_id)
         retained, expired = referenced[region_id]
         found.append({"region": region_id, "low_watermark": low, "high_watermark": high,
                       "entries": high - low, "tables": tables, "committed": retained,
                       "expired": expired, "uncommitted": high - low - retained - expired})
     doc = {"namespace": args.namespace, "regions": found,
-           "steps": [state.expired_before, state.next_step], "first_indexed_step": state.base_step}
+           "steps": [steps.start, steps.stop], "first_indexed_step": base_step}
     if not found:
         _output(args, doc, f"namespace {args.namespace!r} has no regions")
         return 0
@@ -192,7 +194,7 @@ def cmd_regions(args: argparse.Namespace) -> int:
             for r in found]
     headers = ["region", "low", "high", "entries", "committed", "expired", "uncommitted",
                "tables"]
-    _output(args, doc, TextTable(headers, rows), *_regions_notes(state, found))
+    _output(args, doc, TextTable(headers, rows), *_regions_notes(steps.start, base_step, found))
     return 0
 
 
@@ -203,26 +205,26 @@ def cmd_tables(args: argparse.Namespace) -> int:
     """Tables with their schema, and per region the rows and sequence range of the
     retained steps (sequences count per (region, table))."""
     with _namespace(args) as ns:
-        state = ns.refresh()
+        steps = ns.steps()
         rows_of: dict[tuple[int, int], int] = {}
         bytes_of: dict[tuple[int, int], int] = {}
         first_of: dict[tuple[int, int], int] = {}
-        for commit in state.index:
-            if commit.step < state.expired_before:
+        for commit in ns.indexed_steps():
+            if commit.step < steps.start:
                 continue  # expired: no longer readable, not counted
             for run in commit.runs:
                 rows_of[run.key] = rows_of.get(run.key, 0) + run.rows
                 bytes_of[run.key] = bytes_of.get(run.key, 0) + run.size_bytes
                 first_of.setdefault(run.key, commit.first_sequences[run.key])
         found = []
-        for info in sorted(state.tables.values(), key=lambda t: t.name):
+        for info in sorted(ns.tables(refresh=False).values(), key=lambda t: t.name):
             regions = []
-            for region_id, nxt in state.table_regions(info.table_id).items():
+            for region_id, nxt in ns.table_regions(info.table_id).items():
                 key = (region_id, info.table_id)
                 regions.append({"region": region_id, "rows": rows_of.get(key, 0),
                                 "bytes": bytes_of.get(key, 0),
                                 "first_sequence": first_of.get(key, nxt), "next_sequence": nxt,
-                                "marked_deleted_before": state.marks.get(key, 0)})
+                                "marked_deleted_before": ns.marked_before(*key)})
             found.append({
                 # a string: named tables have ids >= 2**63, which a JSON number (a double
                 # in JavaScript) cannot hold exactly
@@ -234,8 +236,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
                            for f in info.schema],
                 "schema_text": _schema_text(info),
             })
-    doc = {"namespace": args.namespace, "steps": [state.expired_before, state.next_step],
-           "tables": found}
+    doc = {"namespace": args.namespace, "steps": [steps.start, steps.stop], "tables": found}
     rows = []
     for t in found:  # ids only in --json: a 20-digit number no one types (--table takes names)
         schema = t["schema_text"] + (f" (v{t['schema_version']})" if t["schema_version"] else "")
@@ -267,10 +268,10 @@ def _step_range(args: argparse.Namespace, retained: range) -> range:
     return chosen
 
 
-def _step_doc(state: NamespaceState, c: StepCommit) -> dict[str, Any]:
+def _step_doc(tables: Mapping[int, TableInfo], c: StepCommit) -> dict[str, Any]:
     return {"step": c.step, "writer_id": c.writer_id, "writer_step": c.writer_step,
             "rows": c.rows, "bytes": c.size_bytes, "entries": sum(r.entries for r in c.runs),
-            "regions": c.regions, "tables": [_table_name(state, t) for t in c.tables],
+            "regions": c.regions, "tables": [_table_name(tables, t) for t in c.tables],
             "attempts": list(c.attempts), "commit_timestamp_ms": c.timestamp_ms,
             "committed_at": iso_ms(c.timestamp_ms)}
 
@@ -278,10 +279,10 @@ def _step_doc(state: NamespaceState, c: StepCommit) -> dict[str, Any]:
 def cmd_steps(args: argparse.Namespace) -> int:
     """Committed steps: writer id and step, rows, bytes, commit time."""
     with _namespace(args) as ns:
-        state = ns.refresh()
-        retained = range(state.expired_before, state.next_step)
+        retained = ns.steps()
         chosen = _step_range(args, retained)
-        found = [_step_doc(state, state.step(s)) for s in chosen]
+        tables = ns.tables(refresh=False)
+        found = [_step_doc(tables, ns.step_commit(s)) for s in chosen]
     doc = {"namespace": args.namespace, "retained": [retained.start, retained.stop],
            "steps": found}
     rows = [[s["step"], s["writer_id"], s["writer_step"], s["rows"], s["bytes"],
@@ -299,12 +300,11 @@ def cmd_steps(args: argparse.Namespace) -> int:
 
 def _tail_rows(ns: Namespace, info: TableInfo, n: int, progress: Progress) -> pa.Table | None:
     """The last ``n`` rows of a table: read back only the steps that hold them."""
-    state = ns.refresh()
     chosen, missing = [], n
     for step in reversed(ns.steps()):
         if missing <= 0:
             break
-        rows = sum(r.rows for r in state.step(step).runs if r.table_id == info.table_id)
+        rows = sum(r.rows for r in ns.step_commit(step).runs if r.table_id == info.table_id)
         if rows:
             chosen.append(step)
             missing -= rows
@@ -451,23 +451,25 @@ def cmd_retention(args: argparse.Namespace) -> int:
                 old.max_age_ms if args.max_age_ms is None else args.max_age_ms,
                 old.max_steps if args.max_steps is None else args.max_steps))
         for reader in args.drop_reader or ():
-            if reader not in ns.refresh().readers:
+            ns.refresh()
+            if ns.reader_position(reader) is None:
                 raise DurableWalError(f"unknown reader {reader!r}; readers: "
-                                      f"{', '.join(sorted(ns.state.readers)) or 'none'}",
+                                      f"{', '.join(sorted(ns.readers())) or 'none'}",
                                       namespace=args.namespace)
             ns.drop_reader(reader)
-        policy, state = ns.retention(), ns.refresh()
+        policy, retained = ns.retention(), ns.steps()
+        last_clean_ms, positions = ns.last_clean_ms(), ns.readers()
     readers = [{"reader": r, "next_step": p.next_step, "holds_retention": p.hold}
-               for r, p in sorted(state.readers.items())]
+               for r, p in sorted(positions.items())]
     doc = {"namespace": args.namespace, "policy": policy.to_json(),
-           "retained": [state.expired_before, state.next_step],
-           "last_clean_ms": state.last_clean_ms or None, "readers": readers}
+           "retained": [retained.start, retained.stop],
+           "last_clean_ms": last_clean_ms or None, "readers": readers}
     limits = [f"max_steps={policy.max_steps}" if policy.max_steps is not None else "",
               f"max_age_ms={policy.max_age_ms}" if policy.max_age_ms is not None else ""]
     lines: list[Part] = [
         f"retention policy: {' '.join(x for x in limits if x) or 'keep everything'}",
-        f"retained steps: {span(state.expired_before, state.next_step)}; last cleaner pass: "
-        f"{iso_ms(state.last_clean_ms) if state.last_clean_ms else 'never'}",
+        f"retained steps: {span(retained.start, retained.stop)}; last cleaner pass: "
+        f"{iso_ms(last_clean_ms) if last_clean_ms else 'never'}",
     ]
     if readers:
         lines.append(TextTable(["reader", "next_step", "holds_retention"],

@@ -22,7 +22,6 @@ from pyspark_durable.log import LogStore, open_store, store_class
 from pyspark_durable.secrets import is_secret
 from pyspark_durable.wal import Namespace
 from pyspark_durable.wal.namespace import COMMITS_LOG
-from pyspark_durable.wal.state import NamespaceState
 
 log = logging.getLogger(__name__)
 
@@ -215,25 +214,14 @@ def open_listed_store(target: Target, namespace: str,
     return store
 
 
-def open_existing_store(target: Target, namespace: str,
-                        names: list[str] | None = None) -> tuple[LogStore, NamespaceState]:
-    """The store of an existing namespace and its recovered state; creates nothing."""
-    store = open_listed_store(target, namespace, names)
-    try:
-        state = NamespaceState.recover(store, store.open_log(COMMITS_LOG, create=False))
-        if state.namespace_id is None:
-            raise CliError(f"namespace {namespace!r} is empty: its commits log holds no "
-                           "namespace record yet (nothing was ever written)")
-    except (DurableWalError, CliError):
-        store.close()
-        raise
-    return store, state
-
-
-def open_existing_namespace(target: Target, namespace: str) -> Namespace:
+def open_existing_namespace(target: Target, namespace: str,
+                            names: list[str] | None = None) -> Namespace:
     """A :class:`Namespace` over an existing namespace, opened with its own id (its
-    state recovered once: on Kafka a recovery reads the snapshots and commits topics)."""
-    store = open_listed_store(target, namespace)
+    state recovered once: on Kafka a recovery reads the snapshots and commits topics).
+
+    ``names`` (the backend's namespace list) saves listing again when the caller has it.
+    """
+    store = open_listed_store(target, namespace, names)
     try:
         return Namespace(store, None, create=False)  # an empty one is LogNotFound, named
     except DurableWalError:

@@ -7,7 +7,8 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from pyspark_durable.codec import codec_for
-from pyspark_durable.errors import ConfigError, SchemaMismatch
+from pyspark_durable.errors import ConfigError, LogNotFound, SchemaMismatch
+from pyspark_durable.log import open_store
 from pyspark_durable.spark.arrow_types import (
     check_writable,
     normalize_schema,
@@ -18,8 +19,38 @@ from pyspark_durable.spark.arrow_types import (
 from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.session_cache import namespace_for
 from pyspark_durable.spark.sink import WalBatchWriter, WalStreamWriter
-from pyspark_durable.spark.source import METADATA_FIELDS, ReadPlan, WalBatchReader, WalStreamReader
+from pyspark_durable.spark.source import ReadPlan, WalBatchReader, WalStreamReader
+from pyspark_durable.wal import Namespace
+from pyspark_durable.wal.metadata import METADATA_FIELDS
 from pyspark_durable.wal.schemas import union_by_name
+
+PICK_NAMESPACE = '.option("namespace", NAME)'
+
+
+def _open_for_read(opts: WalOptions) -> Namespace:
+    """The namespace to read. Spark shows a data source's error as the last line of a
+    traceback under its own, so a missing namespace is one message whose first words
+    name it and the fix, with the namespaces there are (a read without ``namespace``
+    reads 'default', which a WAL often lacks)."""
+    try:
+        return namespace_for(opts, create=False)
+    except LogNotFound:
+        store = open_store(opts.backend, opts.namespace, **dict(opts.store))
+        try:
+            names, where = store.sibling_namespaces(), store.location()
+        finally:
+            store.close()
+        if opts.namespace in names:
+            raise  # it exists: another problem (an empty namespace), named by the WAL
+        default = (' (the default: no .option("namespace", ...) was given)'
+                   if opts.namespace == "default" else "")
+        if names:
+            fix = (f"pick one with {PICK_NAMESPACE}; namespaces in {where}: "
+                   f"{', '.join(names)}")
+        else:
+            fix = (f"{where} holds no namespace: point the read at the WAL root (the path or "
+                   "brokers its writer was given), or write to it first")
+        raise LogNotFound(f"unknown namespace {opts.namespace!r}{default}: {fix}") from None
 
 
 def _payload_schema(opts: WalOptions, strict: bool = False
@@ -30,7 +61,7 @@ def _payload_schema(opts: WalOptions, strict: bool = False
     ``tables`` / ``regions`` options is an error listing the valid ones. With a
     user's schema they are allowed: a stream may wait for them to be written.
     """
-    ns = namespace_for(opts, create=False)
+    ns = _open_for_read(opts)
     # namespace_for caught the handle up: no second round trip
     tables = ns.tables(refresh=False)
     if strict and opts.regions is not None:
@@ -111,14 +142,16 @@ class DurableWalDataSource(DataSource):
         return WalBatchWriter(self.opts, self._check_write(schema, overwrite))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> WalStreamWriter:
-        return WalStreamWriter(self.opts, self._check_write(schema, overwrite))
+        return WalStreamWriter(self.opts, self._check_write(schema, overwrite, stream=True))
 
-    def _check_write(self, schema: StructType, overwrite: bool) -> pa.Schema:
+    def _check_write(self, schema: StructType, overwrite: bool,
+                     stream: bool = False) -> pa.Schema:
         """The Arrow schema the write stores; a type it could not give back is refused
         here, on the driver, before any task writes."""
-        if overwrite:
-            raise ConfigError("a WAL is append-only: use mode('append'), not overwrite",
-                              namespace=self.opts.namespace)
+        if overwrite:  # Spark's error for a write without a mode suggests Overwrite too
+            mode = '.outputMode("append")' if stream else '.mode("append")'
+            raise ConfigError(f"durablewal is append-only: use {mode}; a WAL never overwrites "
+                              "(it keeps every committed step until retention expires it)")
         stored = check_writable(schema, namespace=self.opts.namespace)
         codec_for(self.opts.payload_format, stored)  # a type the format cannot hold
         return stored

@@ -30,9 +30,9 @@ from pyspark_durable.errors import ConfigError, DurableWalError, RoutingError
 from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.session_cache import namespace_for
 from pyspark_durable.wal import AttemptReceipt, Cleaner, RetentionPolicy
+from pyspark_durable.wal.metadata import METADATA_NAMES
 
 log = logging.getLogger(__name__)
-METADATA_NAMES = frozenset({"_region", "_table", "_sequence", "_step", "_commit_timestamp"})
 
 
 @dataclass
@@ -193,8 +193,13 @@ class WalStreamWriter(DataSourceStreamArrowWriter):
         keep_retention(self.opts)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        log.warning("namespace=%s: micro-batch %d aborted; its rows stay invisible",
-                    self.opts.namespace, batchId)
+        """One line, never an error: Spark aborts a batch when ``q.stop()`` kills its tasks
+        (an expected end) or when a task failed (Spark reports that failure itself), and
+        the attempts' entries need nothing done: no step refers to them."""
+        written = sum(1 for m in messages if isinstance(m, WalCommitMessage))
+        log.warning("namespace=%s: micro-batch %d aborted (query stopped, or a task failed: "
+                    "Spark's log says which); its rows stay invisible (%d of %d tasks had "
+                    "written)", self.opts.namespace, batchId, written, len(messages))
 
 
 class WalBatchWriter(DataSourceArrowWriter):

@@ -30,11 +30,17 @@ def test_readme_opens_with_the_two_commands():
 
 
 @pytest.mark.parametrize("index", [i for i, (lang, _) in enumerate(BLOCKS) if lang == "python"])
-def test_python_blocks_run(spark, tmp_path, index):
-    """This tests that a README Python block runs as written (paths moved to a temp folder)."""
+def test_python_blocks_run(spark, tmp_path, capsys, index):
+    """This tests that a README Python block runs as written (paths moved to a temp folder)
+    and prints what it did (a block that prints nothing leaves its reader guessing)."""
     code = BLOCKS[index][1].replace("/tmp/", f"{tmp_path}/")
     exec(compile(code, f"README.md block {index}", "exec"), {"__name__": "readme"})
     assert any(tmp_path.iterdir()), "the block wrote nothing"
+    out = capsys.readouterr().out
+    assert out.strip(), "the block printed nothing"
+    if "writeStream" in code:
+        assert re.search(r"^streaming copy: 1000 new rows in \d+ micro-batch\(es\); the parquet "
+                         r"copy holds 1000 rows$", out, re.M), out
 
 
 def test_python_blocks_run_in_any_order_and_again(spark, tmp_path):
@@ -44,7 +50,8 @@ def test_python_blocks_run_in_any_order_and_again(spark, tmp_path):
         for index in order:
             code = BLOCKS[index][1].replace("/tmp/", f"{tmp_path}/")
             exec(compile(code, f"README.md block {index}", "exec"), {"__name__": "readme"})
-    back = spark.read.format("durablewal").option("namespace", "shop").load(str(tmp_path / "wal"))
+    wal = tmp_path / "durablewal_quickstart" / "wal"
+    back = spark.read.format("durablewal").option("namespace", "shop").load(str(wal))
     counts = {r["_table"]: r["count"] for r in back.groupBy("_table").count().collect()}
     assert counts["orders"] == 2 * (1000 + 10) and counts["customers"] == 1
     assert set(back.columns) >= {"id", "amount", "reason", "name", "_region", "_sequence"}

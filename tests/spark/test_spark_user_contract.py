@@ -277,7 +277,8 @@ def test_reads_of_unknown_things_create_nothing(spark, wal, tmp_path):
 
     for stream in (False, True):
         message = error_of(lambda s=stream: reader(spark, gone, stream=s).collect())
-        listed = re.search(rf"unknown namespace '{missing}'; namespaces: (.*?) in ", message)
+        listed = re.search(rf"unknown namespace '{missing}': pick one with "
+                           r'\.option\("namespace", NAME\); namespaces in .*?: ([^\n]*)', message)
         assert listed, message
         if topics_before is None:
             assert listed.group(1) == ns
@@ -294,8 +295,8 @@ def test_reads_of_unknown_things_create_nothing(spark, wal, tmp_path):
         for stream in (False, True):
             message = error_of(lambda s=stream: (spark.readStream if s else spark.read)
                                .format("durablewal").option("namespace", ns).load(str(absent)))
-            assert f"unknown namespace '{ns}'; namespaces: none in folder {absent} " \
-                   "(which does not exist)" in message
+            assert f"unknown namespace '{ns}': folder {absent} (which does not exist) holds " \
+                   "no namespace" in message
             assert not (tmp_path / "absent").exists()
     assert tree(tmp_path) == tree_before
     after = topics(wal)

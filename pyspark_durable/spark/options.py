@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pyspark_durable.errors import ConfigError
+from pyspark_durable.times import duration_ms
 
 # canonical name -> (default shown in README, help)
 OPTIONS: dict[str, tuple[str, str]] = {
@@ -43,6 +44,8 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "maxRowsPerTrigger": ("(none)", "stream read: at most about this many rows per micro-batch"),
     "maxBytesPerTrigger": ("(none)", "stream read: at most about this many bytes per micro-batch"),
     "minRowsPerTrigger": ("(none)", "stream read: wait until this many rows are committed"),
+    "maxTriggerDelay": ("15m", "stream read (with minRowsPerTrigger): a smaller batch runs once "
+                        "this long passed since the last batch (`2s`, `500ms`, `15m`)"),
     "failOnDataLoss": ("true", "read: an expired step fails the query (false: skip, warn)"),
     "readerId": ("(none)", "stream read: record committed steps under this reader id"),
     "holdRetention": ("false", "stream read (with readerId): retention never expires a step "
@@ -145,6 +148,7 @@ class WalOptions:
     max_rows_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     min_rows_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000  # Spark's Kafka source's default
     fail_on_data_loss: bool = True
     reader_id: str | None = None
     hold_retention: bool = False
@@ -194,6 +198,9 @@ class WalOptions:
         fmt = str(raw.get("payloadFormat", "arrow")).strip().lower()
         if fmt not in ("arrow", "avro"):
             raise ConfigError(f"option payloadFormat={fmt!r}; valid: arrow, avro")
+        if raw.get("maxTriggerDelay") is not None and raw.get("minRowsPerTrigger") is None:
+            raise ConfigError(f"option maxTriggerDelay={raw['maxTriggerDelay']!r} bounds the "
+                              "wait of minRowsPerTrigger, which is not set: set both, or neither")
         regions = _list(raw.get("regions"))
         hold = _bool("holdRetention", raw.get("holdRetention"), False)
         if hold and not raw.get("readerId"):
@@ -223,6 +230,8 @@ class WalOptions:
                                        minimum=1),
             min_rows_per_trigger=_int("minRowsPerTrigger", raw.get("minRowsPerTrigger"),
                                       minimum=1),
+            max_trigger_delay_ms=duration_ms("maxTriggerDelay",
+                                             raw.get("maxTriggerDelay", "15m")),
             fail_on_data_loss=_bool("failOnDataLoss", raw.get("failOnDataLoss"), True),
             reader_id=raw.get("readerId"),
             hold_retention=hold,

@@ -11,6 +11,7 @@ the table's columns plus ``_region``, ``_table``, ``_sequence``, ``_step`` and
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -239,6 +240,9 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.plan = plan
         self.opts = plan.opts
         self._target: int | None = None
+        # minRowsPerTrigger waits at most maxTriggerDelay from here: the last batch
+        # admitted, or the first offset request of this run (monotonic seconds)
+        self._waiting_since: float | None = None
 
     def initialOffset(self) -> dict:
         ns = namespace_for(self.opts, create=False)
@@ -288,9 +292,15 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     end = step
                     break
         elif isinstance(limit, ReadMinRows) and self._target is None:
+            now = time.monotonic()
+            if self._waiting_since is None:
+                self._waiting_since = now
             rows = sum(self.plan.rows_of(ns.step_commit(s))[0] for s in range(begin, end))
-            if rows < limit.min_rows:
+            waited_ms = (now - self._waiting_since) * 1000
+            if rows < limit.min_rows and (end == begin or
+                                          waited_ms < self.opts.max_trigger_delay_ms):
                 return offset(ns, begin)
+            self._waiting_since = now  # a batch runs: the next one may wait as long again
         return offset(ns, end)
 
     def reportLatestOffset(self) -> dict:

@@ -264,3 +264,16 @@ def test_cli_tail_reads_a_table_by_name_or_by_explicit_id(tmp_path, capsys):
     ns.close()
     assert main([*base, "--table", "7"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"][0]["id"] == 2
+
+
+@pytest.mark.parametrize("name", ["retentionSteps", "retentionMs"])
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_a_retention_limit_of_zero_is_refused_not_taken_as_unlimited(tmp_path, name, value):
+    """This tests that a Spark retention option of 0 (or below), which many tools read as
+    "no limit" and which would expire every step at the next clean, is a ConfigError that
+    says how to keep every step, while 1 and up are taken as given."""
+    with pytest.raises(ConfigError, match=rf"{name}=.* would expire every step: 0 is not "
+                                          rf"'no limit'; leave {name} out to keep every step"):
+        WalOptions.parse({"path": str(tmp_path), name: value})
+    opts = WalOptions.parse({"path": str(tmp_path), name: "1"})
+    assert (opts.retention_steps if name == "retentionSteps" else opts.retention_ms) == 1

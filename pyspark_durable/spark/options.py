@@ -81,6 +81,16 @@ def _int(name: str, value: str | None, default: int | None = None,
     return n
 
 
+def _retention_limit(name: str, value: str | None) -> int | None:
+    """A retention limit is >= 1: many tools read 0 as "no limit", here it would expire
+    every step at the next clean, so it is refused with how to keep everything."""
+    n = _int(name, value, minimum=None)
+    if n is not None and n < 1:
+        raise ConfigError(f"option {name}={value!r} would expire every step: 0 is not "
+                          f"'no limit'; leave {name} out to keep every step")
+    return n
+
+
 def _bool(name: str, value: str | None, default: bool) -> bool:
     if value is None:
         return default
@@ -235,8 +245,8 @@ class WalOptions:
             fail_on_data_loss=_bool("failOnDataLoss", raw.get("failOnDataLoss"), True),
             reader_id=raw.get("readerId"),
             hold_retention=hold,
-            retention_ms=_int("retentionMs", raw.get("retentionMs")),
-            retention_steps=_int("retentionSteps", raw.get("retentionSteps")),
+            retention_ms=_retention_limit("retentionMs", raw.get("retentionMs")),
+            retention_steps=_retention_limit("retentionSteps", raw.get("retentionSteps")),
             auto_clean=_bool("autoClean", raw.get("autoClean"), True),
             clean_interval_ms=_int("cleanIntervalMs", raw.get("cleanIntervalMs"), 60_000),
             clean_grace_ms=_int("cleanGraceMs", raw.get("cleanGraceMs"), 300_000),

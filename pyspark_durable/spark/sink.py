@@ -11,6 +11,7 @@ the WAL turns into a no-op.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import uuid
@@ -121,12 +122,28 @@ def write_batches(opts: WalOptions, batches: Iterator[pa.RecordBatch], writer_id
                          pa.array([opts.region] * batch.num_rows, pa.int64()),
                          "t": tables if tables is not None else
                          pa.array([opts.table] * batch.num_rows, pa.string())})
-        for group in keys.group_by(["r", "t"]).aggregate([]).to_pylist():
-            mask = pc.and_(pc.equal(keys.column("r"), group["r"]),
-                           pc.equal(keys.column("t"), group["t"]))
-            attempt.write(group["t"], payload.filter(mask), int(group["r"]), opts.payload_format,
-                          opts.merge_schema)
+        for region, table, rows in route(keys, payload):
+            attempt.write(table, rows, region, opts.payload_format, opts.merge_schema)
     return attempt.receipt()
+
+
+def route(keys: pa.Table, payload: pa.RecordBatch
+          ) -> Iterator[tuple[int, str | int, pa.RecordBatch]]:
+    """The rows of each (region ``r``, table ``t``) of ``keys``, in one pass: one stable
+    sort and one take, then a slice per group (rows keep their order within a group).
+    A batch of one group is handed on as it is."""
+    r, t = keys.column("r"), keys.column("t")
+    change = pc.or_(pc.not_equal(r[1:], r[:-1]), pc.not_equal(t[1:], t[:-1]))
+    if not pc.any(change).as_py():  # one group, in order already (or one row)
+        yield int(r[0].as_py()), t[0].as_py(), payload
+        return
+    order = pc.sort_indices(keys, sort_keys=[("r", "ascending"), ("t", "ascending")])
+    keys, payload = keys.take(order), payload.take(order)
+    r, t = keys.column("r"), keys.column("t")
+    change = pc.or_(pc.not_equal(r[1:], r[:-1]), pc.not_equal(t[1:], t[:-1]))
+    starts = [0, *(i + 1 for i in pc.indices_nonzero(change).to_pylist()), len(keys)]
+    for start, end in itertools.pairwise(starts):
+        yield int(r[start].as_py()), t[start].as_py(), payload.slice(start, end - start)
 
 
 def commit_receipts(opts: WalOptions, messages: list, writer_id: str | None,

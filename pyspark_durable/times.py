@@ -68,5 +68,8 @@ def _iso_ms(moment: dt.datetime) -> int:
 
 def iso(millis: int) -> str:
     """A commit time for messages: ISO-8601 UTC with milliseconds, and the raw number."""
-    moment = dt.datetime.fromtimestamp(millis / 1000, dt.UTC)
+    try:
+        moment = dt.datetime.fromtimestamp(millis / 1000, dt.UTC)
+    except (ValueError, OverflowError, OSError):  # past year 9999: the number alone
+        return f"{millis} ms"
     return f"{moment.isoformat(timespec='milliseconds').replace('+00:00', 'Z')} ({millis} ms)"

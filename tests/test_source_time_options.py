@@ -1,5 +1,5 @@
 """The source's time options as a Spark user writes them: maxTriggerDelay (a Spark
-duration)."""
+duration) and startingTimestamp/endingTimestamp (ms since the epoch, or ISO-8601)."""
 
 from __future__ import annotations
 
@@ -37,3 +37,30 @@ def test_max_trigger_delay_without_min_rows_is_a_config_error():
     """This tests that maxTriggerDelay alone, which would bound nothing, is refused."""
     with pytest.raises(ConfigError, match="minRowsPerTrigger, which is not set"):
         WalOptions.parse({**BASE, "maxTriggerDelay": "2s"})
+
+
+@pytest.mark.parametrize(("text", "millis"), [
+    ("1767225600000", 1_767_225_600_000),
+    ("2026-01-01T00:00:00Z", 1_767_225_600_000),
+    ("2026-01-01T00:00:00", 1_767_225_600_000),  # no zone: UTC
+    ("2026-01-01T01:00:00.250+01:00", 1_767_225_600_250)])
+def test_timestamps_are_millis_or_iso(text: str, millis: int):
+    """This tests that startingTimestamp and endingTimestamp take ms since the epoch or
+    ISO-8601 (UTC without a zone)."""
+    opts = WalOptions.parse({**BASE, "startingTimestamp": text, "endingTimestamp": text})
+    assert (opts.starting_timestamp_ms, opts.ending_timestamp_ms) == (millis, millis)
+
+
+@pytest.mark.parametrize("text", ["yesterday", "2026-13-01", "-5", "1.5"])
+def test_a_bad_timestamp_is_a_config_error(text: str):
+    """This tests that a timestamp that is neither form fails naming the option and both forms."""
+    with pytest.raises(ConfigError, match=r"option startingTimestamp=.*ISO-8601"):
+        WalOptions.parse({**BASE, "startingTimestamp": text})
+
+
+@pytest.mark.parametrize(("by_step", "by_time"), [("startingStep", "startingTimestamp"),
+                                                  ("endingStep", "endingTimestamp")])
+def test_a_step_and_a_timestamp_together_are_a_config_error(by_step: str, by_time: str):
+    """This tests that a read given both a step and a timestamp for one end is refused."""
+    with pytest.raises(ConfigError, match=f"{by_step}='3' and {by_time}='1000' both"):
+        WalOptions.parse({**BASE, by_step: "3", by_time: "1000"})

@@ -165,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="table id (a table created by id, or from a numeric name by an "
                             "older version)")
     p.add_argument("-n", type=_count, default=10, help="rows to show (default %(default)s)")
+    p.add_argument("--since", metavar="TIME",
+                   help="only steps committed at or after TIME: ms since the epoch or ISO-8601 "
+                        "(no zone: UTC), e.g. 2026-01-01T12:00:00Z")
     add("check", commands.cmd_check,
         "verify CRCs, sequences, steps and the snapshot; exit 1 listing every problem",
         epilog=CHECK_TERMS)

@@ -17,8 +17,10 @@ from typing import Any, cast
 
 import pyarrow as pa
 
+from pyspark_durable.endpoint.step_times import first_step_since
 from pyspark_durable.errors import DurableWalError
 from pyspark_durable.log import Log, LogStore
+from pyspark_durable.times import timestamp_ms
 from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy, StepCommit, TableInfo
 from pyspark_durable.wal.namespace import COMMITS_LOG
 
@@ -298,10 +300,12 @@ def cmd_steps(args: argparse.Namespace) -> int:
 # -- tail ---------------------------------------------------------------------------
 
 
-def _tail_rows(ns: Namespace, info: TableInfo, n: int, progress: Progress) -> pa.Table | None:
-    """The last ``n`` rows of a table: read back only the steps that hold them."""
+def _tail_rows(ns: Namespace, info: TableInfo, n: int, progress: Progress,
+               since_step: int = 0) -> pa.Table | None:
+    """The last ``n`` rows of a table from ``since_step`` on: read only the steps holding them."""
     chosen, missing = [], n
-    for step in reversed(ns.steps()):
+    steps = ns.steps()
+    for step in reversed(range(max(steps.start, since_step), steps.stop)):
         if missing <= 0:
             break
         rows = sum(r.rows for r in ns.step_commit(step).runs if r.table_id == info.table_id)
@@ -331,7 +335,9 @@ def cmd_tail(args: argparse.Namespace) -> int:
     """The last rows of one table, with the step and sequence each came from."""
     with _namespace(args) as ns, Progress(not args.json) as progress:
         info = ns.table(args.table if args.table_id is None else args.table_id)
-        rows = _tail_rows(ns, info, args.n, progress) if args.n else None
+        since = 0 if args.since is None else first_step_since(
+            ns, timestamp_ms("--since", args.since), "--since")
+        rows = _tail_rows(ns, info, args.n, progress, since) if args.n else None
     columns = ["_step", "_region", "_sequence", *info.schema.names]
     records = rows.to_pylist() if rows is not None else []
     doc = {"namespace": args.namespace, "table": info.name, "columns": columns,

@@ -7,7 +7,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from pyspark_durable.endpoint.step_times import end_step_for, first_step_since
 from pyspark_durable.errors import ConfigError, SchemaMismatch, StepExpired, StepNotCommitted
+from pyspark_durable.times import timestamp_ms
 from pyspark_durable.wal import Namespace
 from pyspark_durable.wal.namespace import check_step_arg, check_writer
 
@@ -57,14 +59,29 @@ def write_step(ns: Namespace, writer_id: str, writer_step: int,
 
 
 def read_steps(ns: Namespace, table: int | str, start: int | None = None,
-               end: int | None = None, with_metadata: bool = True) -> pa.Table:
+               end: int | None = None, with_metadata: bool = True, *,
+               start_timestamp: int | str | None = None,
+               end_timestamp: int | str | None = None) -> pa.Table:
     """Rows of one table in steps [start, end) as one Arrow table, in step order.
 
     With ``with_metadata``, adds ``_region``, ``_table``, ``_sequence``, ``_step`` and
-    ``_commit_timestamp`` columns.
+    ``_commit_timestamp`` columns. ``start_timestamp`` (instead of ``start``) starts at
+    the first step committed at or after it, ``end_timestamp`` (instead of ``end``)
+    ends before the first step committed at or after it: ms since the epoch or ISO-8601
+    (see :mod:`pyspark_durable.endpoint.step_times`).
     """
+    for by_step, by_time in ((start, start_timestamp), (end, end_timestamp)):
+        if by_step is not None and by_time is not None:
+            raise ConfigError(f"read_steps was given both a step ({by_step}) and a timestamp "
+                              f"({by_time!r}) for one end of the read; give one of them",
+                              namespace=ns.name)
     info = ns.table(table)
     available = ns.steps()
+    if start_timestamp is not None:
+        start = first_step_since(ns, timestamp_ms("start_timestamp", start_timestamp),
+                                 "start_timestamp")
+    if end_timestamp is not None:
+        end = end_step_for(ns, timestamp_ms("end_timestamp", end_timestamp))
     lo = available.start if start is None else check_step_arg("start", start, ns.name)
     hi = available.stop if end is None else check_step_arg("end", end, ns.name)
     committed = f"committed steps are [{available.start}, {available.stop})"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pyspark_durable.errors import ConfigError
-from pyspark_durable.times import duration_ms
+from pyspark_durable.times import duration_ms, timestamp_ms
 
 # canonical name -> (default shown in README, help)
 OPTIONS: dict[str, tuple[str, str]] = {
@@ -39,7 +39,11 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "tables": ("(all)", "read: comma list of table names, or a JSON list of names (strings, "
                "kept exactly: `[\"a,b\", \" c \"]`) and table ids (integers: `[7]`)"),
     "startingStep": ("earliest", "read: `earliest` | `latest` | a step number"),
+    "startingTimestamp": ("(none)", "read: start at the first step committed at or after this "
+                          "time (ms since the epoch, or ISO-8601; not with startingStep)"),
     "endingStep": ("(latest)", "batch read: first step not read"),
+    "endingTimestamp": ("(none)", "batch read: read the steps committed before this time "
+                        "(exclusive; not with endingStep)"),
     "maxStepsPerTrigger": ("(none)", "stream read: at most this many steps per micro-batch"),
     "maxRowsPerTrigger": ("(none)", "stream read: at most about this many rows per micro-batch"),
     "maxBytesPerTrigger": ("(none)", "stream read: at most about this many bytes per micro-batch"),
@@ -100,6 +104,10 @@ def _bool(name: str, value: str | None, default: bool) -> bool:
     raise ConfigError(f"option {name}={value!r} is not true or false")
 
 
+def _timestamp(name: str, value: str | None) -> int | None:
+    return None if value is None else timestamp_ms(f"option {name}", value)
+
+
 def _list(value: str | None) -> tuple[str, ...] | None:
     if value is None or not value.strip():
         return None
@@ -153,7 +161,9 @@ class WalOptions:
     regions: tuple[int, ...] | None = None
     tables: tuple[str | int, ...] | None = None  # str: a name, int: a table id
     starting_step: str = "earliest"
+    starting_timestamp_ms: int | None = None
     ending_step: int | None = None
+    ending_timestamp_ms: int | None = None
     max_steps_per_trigger: int | None = None
     max_rows_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
@@ -208,6 +218,11 @@ class WalOptions:
         fmt = str(raw.get("payloadFormat", "arrow")).strip().lower()
         if fmt not in ("arrow", "avro"):
             raise ConfigError(f"option payloadFormat={fmt!r}; valid: arrow, avro")
+        for by_step, by_time in (("startingStep", "startingTimestamp"),
+                                 ("endingStep", "endingTimestamp")):
+            if raw.get(by_step) is not None and raw.get(by_time) is not None:
+                raise ConfigError(f"options {by_step}={raw[by_step]!r} and {by_time}="
+                                  f"{raw[by_time]!r} both say where to read; give one of them")
         if raw.get("maxTriggerDelay") is not None and raw.get("minRowsPerTrigger") is None:
             raise ConfigError(f"option maxTriggerDelay={raw['maxTriggerDelay']!r} bounds the "
                               "wait of minRowsPerTrigger, which is not set: set both, or neither")
@@ -231,7 +246,9 @@ class WalOptions:
             regions=None if regions is None else tuple(_int("regions", r) for r in regions),
             tables=_tables(raw.get("tables")),
             starting_step=starting,
+            starting_timestamp_ms=_timestamp("startingTimestamp", raw.get("startingTimestamp")),
             ending_step=_int("endingStep", raw.get("endingStep")),
+            ending_timestamp_ms=_timestamp("endingTimestamp", raw.get("endingTimestamp")),
             max_steps_per_trigger=_int("maxStepsPerTrigger", raw.get("maxStepsPerTrigger"),
                                        minimum=1),
             max_rows_per_trigger=_int("maxRowsPerTrigger", raw.get("maxRowsPerTrigger"),

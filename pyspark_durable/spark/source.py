@@ -26,6 +26,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from pyspark_durable.endpoint.step_times import end_step_for, first_step_since
 from pyspark_durable.errors import (
     ConfigError,
     CorruptOffset,
@@ -35,6 +36,7 @@ from pyspark_durable.errors import (
 )
 from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.session_cache import namespace_for
+from pyspark_durable.times import iso
 from pyspark_durable.wal import Namespace, StepCommit
 
 log = logging.getLogger(__name__)
@@ -136,8 +138,11 @@ class ReadPlan:
 # namespace_for, which catches up with the WAL (one catch-up per planning call).
 
 
-def first_step(ns: Namespace, opts: WalOptions) -> int:
-    """The step ``startingStep`` names; a number past the next step is a typed error."""
+def first_step(ns: Namespace, opts: WalOptions, stream: bool = False) -> int:
+    """The step ``startingStep`` (or ``startingTimestamp``) names; past the end: typed error."""
+    if opts.starting_timestamp_ms is not None:
+        return first_step_since(ns, opts.starting_timestamp_ms, "option startingTimestamp",
+                                stream=stream)
     steps = ns.steps(refresh=False)
     if opts.starting_step == "earliest":
         return steps.start
@@ -246,7 +251,7 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         ns = namespace_for(self.opts, create=False)
-        return offset(ns, self._hold(ns, first_step(ns, self.opts)))
+        return offset(ns, self._hold(ns, first_step(ns, self.opts, stream=True)))
 
     def _hold(self, ns: Namespace, step: int) -> int:
         """With ``holdRetention``: record that this reader needs steps from ``step`` on.
@@ -344,16 +349,22 @@ class WalBatchReader(DataSourceReader):
         steps = ns.steps(refresh=False)
         asked = first_step(ns, opts)  # past the next step: StepNotCommitted
         end = steps.stop if opts.ending_step is None else opts.ending_step
+        if opts.ending_timestamp_ms is not None:
+            end = end_step_for(ns, opts.ending_timestamp_ms)
         if end > steps.stop:
             raise StepNotCommitted(
                 f"option endingStep={end} is past the last committed step {steps.stop - 1}; "
                 f"committed steps are [{steps.start}, {steps.stop})", namespace=ns.name,
                 step=end)
         if asked > end:
+            begun = f"startingStep={opts.starting_step}" if opts.starting_timestamp_ms is None \
+                else f"startingTimestamp={iso(opts.starting_timestamp_ms)}"
+            ended = f"endingStep={end}" if opts.ending_timestamp_ms is None \
+                else f"endingTimestamp={iso(opts.ending_timestamp_ms)} (step {end})"
             raise ConfigError(
-                f"option startingStep={opts.starting_step} (step {asked}) is after "
-                f"endingStep={end}: a batch reads steps [startingStep, endingStep); "
-                f"committed steps are [{steps.start}, {steps.stop})", namespace=ns.name)
+                f"option {begun} (step {asked}) is after {ended}: a batch reads steps "
+                f"[start, end); committed steps are [{steps.start}, {steps.stop})",
+                namespace=ns.name)
         start = check_available(ns, opts, asked)  # expired: StepExpired, or skipped
         return self.plan.partitions(ns, start, max(start, end))
 

@@ -17,11 +17,13 @@ from typing import Any, cast
 
 import pyarrow as pa
 
+from pyspark_durable.endpoint.lag import reader_lags
 from pyspark_durable.endpoint.step_times import first_step_since
 from pyspark_durable.errors import DurableWalError
 from pyspark_durable.log import Log, LogStore
 from pyspark_durable.times import timestamp_ms
 from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy, StepCommit, TableInfo
+from pyspark_durable.wal.metadata import METADATA_NAMES, metadata_columns
 from pyspark_durable.wal.namespace import COMMITS_LOG
 
 from .check import run_check
@@ -300,6 +302,9 @@ def cmd_steps(args: argparse.Namespace) -> int:
 # -- tail ---------------------------------------------------------------------------
 
 
+TAIL_METADATA = ("_step", "_region", "_sequence")  # of METADATA_NAMES, what tail shows first
+
+
 def _tail_rows(ns: Namespace, info: TableInfo, n: int, progress: Progress,
                since_step: int = 0) -> pa.Table | None:
     """The last ``n`` rows of a table from ``since_step`` on: read only the steps holding them."""
@@ -318,11 +323,10 @@ def _tail_rows(ns: Namespace, info: TableInfo, n: int, progress: Progress,
         for sb in ns.read_step(step, tables={info.table_id}):
             for batch in sb.batches:
                 t = pa.Table.from_batches([batch])
-                t = t.add_column(0, "_sequence", pa.array([sb.sequence_num] * t.num_rows,
-                                                          pa.int64()))
-                t = t.add_column(0, "_region", pa.array([sb.region_id] * t.num_rows,
-                                                        pa.int64()))
-                t = t.add_column(0, "_step", pa.array([sb.step] * t.num_rows, pa.int64()))
+                meta = dict(zip(METADATA_NAMES, metadata_columns(sb, info.name, t.num_rows),
+                                strict=True))
+                for name in reversed(TAIL_METADATA):
+                    t = t.add_column(0, name, meta[name])
                 parts.append(t)
         progress.advance(task)
     if not parts:
@@ -338,7 +342,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
         since = 0 if args.since is None else first_step_since(
             ns, timestamp_ms("--since", args.since), "--since")
         rows = _tail_rows(ns, info, args.n, progress, since) if args.n else None
-    columns = ["_step", "_region", "_sequence", *info.schema.names]
+    columns = [*TAIL_METADATA, *info.schema.names]
     records = rows.to_pylist() if rows is not None else []
     doc = {"namespace": args.namespace, "table": info.name, "columns": columns,
            "rows": records}
@@ -482,6 +486,26 @@ def cmd_retention(args: argparse.Namespace) -> int:
                                [[r["reader"], r["next_step"], r["holds_retention"]]
                                 for r in readers]))
     _output(args, doc, *lines)
+    return 0
+
+
+def cmd_lag(args: argparse.Namespace) -> int:
+    """Per registered reader (readerId): steps, rows, bytes and seconds behind the end."""
+    with _namespace(args) as ns:
+        lags = reader_lags(ns)
+        end = ns.steps(refresh=False).stop
+    doc = {"namespace": args.namespace, "end_step": end,
+           "readers": [lag.to_json() for lag in lags]}
+    if not lags:
+        _output(args, doc, f"namespace {args.namespace!r} has no registered readers (a "
+                           "streaming read registers with .option(\"readerId\", ...))")
+        return 0
+    columns = ["reader", "next_step", "steps_behind", "rows_behind", "bytes_behind",
+               "seconds_behind", "expired_behind", "holds_retention"]
+    rows = [[lag.reader, lag.next_step, lag.steps_behind, lag.rows_behind, lag.bytes_behind,
+             f"{lag.seconds_behind:.1f}", lag.expired_behind, lag.holds_retention]
+            for lag in lags]
+    _output(args, doc, f"WAL end (next step): {end}", TextTable(columns, rows))
     return 0
 
 

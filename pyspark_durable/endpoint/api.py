@@ -11,10 +11,10 @@ from pyspark_durable.endpoint.step_times import end_step_for, first_step_since
 from pyspark_durable.errors import ConfigError, SchemaMismatch, StepExpired, StepNotCommitted
 from pyspark_durable.times import timestamp_ms
 from pyspark_durable.wal import Namespace
+from pyspark_durable.wal.metadata import METADATA_FIELDS, metadata_columns
 from pyspark_durable.wal.namespace import check_step_arg, check_writer
 
 RowsLike = pa.Table | pa.RecordBatch | Sequence[Mapping[str, Any]]
-METADATA_COLUMNS = ("_region", "_table", "_sequence", "_step", "_commit_timestamp")
 
 
 def _as_table(rows: RowsLike, ns: Namespace, table: int | str) -> pa.Table | pa.RecordBatch:
@@ -103,19 +103,14 @@ def read_steps(ns: Namespace, table: int | str, start: int | None = None,
             for batch in sb.batches:
                 t = pa.Table.from_batches([batch])
                 if with_metadata:
-                    n = t.num_rows
-                    t = t.append_column("_region", pa.array([sb.region_id] * n, pa.int64()))
-                    t = t.append_column("_table", pa.array([info.name] * n, pa.string()))
-                    t = t.append_column("_sequence", pa.array([sb.sequence_num] * n, pa.int64()))
-                    t = t.append_column("_step", pa.array([sb.step] * n, pa.int64()))
-                    t = t.append_column("_commit_timestamp", pa.array(
-                        [sb.commit_timestamp_ms * 1000] * n, pa.timestamp("us", tz="UTC")))
+                    for field, column in zip(METADATA_FIELDS, metadata_columns(
+                            sb, info.name, t.num_rows), strict=True):
+                        t = t.append_column(field, column)
                 parts.append(t)
     if not parts:
         schema = info.schema
         if with_metadata:
-            for name, typ in zip(METADATA_COLUMNS, (pa.int64(), pa.string(), pa.int64(),
-                                                    pa.int64(), pa.timestamp("us", tz="UTC")), strict=False):
-                schema = schema.append(pa.field(name, typ))
+            for field in METADATA_FIELDS:
+                schema = schema.append(field)
         return schema.empty_table()
     return pa.concat_tables(parts)

@@ -38,18 +38,11 @@ from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.session_cache import namespace_for
 from pyspark_durable.times import iso
 from pyspark_durable.wal import Namespace, StepCommit
+from pyspark_durable.wal.metadata import METADATA_NAMES, metadata_columns
 
 log = logging.getLogger(__name__)
 
-METADATA_FIELDS = (
-    pa.field("_region", pa.int64()),
-    pa.field("_table", pa.string()),
-    pa.field("_sequence", pa.int64()),
-    pa.field("_step", pa.int64()),
-    pa.field("_commit_timestamp", pa.timestamp("us", tz="UTC")),
-)
 PARTITION_ROWS = 1_000_000
-UTC_US = pa.timestamp("us", tz="UTC")
 
 
 @dataclass
@@ -105,7 +98,7 @@ class ReadPlan:
         ns = namespace_for(self.opts, create=False)
         names = {}
         payload = pa.schema([f for f in self.arrow_schema
-                             if f.name not in {m.name for m in METADATA_FIELDS}])
+                             if f.name not in METADATA_NAMES])
         tables = None if self.table_ids is None else set(self.table_ids)
         for sb in ns.read_region_steps(partition.region_id, partition.steps, tables):
             name = names.get(sb.table_id) or names.setdefault(
@@ -120,14 +113,7 @@ class ReadPlan:
                     i = batch.schema.get_field_index(f.name)
                     cols.append(batch.column(i) if i >= 0 else pa.nulls(n, f.type))
                 if self.with_metadata:
-                    # built directly in their final types: no cast per batch
-                    cols += [
-                        pa.repeat(pa.scalar(sb.region_id, pa.int64()), n),
-                        pa.repeat(pa.scalar(name, pa.string()), n),
-                        pa.repeat(pa.scalar(sb.sequence_num, pa.int64()), n),
-                        pa.repeat(pa.scalar(sb.step, pa.int64()), n),
-                        pa.repeat(pa.scalar(sb.commit_timestamp_ms * 1000, UTC_US), n),
-                    ]
+                    cols += metadata_columns(sb, name, n)
                 out = pa.RecordBatch.from_arrays(
                     cols, names=self.arrow_schema.names)
                 yield out if out.schema.equals(self.arrow_schema) else \

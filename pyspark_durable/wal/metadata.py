@@ -1,0 +1,45 @@
+"""The metadata columns a reader gets beside a table's rows: where each row came from.
+
+Spark's reader (:mod:`pyspark_durable.spark.source`), the Python API
+(:func:`pyspark_durable.endpoint.api.read_steps`) and the CLI's ``tail`` all build them
+with :func:`metadata_columns`, and Spark's writer refuses rows that carry them
+(:data:`METADATA_NAMES`), so the names and types are written here once:
+
+=====================  ===================  ============================================
+column                 type                 value
+=====================  ===================  ============================================
+``_region``            int64                the region the row's entry was read from
+``_table``             string               the table's name
+``_sequence``          int64                the entry's sequence number in its
+                                            (region, table)
+``_step``              int64                the step that committed the row
+``_commit_timestamp``  timestamp[us, UTC]   when that step committed
+=====================  ===================  ============================================
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from pyspark_durable.wal.namespace import StepBatch
+
+UTC_US = pa.timestamp("us", tz="UTC")
+METADATA_FIELDS: tuple[pa.Field, ...] = (
+    pa.field("_region", pa.int64()),
+    pa.field("_table", pa.string()),
+    pa.field("_sequence", pa.int64()),
+    pa.field("_step", pa.int64()),
+    pa.field("_commit_timestamp", UTC_US),
+)
+METADATA_NAMES: tuple[str, ...] = tuple(f.name for f in METADATA_FIELDS)
+
+
+def metadata_columns(sb: StepBatch, table_name: str, rows: int) -> list[pa.Array]:
+    """The metadata columns of ``rows`` rows of one entry, in :data:`METADATA_FIELDS`
+    order, built directly in their final types (no cast per batch)."""
+    values = (sb.region_id, table_name, sb.sequence_num, sb.step, sb.commit_timestamp_ms * 1000)
+    return [pa.repeat(pa.scalar(v, f.type), rows) for v, f in zip(values, METADATA_FIELDS,
+                                                                  strict=True)]

@@ -157,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show steps below this one")
     p.add_argument("--limit", type=_count, metavar="N",
                    help="at most N steps: the first ones with --from, else the latest")
+    add("lag", commands.cmd_lag, "per registered reader (readerId): steps, rows, bytes and "
+        "seconds behind the WAL's end")
     p = add("tail", commands.cmd_tail, "the last rows of a table")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--table", help="table name (always a name, even if it looks like a "

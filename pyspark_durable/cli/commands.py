@@ -17,6 +17,7 @@ from typing import Any, cast
 
 import pyarrow as pa
 
+from pyspark_durable.endpoint.lag import reader_lags
 from pyspark_durable.endpoint.step_times import first_step_since
 from pyspark_durable.errors import DurableWalError
 from pyspark_durable.log import Log, LogStore
@@ -485,6 +486,26 @@ def cmd_retention(args: argparse.Namespace) -> int:
                                [[r["reader"], r["next_step"], r["holds_retention"]]
                                 for r in readers]))
     _output(args, doc, *lines)
+    return 0
+
+
+def cmd_lag(args: argparse.Namespace) -> int:
+    """Per registered reader (readerId): steps, rows, bytes and seconds behind the end."""
+    with _namespace(args) as ns:
+        lags = reader_lags(ns)
+        end = ns.steps(refresh=False).stop
+    doc = {"namespace": args.namespace, "end_step": end,
+           "readers": [lag.to_json() for lag in lags]}
+    if not lags:
+        _output(args, doc, f"namespace {args.namespace!r} has no registered readers (a "
+                           "streaming read registers with .option(\"readerId\", ...))")
+        return 0
+    columns = ["reader", "next_step", "steps_behind", "rows_behind", "bytes_behind",
+               "seconds_behind", "expired_behind", "holds_retention"]
+    rows = [[lag.reader, lag.next_step, lag.steps_behind, lag.rows_behind, lag.bytes_behind,
+             f"{lag.seconds_behind:.1f}", lag.expired_behind, lag.holds_retention]
+            for lag in lags]
+    _output(args, doc, f"WAL end (next step): {end}", TextTable(columns, rows))
     return 0
 
 

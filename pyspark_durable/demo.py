@@ -423,7 +423,9 @@ class Demo:
                     self.batch_line(event)
                     self.ui.activity(f"micro-batch {batch + 1} running")
                     if kill_after is not None and batches >= kill_after:
-                        delay = random.uniform(0.1, 0.5)  # somewhere inside the next batch
+                        # the listener reports a batch about one batch late: a delay of up to
+                        # one batch lands the kill inside a batch or between two, by chance
+                        delay = random.uniform(0.2, 1.2)
                         time.sleep(delay)
                         self.ui.phase("killing the writer with SIGKILL "
                                       "(driver, JVM and Python workers)", "killing the writer")

@@ -2,7 +2,10 @@
 
 1. Generates order files (one file = one micro-batch) for several regions and tables.
 2. A writing query (JSON files -> ``format("durablewal")``) runs in a child process,
-   which is killed with SIGKILL part-way, then restarted from its checkpoint.
+   which is killed with SIGKILL inside a micro-batch (``--kill-at inside``, the
+   default: by a failpoint when its commit is about to be appended, after its tasks
+   wrote their entries) or at a random moment (``--kill-at random``), then restarted
+   from its checkpoint. What the kill left is told from the WAL's own record.
 3. A streaming query reads the WAL back (``readStream.format("durablewal")``).
 4. Prints a report: rows in, rows out, duplicates, lost, steps, time.
 
@@ -70,9 +73,18 @@ def _say(*parts: object) -> None:
     print(*parts, flush=True)
 
 
-def run_writer(wal: Path, in_dir: Path, ckpt: Path) -> None:
-    """Child: the writing query; prints one ``BATCH`` line per micro-batch with rows."""
+def run_writer(wal: Path, in_dir: Path, ckpt: Path, kill_inside: int | None = None) -> None:
+    """Child: the writing query; prints one ``BATCH`` line per micro-batch with rows.
+
+    ``kill_inside``: SIGKILL this process group (driver, JVM) when the commit of that
+    micro-batch is about to be appended, after its tasks wrote their entries (a
+    failpoint Spark's Python workers read from the environment they inherit).
+    """
     started = time.monotonic()
+    if kill_inside is not None:
+        from pyspark_durable.wal.failpoints import ENV
+
+        os.environ[ENV] = f"commit.checked:kill-group={os.getpgid(0)}:writer_step={kill_inside}"
     from pyspark.sql.streaming import StreamingQueryListener
 
     from pyspark_durable.session import local_session
@@ -373,7 +385,7 @@ class Demo:
         referenced = sum(r.end - r.start for s in ns.steps() for r in ns.step_commit(s).runs)
         return stored - referenced
 
-    def after_kill(self, delay: float, reported: int) -> None:
+    def after_kill(self, how: str) -> None:
         """Say where the kill landed, from the WAL: the last committed micro-batch, and
         whether a batch after it had written entries no step refers to."""
         from pyspark_durable.errors import LogNotFound
@@ -385,8 +397,7 @@ class Demo:
             steps = range(0)
         last = self.namespace().step_commit(steps[-1]).writer_step if steps else None
         done = f"micro-batch {last} (step {steps[-1]})" if steps else "no micro-batch"
-        self.ui.line(f"killed the writer {delay:.2f} s after micro-batch {reported} reported; "
-                     f"the WAL's last commit is {done}", "red")
+        self.ui.line(f"{how}; the WAL's last commit is {done}", "red")
         left = self.uncommitted()
         following = 0 if last is None else last + 1
         if left:
@@ -402,10 +413,14 @@ class Demo:
                               f"{last} and {following}" if last is not None else
                               "writer killed with SIGKILL before its first commit")
 
-    def writer(self, kill_after: int | None) -> tuple[int, bool]:
-        """Run the writing query; SIGKILL it ``kill_after`` batches into this run."""
+    def writer(self, kill_after: int | None, inside: bool = False) -> tuple[int, bool]:
+        """Run the writing query; SIGKILL it ``kill_after`` batches into this run: at a
+        random moment, or (``inside``) inside the next micro-batch, between its tasks'
+        writes and its commit."""
         self.runs += 1
         args = ["--child-writer", str(self.wal), str(self.work / "in"), str(self.work / "ckpt")]
+        if inside and kill_after is not None:
+            args += ["--kill-inside", str(kill_after)]
         batches = 0
         last, died_after = -1, 0.0  # the batch whose line triggered the kill, how long after
         with Child("writing query", args, self.work / f"writer-{self.runs}.log") as child:
@@ -422,7 +437,7 @@ class Demo:
                     batch = int(event[1])
                     self.batch_line(event)
                     self.ui.activity(f"micro-batch {batch + 1} running")
-                    if kill_after is not None and batches >= kill_after:
+                    if kill_after is not None and batches >= kill_after and not inside:
                         # the listener reports a batch about one batch late: a delay of up to
                         # one batch lands the kill inside a batch or between two, by chance
                         delay = random.uniform(0.2, 1.2)
@@ -436,9 +451,17 @@ class Demo:
                     self.batch_line(event, " (committed before the kill landed)")
                 elif kind == "DONE":
                     self.ui.activity("stopping Spark")
+            if inside and kill_after is not None and child.proc.wait() == -signal.SIGKILL:
+                self.ui.phase("killing the writer with SIGKILL "
+                              "(driver, JVM and Python workers)", "killing the writer")
+                child.killed = True  # by its own failpoint, at the commit of the batch
+                how = (f"killed the writer at the commit of micro-batch {kill_after}, after "
+                       "its tasks wrote their entries")
+            else:
+                how = f"killed the writer {died_after:.2f} s after micro-batch {last} reported"
             child.finish()
         if child.killed:
-            self.after_kill(died_after, last)
+            self.after_kill(how)
         elif kill_after is not None:
             self.ui.line("the writer finished before the kill")
         else:
@@ -487,11 +510,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=8, help="input files = micro-batches")
     parser.add_argument("--rows", type=int, default=500, help="orders per file")
     parser.add_argument("--kill-after", type=int, default=3, help="kill the writer after N batches")
+    parser.add_argument("--kill-at", choices=["inside", "random"], default="inside",
+                        help="inside: inside the next micro-batch, after its tasks wrote "
+                             "their entries and before its commit (default); random: at a "
+                             "random moment, inside a batch or between two")
     parser.add_argument("--child-writer", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--kill-inside", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--child-reader", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child_writer:
-        run_writer(*(Path(p) for p in args.child_writer))
+        run_writer(*(Path(p) for p in args.child_writer), kill_inside=args.kill_inside)
         return 0
     if args.child_reader:
         wal, out, ckpt, rows_in = args.child_reader
@@ -513,8 +541,9 @@ def main(argv: list[str] | None = None) -> int:
             ui.header(f"[1/4] generated {rows_in} orders in {args.files} files "
                       f"(3 regions, tables {', '.join(TABLES.values())})")
             ui.header(f"[2/4] writing query (JSON files -> durablewal, one file per "
-                      f"micro-batch); SIGKILL after {args.kill_after} micro-batches")
-            demo.writer(args.kill_after)
+                      f"micro-batch); SIGKILL after {args.kill_after} micro-batches"
+                      + (", inside the next one" if args.kill_at == "inside" else ""))
+            demo.writer(args.kill_after, inside=args.kill_at == "inside")
             ui.header("[3/4] restarting the writing query from its checkpoint" + ui.dots)
             demo.writer(None)
             ui.header("[4/4] reading the WAL back with a streaming query "

@@ -1,9 +1,16 @@
-"""Named points between the steps of the WAL's protocols, for adversarial tests.
+"""Named points between the steps of the WAL's protocols, for adversarial tests and demos.
 
 Production code calls :func:`reached` at each point; it does nothing unless a test
 installed a handler (in a child process, to pause it there while another process
 acts, or to kill it there). This is how the race tests force an interleaving
 deterministically instead of hoping a sleep lands in the window.
+
+A process that cannot be handed a handler (a Python worker Spark starts) takes one
+from the environment, as fail-rs's ``FAILPOINTS`` does:
+``DURABLEWAL_FAILPOINT=commit.checked:kill-group=PGID:writer_step=N`` SIGKILLs process
+group ``PGID`` and then this process when a commit of writer step ``N`` is about to
+append its record (the attempts' entries are written, the step is not): a crash
+inside a micro-batch, on purpose. Nothing reads the variable unless it is set.
 
 Points: ``commit.checked`` (before the step record is appended), ``commit.appended``
 (after, before the committer replays past it), ``clean.proposed`` (bounds computed,
@@ -14,8 +21,14 @@ the snapshot is written), ``clean.snapshotted`` (before the commits log is clean
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable
+from typing import Any
 
+from pyspark_durable.errors import ConfigError
+
+ENV = "DURABLEWAL_FAILPOINT"
 _handler: Callable[[str], None] | None = None
 
 
@@ -25,6 +38,25 @@ def install(handler: Callable[[str], None] | None) -> None:
     _handler = handler
 
 
-def reached(point: str) -> None:
+def reached(point: str, **context: Any) -> None:
+    """``context`` (e.g. ``writer_step``) is matched by an environment rule only."""
     if _handler is not None:
         _handler(point)
+    spec = os.environ.get(ENV)
+    if spec:
+        _env_rule(spec, point, context)
+
+
+def _env_rule(spec: str, point: str, context: dict[str, Any]) -> None:
+    name, *fields = spec.split(":")
+    rule = dict(f.partition("=")[::2] for f in fields)
+    if name != point or "kill-group" not in rule:
+        return
+    try:
+        group = int(rule.pop("kill-group"))
+    except ValueError:
+        raise ConfigError(f"{ENV}: kill-group must be a process group id") from None
+    if any(str(context.get(k)) != v for k, v in rule.items()):
+        return
+    os.killpg(group, signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -378,7 +378,7 @@ class Namespace(NamespaceQueries):
         commit = StepCommit(writer_id, writer_step, tuple(r.attempt_id for r in receipts),
                             build_runs(receipts), int(time.time() * 1000))
         self._raise_if_lost(commit)  # cheap early answer; the replay below decides
-        failpoints.reached("commit.checked")
+        failpoints.reached("commit.checked", writer_step=writer_step)
         offset = self.append_record(commit)
         failpoints.reached("commit.appended")
         step = self.committed_step(writer_id, writer_step)

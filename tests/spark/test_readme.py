@@ -131,8 +131,9 @@ def test_main_job_proves_exactly_once(tmp_path):
     # where the kill landed, told from the WAL: the last commit it names is the last
     # micro-batch announced before the restart, and the uncommitted entries it names are
     # what `durablewal regions` counts at the end (the restart leaves none of its own)
-    killed = re.search(r"^  killed the writer [\d.]+ s after micro-batch (\d+) reported; the "
-                       r"WAL's last commit is micro-batch (\d+) \(step (\d+)\)$", out, re.M)
+    killed = re.search(r"^  killed the writer at the commit of micro-batch (\d+), after its tasks "
+                       r"wrote their entries; the WAL's last commit is micro-batch (\d+) "
+                       r"\(step (\d+)\)$", out, re.M)
     assert killed, out
     restart = out.index("[3/4]")
     before = [(b, s) for b, s, _ in (tuple(int(x) for x in m.groups())
@@ -145,14 +146,13 @@ def test_main_job_proves_exactly_once(tmp_path):
     assert re.search(rf"^  uncommitted +{left} entries", out, re.M), (left, out)
     inside = re.search(r"^  the kill landed inside micro-batch (\d+): its tasks had written "
                        r"(\d+) entries", out, re.M)
-    if left:
-        assert inside and int(inside.group(2)) == left, (left, out)
-        batch = int(inside.group(1))
-        assert batch == int(killed.group(2)) + 1, out
-        assert f"crash        writer killed with SIGKILL inside micro-batch {batch}" in out
-        # the restarted query ran that batch again and committed it
-        assert re.search(rf"^  micro-batch +{batch} -> step +\d+, \d+ rows \([\d.]+ s\): the "
-                         "batch the kill interrupted", out[restart:], re.M), out
-    else:
-        assert not inside and "the kill landed between micro-batches" in out, out
-        assert "crash        writer killed with SIGKILL between micro-batches" in out, out
+    # the demo kills inside micro-batch 2 (--kill-after 2), between its tasks' writes
+    # and its commit: their entries are left, referred to by no step
+    assert left > 0, out
+    assert inside and int(inside.group(2)) == left, (left, out)
+    batch = int(inside.group(1))
+    assert batch == int(killed.group(1)) == int(killed.group(2)) + 1 == 2, out
+    assert f"crash        writer killed with SIGKILL inside micro-batch {batch}" in out
+    # the restarted query ran that batch again and committed it
+    assert re.search(rf"^  micro-batch +{batch} -> step +\d+, \d+ rows \([\d.]+ s\): the "
+                     "batch the kill interrupted", out[restart:], re.M), out

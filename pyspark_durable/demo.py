@@ -370,7 +370,7 @@ class Demo:
 
     def uncommitted(self) -> int:
         """Entries in the regions that no committed step refers to (the WAL's own record:
-        what ``durablewal regions`` counts as uncommitted; the demo expires nothing)."""
+        what ``durablewal regions`` counts as uncommitted, counted by the same query)."""
         from pyspark_durable.errors import LogNotFound
 
         try:
@@ -378,12 +378,7 @@ class Demo:
         except LogNotFound:
             return 0
         ns.refresh()
-        stored = 0
-        for region_id in ns.store.list_regions():
-            region = ns.store.open_region(region_id, create=False)
-            stored += region.high_watermark() - region.low_watermark()
-        referenced = sum(r.end - r.start for s in ns.steps() for r in ns.step_commit(s).runs)
-        return stored - referenced
+        return sum(r.uncommitted for r in ns.region_entries())
 
     def after_kill(self, how: str) -> None:
         """Say where the kill landed, from the WAL: the last committed micro-batch, and

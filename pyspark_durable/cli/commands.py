@@ -132,24 +132,6 @@ def cmd_namespaces(args: argparse.Namespace) -> int:
 # -- regions ------------------------------------------------------------------------
 
 
-def _referenced(ns: Namespace,
-                watermarks: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
-    """Per region, its entries in ``[low, high)`` that committed steps refer to, as
-    (of retained steps, of expired steps): the runs of the indexed steps, which are
-    what readers read. An entry no step refers to (of an attempt that wrote but never
-    committed) is never read: rule 4 of the protocol in :mod:`pyspark_durable.wal.namespace`.
-    """
-    counts = {region_id: [0, 0] for region_id in watermarks}
-    expired_before = ns.steps(refresh=False).start
-    for commit in ns.indexed_steps():
-        kind = 0 if commit.step >= expired_before else 1
-        for run in commit.runs:
-            if run.region_id in watermarks:
-                low, high = watermarks[run.region_id]
-                counts[run.region_id][kind] += max(0, min(run.end, high) - max(run.start, low))
-    return {region_id: (retained, expired) for region_id, (retained, expired) in counts.items()}
-
-
 def _regions_notes(expired_before: int, base_step: int,
                    found: list[dict[str, Any]]) -> list[str]:
     """Footnotes for the columns that need one, only when they are not all zero."""
@@ -175,19 +157,14 @@ def cmd_regions(args: argparse.Namespace) -> int:
     entries belong to retained steps, to expired steps, or to no committed step."""
     with _namespace(args) as ns:
         steps, base_step = ns.steps(), ns.first_indexed_step()
-        watermarks = {}
-        for region_id in ns.store.list_regions():
-            region = ns.store.open_region(region_id, create=False)
-            watermarks[region_id] = region.low_watermark(), region.high_watermark()
-        referenced = _referenced(ns, watermarks)
+        regions = ns.region_entries()
         infos, keys = ns.tables(refresh=False), sorted(ns.table_keys())
     found = []
-    for region_id, (low, high) in watermarks.items():
-        tables = sorted(_table_name(infos, t) for r, t in keys if r == region_id)
-        retained, expired = referenced[region_id]
-        found.append({"region": region_id, "low_watermark": low, "high_watermark": high,
-                      "entries": high - low, "tables": tables, "committed": retained,
-                      "expired": expired, "uncommitted": high - low - retained - expired})
+    for r in regions:
+        tables = sorted(_table_name(infos, t) for region, t in keys if region == r.region_id)
+        found.append({"region": r.region_id, "low_watermark": r.low, "high_watermark": r.high,
+                      "entries": r.high - r.low, "tables": tables, "committed": r.retained,
+                      "expired": r.expired, "uncommitted": r.uncommitted})
     doc = {"namespace": args.namespace, "regions": found,
            "steps": [steps.start, steps.stop], "first_indexed_step": base_step}
     if not found:

@@ -14,16 +14,36 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
+from pyspark_durable.log import LogStore
 from pyspark_durable.wal.records import StepCommit
 from pyspark_durable.wal.state import NamespaceState, ReaderPosition
+
+
+@dataclass(frozen=True, slots=True)
+class RegionEntries:
+    """A region's entries ``[low, high)`` by who refers to them: retained steps, expired
+    (still indexed) steps, or no step at all (attempts that wrote but never committed,
+    which no reader ever reads: rule 4 of the protocol in :mod:`.namespace`)."""
+
+    region_id: int
+    low: int
+    high: int
+    retained: int
+    expired: int
+
+    @property
+    def uncommitted(self) -> int:
+        return self.high - self.low - self.retained - self.expired
 
 
 class NamespaceQueries:
     """Read-only questions; mixed into ``Namespace``, which keeps ``state`` current."""
 
     state: NamespaceState
+    store: LogStore
 
     def first_indexed_step(self) -> int:
         """The first step still indexed; steps below it were folded into a snapshot."""
@@ -81,6 +101,25 @@ class NamespaceQueries:
             running.append(top)
         self._commit_time_max = cached
         return base + bisect_left(running, timestamp_ms)
+
+    def region_entries(self) -> tuple[RegionEntries, ...]:
+        """Every region's entries by who refers to them (:class:`RegionEntries`): the
+        watermarks are read from the regions now, the runs are the indexed steps' as of
+        the last refresh (steps folded into a snapshot are not counted)."""
+        expired_before = self.state.expired_before
+        watermarks = {}
+        for region_id in self.store.list_regions():
+            region = self.store.open_region(region_id, create=False)
+            watermarks[region_id] = region.low_watermark(), region.high_watermark()
+        counts = {region_id: [0, 0] for region_id in watermarks}
+        for commit in self.state.index:
+            kind = 0 if commit.step >= expired_before else 1
+            for run in commit.runs:
+                if run.region_id in watermarks:
+                    low, high = watermarks[run.region_id]
+                    counts[run.region_id][kind] += max(0, min(run.end, high) - max(run.start, low))
+        return tuple(RegionEntries(region_id, low, high, *counts[region_id])
+                     for region_id, (low, high) in watermarks.items())
 
     def newest_committed_writer_step(self, writer_id: str) -> int | None:
         """The highest writer step ``writer_id`` committed as a step, or None."""

@@ -1,0 +1,239 @@
+"""The history pair (issue 27): the same namespace at 1k, 100k and 1M committed steps.
+
+A streaming query commits a step per micro-batch, so what a process pays to open a
+namespace, and what a cleaner pass or a CLI call costs, must not grow with every step
+ever committed. This measures, per history size and shape, in fresh processes (median
+of ``--reps``):
+
+- ``open``: open the namespace (recover its state) and the RSS that adds;
+- ``commit``: one more 10-row step, median of 20;
+- ``clean``: one cleaner pass (with the retention policy when the shape has one);
+- ``steps`` and ``check``: the CLI a user runs, wall time of the process;
+- ``disk``: the namespace's bytes on disk after that pass.
+
+Shapes: ``writer`` (one streaming writer, steps 0, 1, 2, ...), ``per-step`` (one writer
+id per step, as batch ``df.write`` does), and ``writer+retention`` (one writer, a policy
+keeping the newest 1,000 steps).
+
+Histories are built by a generator that writes what real commits write, through the
+product's own entry encoder, record classes and log (one 10-row entry per step, and its
+``step`` record), a chunk of steps per append, so 1M steps take minutes instead of
+hours; ``--real`` builds them by real commits (``Attempt.write`` + ``commit``) instead.
+Every built namespace first passes ``durablewal check``.
+
+    python bench/history.py --sizes 1000,100000 --reps 3
+    python bench/history.py --sizes 1000,100000,1000000 --reps 3 --out bench/RESULTS-history.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+
+NAMESPACE = "history"
+ROWS_PER_STEP = 10
+CHUNK = 5_000  # generated steps per log append
+SHAPES = ("writer", "per-step", "writer+retention")
+RETAINED_STEPS = 1_000
+
+
+def rows(n: int, start: int = 0) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + n), pa.int64()),
+                     "payload": pa.array([b"x" * 92] * n, pa.binary())})
+
+
+def config(path: str) -> dict:
+    return {"backend": "file", "namespace": NAMESPACE, "options": {"path": path}}
+
+
+def writer_of(shape: str, i: int) -> tuple[str, int]:
+    return (f"batch-{i:08d}", 0) if shape == "per-step" else ("query-history", i)
+
+
+def build(path: str, shape: str, steps: int, real: bool) -> float:
+    """A namespace under ``path`` with ``steps`` committed steps; seconds it took."""
+    from pyspark_durable.endpoint import open_namespace
+
+    t0 = time.perf_counter()
+    ns = open_namespace(config(path))
+    try:
+        if shape == "writer+retention":
+            from pyspark_durable.wal.retention import RetentionPolicy
+            ns.set_retention(RetentionPolicy(max_steps=RETAINED_STEPS))
+        first = rows(ROWS_PER_STEP)
+        w, ws = writer_of(shape, 0)
+        attempt = ns.begin(w, ws)
+        attempt.write("t", first)
+        attempt.commit()  # defines the table, as a real first step does
+        if real:
+            for i in range(1, steps):
+                w, ws = writer_of(shape, i)
+                attempt = ns.begin(w, ws)
+                attempt.write("t", rows(ROWS_PER_STEP, i * ROWS_PER_STEP))
+                attempt.commit()
+        else:
+            generate(ns, shape, 1, steps, first)
+    finally:
+        ns.close()
+    return time.perf_counter() - t0
+
+
+def generate(ns, shape: str, start: int, end: int, data: pa.Table) -> None:
+    """Steps ``start .. end-1`` as real commits would leave them: per step one entry in
+    region 0 (the key, value and attempt headers ``Attempt.write`` makes) and one
+    ``step`` record naming it, appended a chunk at a time."""
+    from pyspark_durable.codec import EntryKey, codec_for
+    from pyspark_durable.log import Record
+    from pyspark_durable.wal.namespace import COMMITS_LOG
+    from pyspark_durable.wal.records import Run, StepCommit, encode_meta
+
+    info = ns.table("t")
+    value = codec_for(info.payload_format, info.schema).encode_value(data)
+    key = EntryKey(ns.namespace_id, 0, info.table_id, 0).encode()
+    region = ns.store.open_region(0)
+    commits = ns.store.open_log(COMMITS_LOG)
+    incarnation = ns.incarnation
+    for lo in range(start, end, CHUNK):
+        hi = min(end, lo + CHUNK)
+        entries, attempts = [], []
+        for i in range(lo, hi):
+            w, ws = writer_of(shape, i)
+            att = f"g{i:010d}"
+            attempts.append((w, ws, att))
+            entries.append(Record(key, value, (("a", att.encode()), ("w", w.encode()),
+                                               ("s", str(ws).encode()))))
+        offsets = region.append(entries)
+        now = int(time.time() * 1000)
+        records = []
+        for (w, ws, att), off in zip(attempts, offsets, strict=True):
+            step = StepCommit(w, ws, (att,), (Run(0, info.table_id, off, off + 1,
+                                                  data.num_rows, len(value), 0),), now)
+            doc = step.to_json()
+            if incarnation is not None:
+                doc["i"] = incarnation
+            records.append(Record(b"", encode_meta(doc)))
+        commits.append(records)
+
+
+def rss_kb() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise OSError("no VmRSS in /proc/self/status")
+
+
+def measure(path: str, shape: str) -> dict:
+    """One fresh process's numbers (printed as JSON by ``--measure``)."""
+    import pyspark_durable.endpoint
+    import pyspark_durable.wal.cleaner  # noqa: F401
+    from pyspark_durable.endpoint import open_namespace
+    from pyspark_durable.wal.cleaner import Cleaner
+
+    before = rss_kb()
+    t0 = time.perf_counter()
+    ns = open_namespace(config(path), create=False)
+    last = ns.steps().stop
+    open_ms = (time.perf_counter() - t0) * 1000
+    added_mb = (rss_kb() - before) / 1024
+    commit_ms = []
+    for i in range(20):
+        w, ws = writer_of(shape, last + i) if shape != "per-step" else (f"more-{uuid.uuid4().hex}", 0)
+        attempt = ns.begin(w, ws)
+        attempt.write("t", rows(ROWS_PER_STEP))
+        t1 = time.perf_counter()
+        attempt.commit()
+        commit_ms.append((time.perf_counter() - t1) * 1000)
+    t2 = time.perf_counter()
+    Cleaner(ns, grace_ms=0).run_once()
+    clean_ms = (time.perf_counter() - t2) * 1000
+    ns.close()
+    return {"open_ms": open_ms, "open_rss_mb": added_mb, "commit_ms": statistics.median(commit_ms),
+            "clean_ms": clean_ms, "steps": last}
+
+
+def cli_seconds(*argv: str) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([str(Path(sys.executable).with_name("durablewal")), *argv], check=True,
+                   stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def disk_bytes(path: str) -> int:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def run_size(root: str, shape: str, steps: int, reps: int, real: bool) -> dict:
+    path = os.path.join(root, f"{shape}-{steps}")
+    built_s = build(path, shape, steps, real)
+    cli_seconds("check", path, "--namespace", NAMESPACE)  # raises if the history is bad
+    samples: dict[str, list[float]] = {}
+    for _ in range(reps):
+        out = subprocess.run([sys.executable, __file__, "--measure", path, "--shape", shape],
+                             check=True, capture_output=True, text=True).stdout
+        for k, v in json.loads(out.strip().splitlines()[-1]).items():
+            samples.setdefault(k, []).append(v)
+        samples.setdefault("steps_s", []).append(cli_seconds("steps", path, "--namespace",
+                                                             NAMESPACE))
+        samples.setdefault("check_s", []).append(cli_seconds("check", path, "--namespace",
+                                                             NAMESPACE))
+    result = {k: statistics.median(v) for k, v in samples.items()}
+    result.update(shape=shape, size=steps, built_s=built_s, disk_mb=disk_bytes(path) / 1e6,
+                  built="real commits" if real else "generator")
+    shutil.rmtree(path)
+    return result
+
+
+def table(results: list[dict]) -> str:
+    head = ("| shape | committed steps | open | RSS the open adds | commit | cleaner pass "
+            "| `durablewal steps` | `check` | disk after clean | built by |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+    return head + "".join(
+        f"| {r['shape']} | {r['size']:,} | {r['open_ms']:.0f} ms | {r['open_rss_mb']:.1f} MB "
+        f"| {r['commit_ms']:.1f} ms | {r['clean_ms']:.0f} ms | {r['steps_s']:.2f} s "
+        f"| {r['check_s']:.2f} s | {r['disk_mb']:.1f} MB | {r['built']} |\n" for r in results)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="1000,100000")
+    p.add_argument("--shapes", default=",".join(SHAPES))
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--real", action="store_true", help="build histories by real commits")
+    p.add_argument("--out", help="also write the table to this markdown file")
+    p.add_argument("--measure", help=argparse.SUPPRESS)
+    p.add_argument("--shape", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.measure, args.shape)))
+        return
+    root = tempfile.mkdtemp(prefix="history-", dir=Path(__file__).parent / "out")
+    results = []
+    try:
+        for shape in args.shapes.split(","):
+            for size in (int(s) for s in args.sizes.split(",")):
+                results.append(run_size(root, shape, size, args.reps, args.real))
+                print(table(results[-1:]).splitlines()[-1], flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    text = table(results)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(
+            f"# History pair\n\n`python bench/history.py --sizes {args.sizes} --reps {args.reps}`"
+            f"{' --real' if args.real else ''}, file backend, {os.cpu_count()} cores.\n\n{text}")
+
+
+if __name__ == "__main__":
+    main()

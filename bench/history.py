@@ -84,6 +84,9 @@ def build(path: str, shape: str, steps: int, real: bool) -> float:
                 attempt.commit()
         else:
             generate(ns, shape, 1, steps, first)
+        if shape == "writer+retention":  # as the writer's driver would have, every minute
+            from pyspark_durable.wal.cleaner import Cleaner
+            Cleaner(ns, grace_ms=0).run_once()
     finally:
         ns.close()
     return time.perf_counter() - t0

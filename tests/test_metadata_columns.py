@@ -13,17 +13,44 @@ from pyspark_durable.wal.metadata import METADATA_FIELDS
 def test_python_api_rows_carry_the_one_set_of_metadata_columns(tmp_path):
     """This tests that the Python API's rows, and its empty result, end with the metadata
     columns of wal/metadata.py in their names, order and types, with the row's region,
-    table, sequence, step and commit time."""
+    table, sequence, step, commit time and position in its entry."""
     ns = Namespace(open_store("file", "m", path=str(tmp_path)))
     write_step(ns, "w", 0, {"t": [{"id": 1}, {"id": 2}]}, region_id=4)
     rows = read_steps(ns, "t")
     assert list(rows.schema)[1:] == list(METADATA_FIELDS)
     commit = ns.step_commit(0)
     assert rows.drop_columns(["_commit_timestamp"]).to_pylist() == [
-        {"id": 1, "_region": 4, "_table": "t", "_sequence": 0, "_step": 0},
-        {"id": 2, "_region": 4, "_table": "t", "_sequence": 0, "_step": 0}]
+        {"id": 1, "_region": 4, "_table": "t", "_sequence": 0, "_step": 0, "_row": 0},
+        {"id": 2, "_region": 4, "_table": "t", "_sequence": 0, "_step": 0, "_row": 1}]
     stamps = rows.column("_commit_timestamp").cast(pa.int64()).to_pylist()
     assert stamps == [commit.timestamp_ms * 1000] * 2
     empty = read_steps(ns, "t", start=1)
     assert empty.num_rows == 0 and list(empty.schema)[1:] == list(METADATA_FIELDS)
     ns.close()
+
+
+def test_row_key_names_each_row_once_and_again_on_every_read(tmp_path):
+    """This tests that (_region, _table, _sequence, _row) is unique over a step whose
+    table spans two regions and is split into many entries, that _row counts each
+    entry's rows from 0, and that a second read (a new handle, as after a restart)
+    gives every row the same key."""
+    ns = Namespace(open_store("file", "k", path=str(tmp_path)), entry_max_bytes=2_000)
+    attempt = ns.begin("w", 0)
+    for region in (0, 1):
+        attempt.write("t", pa.table({"id": pa.array(range(region * 1000, region * 1000 + 1000),
+                                                    pa.int64())}), region)
+    attempt.commit()
+    key = ["_region", "_table", "_sequence", "_row"]
+    rows = read_steps(ns, "t").select(["id", *key]).to_pylist()
+    keys = {r["id"]: tuple(r[k] for k in key) for r in rows}
+    assert len(rows) == 2000 and len(set(keys.values())) == 2000
+    per_entry: dict[tuple, list[int]] = {}
+    for r in rows:
+        per_entry.setdefault((r["_region"], r["_sequence"]), []).append(r["_row"])
+    assert len(per_entry) > 2  # the step's rows span several entries per region
+    assert all(v == list(range(len(v))) for v in per_entry.values())
+    ns.close()
+    again = Namespace(open_store("file", "k", path=str(tmp_path)), create=False)
+    assert {r["id"]: tuple(r[k] for k in key)
+            for r in read_steps(again, "t").select(["id", *key]).to_pylist()} == keys
+    again.close()

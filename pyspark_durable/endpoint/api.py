@@ -100,12 +100,14 @@ def read_steps(ns: Namespace, table: int | str, start: int | None = None,
     parts: list[pa.Table] = []
     for step in range(lo, hi):
         for sb in ns.read_step(step, tables={info.table_id}):
+            first_row = 0
             for batch in sb.batches:
                 t = pa.Table.from_batches([batch])
                 if with_metadata:
                     for field, column in zip(METADATA_FIELDS, metadata_columns(
-                            sb, info.name, t.num_rows), strict=True):
+                            sb, info.name, t.num_rows, first_row), strict=True):
                         t = t.append_column(field, column)
+                first_row += t.num_rows
                 parts.append(t)
     if not parts:
         schema = info.schema

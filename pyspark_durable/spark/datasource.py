@@ -17,9 +17,15 @@ from pyspark_durable.spark.arrow_types import (
     spark_type_name,
 )
 from pyspark_durable.spark.options import WalOptions
+from pyspark_durable.spark.pushdown import spark_is_pushing
 from pyspark_durable.spark.session_cache import namespace_for
 from pyspark_durable.spark.sink import WalBatchWriter, WalStreamWriter
-from pyspark_durable.spark.source import ReadPlan, WalBatchReader, WalStreamReader
+from pyspark_durable.spark.source import (
+    PushdownBatchReader,
+    ReadPlan,
+    WalBatchReader,
+    WalStreamReader,
+)
 from pyspark_durable.wal import Namespace
 from pyspark_durable.wal.metadata import METADATA_FIELDS
 from pyspark_durable.wal.schemas import union_by_name
@@ -133,6 +139,8 @@ class DurableWalDataSource(DataSource):
         return ReadPlan(self.opts, ids, regions, read_schema(arrow), with_meta)
 
     def reader(self, schema: StructType) -> WalBatchReader:
+        if spark_is_pushing():
+            return PushdownBatchReader(self._plan(schema))
         return WalBatchReader(self._plan(schema))
 
     def streamReader(self, schema: StructType) -> WalStreamReader:

@@ -4,19 +4,23 @@ Offsets are ``{"step": N}``: the next step to read. Spark keeps them in the
 checkpoint's offsets log, so a restarted query resumes at the first step it had not
 finished, with no loss and no duplicate (a step is read whole or not at all).
 Partitions are (region, steps) pairs; ``read`` yields ``pyarrow.RecordBatch``es of
-the table's columns plus ``_region``, ``_table``, ``_sequence``, ``_step`` and
-``_commit_timestamp``.
+the table's columns plus the metadata columns of :mod:`pyspark_durable.wal.metadata`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    DataSourceStreamReader,
+    Filter,
+    InputPartition,
+)
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -35,6 +39,7 @@ from pyspark_durable.errors import (
     StepNotCommitted,
 )
 from pyspark_durable.spark.options import WalOptions
+from pyspark_durable.spark.pushdown import Pruning, push
 from pyspark_durable.spark.session_cache import namespace_for
 from pyspark_durable.times import iso
 from pyspark_durable.wal import Namespace, StepCommit
@@ -75,15 +80,20 @@ class ReadPlan:
         return (self.table_ids is None or table_id in self.table_ids) and (
             self.regions is None or region_id in self.regions)
 
-    def partitions(self, ns: Namespace, start: int, end: int) -> list[WalPartition]:
+    def partitions(self, ns: Namespace, start: int, end: int,
+                   pruning: Pruning | None = None) -> list[WalPartition]:
         parts: dict[int, list[WalPartition]] = {}
         rows_in: dict[int, int] = {}
         for step in range(start, end):
+            if pruning and not pruning.admits_step(step, ns.step_commit(step).timestamp_ms):
+                continue
             for region_id in ns.step_commit(step).regions:
                 if self.regions is not None and region_id not in self.regions:
                     continue
                 rows = sum(r.rows for r in ns.step_commit(step).runs
                            if r.region_id == region_id and self.selects(r.region_id, r.table_id))
+                if pruning and rows == 0:  # pushed filters left nothing here to read
+                    continue
                 chunks = parts.setdefault(region_id, [])
                 if not chunks or rows_in[region_id] + rows > PARTITION_ROWS:
                     chunks.append(WalPartition(region_id, []))
@@ -103,6 +113,7 @@ class ReadPlan:
         for sb in ns.read_region_steps(partition.region_id, partition.steps, tables):
             name = names.get(sb.table_id) or names.setdefault(
                 sb.table_id, ns.table(sb.table_id).name)
+            first_row = 0
             for batch in sb.batches:
                 n = batch.num_rows
                 if n == 0:
@@ -113,7 +124,8 @@ class ReadPlan:
                     i = batch.schema.get_field_index(f.name)
                     cols.append(batch.column(i) if i >= 0 else pa.nulls(n, f.type))
                 if self.with_metadata:
-                    cols += metadata_columns(sb, name, n)
+                    cols += metadata_columns(sb, name, n, first_row)
+                first_row += n
                 out = pa.RecordBatch.from_arrays(
                     cols, names=self.arrow_schema.names)
                 yield out if out.schema.equals(self.arrow_schema) else \
@@ -328,31 +340,63 @@ class WalBatchReader(DataSourceReader):
 
     def __init__(self, plan: ReadPlan) -> None:
         self.plan = plan
+        self.pruning = Pruning()
 
     def partitions(self) -> list[WalPartition]:
-        ns = namespace_for(self.plan.opts, create=False)
-        opts = self.plan.opts
-        steps = ns.steps(refresh=False)
-        asked = first_step(ns, opts)  # past the next step: StepNotCommitted
-        end = steps.stop if opts.ending_step is None else opts.ending_step
-        if opts.ending_timestamp_ms is not None:
-            end = end_step_for(ns, opts.ending_timestamp_ms)
-        if end > steps.stop:
-            raise StepNotCommitted(
-                f"option endingStep={end} is past the last committed step {steps.stop - 1}; "
-                f"committed steps are [{steps.start}, {steps.stop})", namespace=ns.name,
-                step=end)
-        if asked > end:
-            begun = f"startingStep={opts.starting_step}" if opts.starting_timestamp_ms is None \
-                else f"startingTimestamp={iso(opts.starting_timestamp_ms)}"
-            ended = f"endingStep={end}" if opts.ending_timestamp_ms is None \
-                else f"endingTimestamp={iso(opts.ending_timestamp_ms)} (step {end})"
-            raise ConfigError(
-                f"option {begun} (step {asked}) is after {ended}: a batch reads steps "
-                f"[start, end); committed steps are [{steps.start}, {steps.stop})",
-                namespace=ns.name)
-        start = check_available(ns, opts, asked)  # expired: StepExpired, or skipped
-        return self.plan.partitions(ns, start, max(start, end))
+        return batch_partitions(self.plan, self.pruning)
 
     def read(self, partition: WalPartition) -> Iterator[pa.RecordBatch]:
         return self.plan.read(partition)
+
+
+class PushdownBatchReader(WalBatchReader):
+    """The batch reader Spark's filter-pushdown worker gets. A separate class because
+    Spark refuses a reader that implements ``pushFilters`` while
+    ``spark.sql.python.filterPushdown.enabled`` is off (its default), so the plain
+    reader must not have one; the data source picks this one only when Spark is
+    pushing (:func:`pyspark_durable.spark.pushdown.spark_is_pushing`)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Take the filters on ``_step``, ``_commit_timestamp``, ``_region`` and ``_table``
+        (see :mod:`pyspark_durable.spark.pushdown`); hand the rest back to Spark."""
+        self.pruning, rest = push(filters, self.plan.with_metadata)
+        if self.pruning.columns.keys() & {"_region", "_table"}:
+            ns = namespace_for(self.plan.opts, create=False)
+            tables = {i for i, t in ns.tables().items()
+                      if self.pruning.admits("_table", t.name)}
+            regions = {r for r in ns.regions() if self.pruning.admits("_region", r)}
+            self.plan = replace(
+                self.plan,
+                table_ids=frozenset(tables if self.plan.table_ids is None
+                                    else tables & self.plan.table_ids),
+                regions=frozenset(regions if self.plan.regions is None
+                                  else regions & self.plan.regions))
+        return rest
+
+
+def batch_partitions(plan: ReadPlan, pruning: Pruning) -> list[WalPartition]:
+    """What a batch read plans: steps [startingStep, endingStep) (or the times), less
+    what pushed filters prune."""
+    ns = namespace_for(plan.opts, create=False)
+    opts = plan.opts
+    steps = ns.steps(refresh=False)
+    asked = first_step(ns, opts)  # past the next step: StepNotCommitted
+    end = steps.stop if opts.ending_step is None else opts.ending_step
+    if opts.ending_timestamp_ms is not None:
+        end = end_step_for(ns, opts.ending_timestamp_ms)
+    if end > steps.stop:
+        raise StepNotCommitted(
+            f"option endingStep={end} is past the last committed step {steps.stop - 1}; "
+            f"committed steps are [{steps.start}, {steps.stop})", namespace=ns.name,
+            step=end)
+    if asked > end:
+        begun = f"startingStep={opts.starting_step}" if opts.starting_timestamp_ms is None \
+            else f"startingTimestamp={iso(opts.starting_timestamp_ms)}"
+        ended = f"endingStep={end}" if opts.ending_timestamp_ms is None \
+            else f"endingTimestamp={iso(opts.ending_timestamp_ms)} (step {end})"
+        raise ConfigError(
+            f"option {begun} (step {asked}) is after {ended}: a batch reads steps "
+            f"[start, end); committed steps are [{steps.start}, {steps.stop})",
+            namespace=ns.name)
+    start = check_available(ns, opts, asked)  # expired: StepExpired, or skipped
+    return plan.partitions(ns, start, max(start, end), pruning)

@@ -14,7 +14,13 @@ column                 type                 value
                                             (region, table)
 ``_step``              int64                the step that committed the row
 ``_commit_timestamp``  timestamp[us, UTC]   when that step committed
+``_row``               int64                the row's position in its entry (0, 1, ...)
 =====================  ===================  ============================================
+
+(``_region``, ``_table``, ``_sequence``, ``_row``) names a row: an entry's content and
+its sequence number never change once its step committed, so a replay, a re-read or a
+read split over other tasks gives every row the same key. ``_row`` comes last so that
+columns of readers written before it keep their positions.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 if TYPE_CHECKING:
     from pyspark_durable.wal.namespace import StepBatch
@@ -33,13 +40,18 @@ METADATA_FIELDS: tuple[pa.Field, ...] = (
     pa.field("_sequence", pa.int64()),
     pa.field("_step", pa.int64()),
     pa.field("_commit_timestamp", UTC_US),
+    pa.field("_row", pa.int64()),
 )
 METADATA_NAMES: tuple[str, ...] = tuple(f.name for f in METADATA_FIELDS)
 
 
-def metadata_columns(sb: StepBatch, table_name: str, rows: int) -> list[pa.Array]:
-    """The metadata columns of ``rows`` rows of one entry, in :data:`METADATA_FIELDS`
-    order, built directly in their final types (no cast per batch)."""
+def metadata_columns(sb: StepBatch, table_name: str, rows: int,
+                     first_row: int = 0) -> list[pa.Array]:
+    """The metadata columns of ``rows`` rows of one entry, starting at its row
+    ``first_row`` (an entry may decode into several batches), in
+    :data:`METADATA_FIELDS` order, built directly in their final types (no cast)."""
     values = (sb.region_id, table_name, sb.sequence_num, sb.step, sb.commit_timestamp_ms * 1000)
-    return [pa.repeat(pa.scalar(v, f.type), rows) for v, f in zip(values, METADATA_FIELDS,
-                                                                  strict=True)]
+    same = [pa.repeat(pa.scalar(v, f.type), rows) for v, f in zip(values, METADATA_FIELDS,
+                                                                  strict=False)]
+    ones = pa.repeat(pa.scalar(1, pa.int64()), rows)  # 0.05 ms for 10k rows; a range: 1 ms
+    return [*same, pc.cumulative_sum(ones, start=first_row - 1)]

@@ -46,7 +46,8 @@ def main() -> None:
     else:
         stream = (spark.readStream.format("durablewal").options(**wal)
                   .option("maxStepsPerTrigger", 1).load())
-        query = (stream.select("id", "payload", "_step").writeStream.format("parquet")
+        rows = stream.select("id", "payload", "_step", "_region", "_table", "_sequence", "_row")
+        query = (rows.writeStream.format("parquet")
                  .option("checkpointLocation", checkpoint).trigger(availableNow=True)
                  .start(out_dir))
     query.awaitTermination()

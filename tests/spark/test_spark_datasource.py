@@ -35,7 +35,7 @@ from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.wal import Cleaner
 
 pytestmark = pytest.mark.spark
-META = ["_region", "_table", "_sequence", "_step", "_commit_timestamp"]
+META = ["_region", "_table", "_sequence", "_step", "_commit_timestamp", "_row"]
 
 ALL_TYPES = StructType([
     StructField("id", LongType()),

@@ -18,7 +18,7 @@ from pyspark_durable.endpoint import open_namespace
 from pyspark_durable.errors import LogNotFound
 
 pytestmark = pytest.mark.spark
-META = ["_region", "_table", "_sequence", "_step", "_commit_timestamp"]
+META = ["_region", "_table", "_sequence", "_step", "_commit_timestamp", "_row"]
 
 
 # -- helpers -------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 
 from pyspark_durable.endpoint.api import read_steps, write_step
 from pyspark_durable.log import open_store
@@ -54,3 +55,35 @@ def test_row_key_names_each_row_once_and_again_on_every_read(tmp_path):
     assert {r["id"]: tuple(r[k] for k in key)
             for r in read_steps(again, "t").select(["id", *key]).to_pylist()} == keys
     again.close()
+
+
+def test_a_read_schema_naming_some_metadata_columns_reads_those(tmp_path):
+    """This tests that a reader's schema naming the payload and only some metadata
+    columns (as a schema written before `_row` existed does) reads exactly those, in
+    its order, and that a name that is neither is refused."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+    types = {"id": LongType(), "_region": LongType(), "_table": StringType(),
+             "_sequence": LongType(), "_step": LongType(), "_row": LongType(),
+             "_commit_timestamp": TimestampType(), "nope": LongType()}
+
+    def of(*names: str) -> StructType:
+        return StructType([StructField(n, types[n]) for n in names])
+
+    from pyspark_durable.errors import SchemaMismatch
+    from pyspark_durable.spark.datasource import DurableWalDataSource
+
+    ns = Namespace(open_store("file", "m", path=str(tmp_path)))
+    write_step(ns, "w", 0, {"t": [{"id": 1}, {"id": 2}]}, region_id=4)
+    ns.close()
+    source = DurableWalDataSource({"path": str(tmp_path), "namespace": "m"})
+    old = of("id", "_region", "_table", "_sequence", "_step", "_commit_timestamp")
+    some = of("id", "_step", "_row")
+    for schema in (old, some):
+        reader = source.reader(schema)
+        got = [b for p in reader.partitions() for b in reader.read(p)]
+        assert [b.schema.names for b in got] == [schema.names]
+    assert [r for b in got for r in b.to_pylist()] == [
+        {"id": 1, "_step": 0, "_row": 0}, {"id": 2, "_step": 0, "_row": 1}]
+    with pytest.raises(SchemaMismatch, match="does not match"):
+        source.reader(of("id", "_step", "nope"))

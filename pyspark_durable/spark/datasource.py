@@ -126,11 +126,15 @@ class DurableWalDataSource(DataSource):
             given = [f for f in schema.fields if f.name not in meta_names]
             payload = check_writable(StructType(given), namespace=self.opts.namespace)
         full = pa.schema(list(payload) + list(METADATA_FIELDS))
-        if schema == spark_schema(full) or [f.name for f in schema.fields] == full.names:
-            arrow, with_meta = full, True
-        elif schema == spark_schema(payload) or [f.name for f in schema.fields] == \
-                payload.names:
-            arrow, with_meta = payload, False
+        # the payload columns, then any of the metadata columns: a schema written before
+        # a metadata column was added (``_row``) keeps reading what it named
+        names = [f.name for f in schema.fields]
+        meta = names[len(payload.names):]
+        by_name = {f.name: f for f in METADATA_FIELDS}
+        if names[:len(payload.names)] == payload.names and len(set(meta)) == len(meta) \
+                and all(n in by_name for n in meta):
+            arrow = pa.schema(list(payload) + [by_name[n] for n in meta])
+            with_meta = bool(meta)
         else:
             raise SchemaMismatch(
                 f"the given schema {schema.simpleString()} does not match the table's "

@@ -50,6 +50,10 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "minRowsPerTrigger": ("(none)", "stream read: wait until this many rows are committed"),
     "maxTriggerDelay": ("15m", "stream read (with minRowsPerTrigger): a smaller batch runs once "
                         "this long passed since the last batch (`2s`, `500ms`, `15m`)"),
+    "minPartitions": ("(driver's cores)", "read: split the rows over at least this many Spark "
+                      "tasks (a large step is split by entries; given explicitly, even small "
+                      "reads are split)"),
+    "maxRowsPerPartition": ("1000000", "read: at most about this many rows per Spark task"),
     "failOnDataLoss": ("true", "read: an expired step fails the query (false: skip, warn)"),
     "readerId": ("(none)", "stream read: record committed steps under this reader id"),
     "holdRetention": ("false", "stream read (with readerId): retention never expires a step "
@@ -169,6 +173,8 @@ class WalOptions:
     max_bytes_per_trigger: int | None = None
     min_rows_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60_000  # Spark's Kafka source's default
+    min_partitions: int | None = None  # None: the driver's cores, splitting big reads only
+    max_rows_per_partition: int = 1_000_000
     fail_on_data_loss: bool = True
     reader_id: str | None = None
     hold_retention: bool = False
@@ -259,6 +265,9 @@ class WalOptions:
                                       minimum=1),
             max_trigger_delay_ms=duration_ms("maxTriggerDelay",
                                              raw.get("maxTriggerDelay", "15m")),
+            min_partitions=_int("minPartitions", raw.get("minPartitions"), minimum=1),
+            max_rows_per_partition=_int("maxRowsPerPartition", raw.get("maxRowsPerPartition"),
+                                        1_000_000, 1),
             fail_on_data_loss=_bool("failOnDataLoss", raw.get("failOnDataLoss"), True),
             reader_id=raw.get("readerId"),
             hold_retention=hold,

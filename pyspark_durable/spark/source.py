@@ -10,6 +10,7 @@ the table's columns plus the metadata columns of :mod:`pyspark_durable.wal.metad
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -44,18 +45,60 @@ from pyspark_durable.spark.session_cache import namespace_for
 from pyspark_durable.times import iso
 from pyspark_durable.wal import Namespace, StepCommit
 from pyspark_durable.wal.metadata import METADATA_NAMES, metadata_columns
+from pyspark_durable.wal.records import Run
 
 log = logging.getLogger(__name__)
 
-PARTITION_ROWS = 1_000_000
+SPLIT_MIN_ROWS = 100_000  # by default a read is not split into pieces smaller than this
+
+
+def split_region(region_id: int, steps: list[tuple[int, list[Run]]],
+                 target: int) -> list[WalPartition]:
+    """One region's steps (each with its runs to read) as tasks of about ``target`` rows:
+    whole steps while they fit, and a larger step cut into windows of consecutive
+    entries (rows per entry estimated from its run), each its own task."""
+    parts: list[WalPartition] = []
+    rows_in = 0
+    for step, runs in steps:
+        rows = sum(r.rows for r in runs)
+        if rows <= target or sum(r.entries for r in runs) < 2:
+            if not parts or parts[-1].windows is not None or rows_in + rows > target:
+                parts.append(WalPartition(region_id, []))
+                rows_in = 0
+            parts[-1].add(step)
+            rows_in += rows
+            continue
+        cut, acc = None, 0.0
+        for run in sorted(runs, key=lambda r: r.start):
+            per_entry = run.rows / run.entries
+            for offset in range(run.start, run.end):
+                if cut is None:
+                    cut = offset
+                acc += per_entry
+                if acc >= target:
+                    parts.append(WalPartition(region_id, [step], [(cut, offset + 1)]))
+                    cut, acc = None, 0.0
+        if cut is not None:
+            parts.append(WalPartition(region_id, [step], [(cut, max(r.end for r in runs))]))
+        rows_in = target  # the next step starts a task of its own
+    return parts
 
 
 @dataclass
 class WalPartition(InputPartition):
-    """Steps of one region that one Spark task reads."""
+    """Steps of one region that one Spark task reads; ``windows`` (one per step, None for
+    the whole step) are the region offsets ``[start, end)`` of a step split over tasks."""
 
     region_id: int
     steps: list[int]
+    windows: list[tuple[int, int] | None] | None = None
+
+    def add(self, step: int, window: tuple[int, int] | None = None) -> None:
+        self.steps.append(step)
+        if window is not None and self.windows is None:
+            self.windows = [None] * (len(self.steps) - 1)
+        if self.windows is not None:
+            self.windows.append(window)
 
 
 @dataclass(frozen=True)
@@ -82,25 +125,35 @@ class ReadPlan:
 
     def partitions(self, ns: Namespace, start: int, end: int,
                    pruning: Pruning | None = None) -> list[WalPartition]:
-        parts: dict[int, list[WalPartition]] = {}
-        rows_in: dict[int, int] = {}
+        """Tasks for steps ``[start, end)``: per region, whole steps up to a target size
+        (:meth:`target_rows`), and a step above it split into windows of its entries."""
+        per_region: dict[int, list[tuple[int, list[Run]]]] = {}
+        total = 0
         for step in range(start, end):
-            if pruning and not pruning.admits_step(step, ns.step_commit(step).timestamp_ms):
+            commit = ns.step_commit(step)
+            if pruning and not pruning.admits_step(step, commit.timestamp_ms):
                 continue
-            for region_id in ns.step_commit(step).regions:
+            for region_id in commit.regions:
                 if self.regions is not None and region_id not in self.regions:
                     continue
-                rows = sum(r.rows for r in ns.step_commit(step).runs
-                           if r.region_id == region_id and self.selects(r.region_id, r.table_id))
-                if pruning and rows == 0:  # pushed filters left nothing here to read
+                runs = [r for r in commit.runs
+                        if r.region_id == region_id and self.selects(r.region_id, r.table_id)]
+                if pruning and not runs:  # pushed filters left nothing here to read
                     continue
-                chunks = parts.setdefault(region_id, [])
-                if not chunks or rows_in[region_id] + rows > PARTITION_ROWS:
-                    chunks.append(WalPartition(region_id, []))
-                    rows_in[region_id] = 0
-                chunks[-1].steps.append(step)
-                rows_in[region_id] += rows
-        return [p for region_id in sorted(parts) for p in parts[region_id]]
+                per_region.setdefault(region_id, []).append((step, runs))
+                total += sum(r.rows for r in runs)
+        target = self.target_rows(total)
+        return [p for region_id in sorted(per_region)
+                for p in split_region(region_id, per_region[region_id], target)]
+
+    def target_rows(self, total: int) -> int:
+        """Rows per task: ``maxRowsPerPartition`` at most, and few enough tasks for
+        ``minPartitions`` (by default the driver's cores, and then a split piece keeps at
+        least ``SPLIT_MIN_ROWS``: a small read is not worth a task per core)."""
+        most = self.opts.max_rows_per_partition
+        if self.opts.min_partitions is not None:
+            return max(1, min(most, -(-total // self.opts.min_partitions)))
+        return max(1, min(most, max(SPLIT_MIN_ROWS, -(-total // (os.cpu_count() or 1)))))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, WalPartition):
@@ -110,7 +163,8 @@ class ReadPlan:
         payload = pa.schema([f for f in self.arrow_schema
                              if f.name not in METADATA_NAMES])
         tables = None if self.table_ids is None else set(self.table_ids)
-        for sb in ns.read_region_steps(partition.region_id, partition.steps, tables):
+        for sb in ns.read_region_steps(partition.region_id, partition.steps, tables,
+                                       partition.windows):
             name = names.get(sb.table_id) or names.setdefault(
                 sb.table_id, ns.table(sb.table_id).name)
             first_row = 0
@@ -123,8 +177,10 @@ class ReadPlan:
                 for f in payload:
                     i = batch.schema.get_field_index(f.name)
                     cols.append(batch.column(i) if i >= 0 else pa.nulls(n, f.type))
-                if self.with_metadata:
-                    cols += metadata_columns(sb, name, n, first_row)
+                if self.with_metadata:  # those of the read schema, in its order
+                    meta = dict(zip(METADATA_NAMES, metadata_columns(sb, name, n, first_row),
+                                    strict=True))
+                    cols += [meta[f] for f in self.arrow_schema.names[len(payload):]]
                 first_row += n
                 out = pa.RecordBatch.from_arrays(
                     cols, names=self.arrow_schema.names)

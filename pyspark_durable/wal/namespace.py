@@ -46,8 +46,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
@@ -450,29 +450,45 @@ class Namespace(NamespaceQueries):
         return self._read_runs(self._selected_runs([self.step_commit(step)], tables, regions))
 
     def read_region_steps(
-        self, region_id: int, steps: Iterable[int], tables: set[int] | None = None
+        self, region_id: int, steps: Iterable[int], tables: set[int] | None = None,
+        windows: Sequence[tuple[int, int] | None] | None = None,
     ) -> Iterator[StepBatch]:
         """Yield the rows of ``steps`` in one region, step by step: what one Spark task reads.
 
         The same rows as ``read_step`` per step, but runs that lie close together in the
         region log are read with one ``read``: its bounds check and fetch set-up are paid
         once per group, not once per step (on Kafka each is a broker round trip).
+
+        ``windows`` (one per step, None for the whole step) reads only the step's entries
+        at region offsets ``[start, end)``: tasks that split a large step read disjoint
+        windows of it, and each entry keeps its sequence number and is checked against
+        its step as in a whole read (a run is consecutive offsets, so a window of it is
+        a run of ``end - start`` entries).
         """
         commits = [self.step_commit(step) for step in steps]
-        return self._read_runs(self._selected_runs(commits, tables, {region_id}))
+        return self._read_runs(self._selected_runs(commits, tables, {region_id}, windows))
 
     def _selected_runs(self, commits: list[StepCommit], tables: set[int] | None,
-                       regions: set[int] | None) -> list[_RunRead]:
+                       regions: set[int] | None,
+                       windows: Sequence[tuple[int, int] | None] | None = None
+                       ) -> list[_RunRead]:
         """The runs to read, in yield order, each with its first sequence number."""
         out = []
-        for commit in commits:
+        for i, commit in enumerate(commits):
             attempts = {a.encode() for a in commit.attempts}
             next_seq = dict(commit.first_sequences)
+            window = None if windows is None else windows[i]
             for run in commit.runs:
                 seq0 = next_seq[run.key]
                 next_seq[run.key] = seq0 + run.entries
                 if (tables is None or run.table_id in tables) and (
                         regions is None or run.region_id in regions):
+                    if window is not None:
+                        start, end = max(run.start, window[0]), min(run.end, window[1])
+                        if start >= end:
+                            continue
+                        seq0 += start - run.start
+                        run = replace(run, start=start, end=end)  # rows: still the run's
                     out.append(_RunRead(commit, run, seq0, attempts))
         return out
 

@@ -32,10 +32,10 @@ PAYLOAD_BYTES = 92
 SCHEMA = pa.schema([
     ("id", pa.int64()), ("payload", pa.binary()), ("_region", pa.int64()),
     ("_table", pa.string()), ("_sequence", pa.int64()), ("_step", pa.int64()),
-    ("_commit_timestamp", pa.timestamp("us", tz="UTC")),
+    ("_commit_timestamp", pa.timestamp("us", tz="UTC")), ("_row", pa.int64()),
 ])
 DDL = ("id long, payload binary, _region long, _table string, _sequence long, _step long, "
-       "_commit_timestamp timestamp")
+       "_commit_timestamp timestamp, _row long")
 
 
 def floor_batch(region: int) -> pa.RecordBatch:
@@ -51,6 +51,7 @@ def floor_batch(region: int) -> pa.RecordBatch:
         pa.repeat(pa.scalar(f"t{region}", pa.string()), n),
         pa.repeat(pa.scalar(7, pa.int64()), n), pa.repeat(pa.scalar(3, pa.int64()), n),
         pa.repeat(pa.scalar(1_700_000_000_000_000, SCHEMA.field("_commit_timestamp").type), n),
+        pa.array(np.arange(n, dtype=np.int64)),
     ], schema=SCHEMA)
 
 

@@ -208,6 +208,8 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
     t0 = time.perf_counter()
     prefill(src, n, rows_per_step=min(n, 50_000))
     log(f"  prefilled {n:,} rows in {time.perf_counter() - t0:.1f}s")
+    one = base.with_namespace(uid("one"))  # pair 1c: one step in one region, split over tasks
+    prefill(one, n, rows_per_step=n, regions=1)
     measure_parquet = not shared.parquet_run
     parquet_dir = Path(scratch_dir("parquet-src-")) \
         if measure_parquet else None
@@ -230,6 +232,8 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
         "payload": read_into_noop("durablewal(payload schema)→noop",
                                   lambda: spark.readStream.format("durablewal")
                                   .options(**src.spark_options()).schema(payload_only).load()),
+        "onestep": read_into_noop("durablewal(one step, one region)→noop",
+                                  lambda: wal_df(spark, one)),
         "pyfloor": read_into_noop("pyfloor→noop", lambda: floor_df(spark, n)),
         "peer": rate_fn(spark, n, "noop")}
     if measure_parquet:
@@ -280,7 +284,11 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
                  f"{note}; no I/O at all: the most any Python source reaches"),
         higher_is_better(f"1b source [{b}]: durablewal, payload columns only (user "
                          "schema)→noop vs rate→noop", runs["payload"], runs["peer"], "rows/s",
-                         0.7, f"{note}; without the 5 metadata columns"),
+                         0.7, f"{note}; without the 6 metadata columns"),
+        higher_is_better(f"1c source [{b}]: one step in one region→noop vs Python floor "
+                         "(2 partitions)→noop", runs["onestep"], runs["pyfloor"], "rows/s",
+                         0.9, f"{note} in one step of one region, split over tasks "
+                         "(minPartitions default: the driver's cores)"),
         reported(f"1 source peer [{b}]: durablewal→noop vs parquet file source→noop",
                  runs["ours"], shared.parquet_source, "rows/s", pq_note),
         reported(f"1b source peer [{b}]: durablewal, payload columns only→noop vs parquet "

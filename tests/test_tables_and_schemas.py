@@ -22,10 +22,10 @@ from pyspark_durable.endpoint import read_steps, write_step
 from pyspark_durable.errors import LogNotFound, RoutingError, SchemaMismatch
 from pyspark_durable.log import Record
 from pyspark_durable.wal import Cleaner, Namespace
-from pyspark_durable.wal.namespace import table_id_for_name
 from pyspark_durable.wal.records import encode_meta
 from pyspark_durable.wal.schemas import common_type, union_by_name
 from pyspark_durable.wal.state import SNAPSHOT_NAME, NamespaceState, seal_snapshot
+from pyspark_durable.wal.tables import table_id_for_name
 
 
 @pytest.fixture

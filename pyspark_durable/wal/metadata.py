@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 if TYPE_CHECKING:
-    from pyspark_durable.wal.namespace import StepBatch
+    from pyspark_durable.wal.reading import StepBatch
 
 UTC_US = pa.timestamp("us", tz="UTC")
 METADATA_FIELDS: tuple[pa.Field, ...] = (

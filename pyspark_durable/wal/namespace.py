@@ -46,30 +46,22 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
 
-import pyarrow as pa
-
-from pyspark_durable.codec import codec_for, decode_key, decode_value
-from pyspark_durable.codec.keys import U64_MAX
-from pyspark_durable.codec.payload import PayloadCodec
 from pyspark_durable.errors import (
     AttemptLost,
     ConfigError,
-    CorruptEntryError,
     IncarnationMismatch,
     LogNotFound,
     OffsetOutOfRange,
     RoutingError,
-    SchemaMismatch,
     StepExpired,
     StepNotCommitted,
 )
-from pyspark_durable.log import Entry, LogStore, Record
+from pyspark_durable.log import LogStore, Record
 from pyspark_durable.wal import failpoints
 from pyspark_durable.wal.attempt import Attempt
 from pyspark_durable.wal.queries import NamespaceQueries
+from pyspark_durable.wal.reading import NamespaceReads
 from pyspark_durable.wal.records import (
     AttemptReceipt,
     CommitRecord,
@@ -78,29 +70,20 @@ from pyspark_durable.wal.records import (
     NsRecord,
     ReaderRecord,
     RetentionRecord,
-    Run,
-    SchemaRecord,
     StepCommit,
-    TableInfo,
-    TableRecord,
     WriterRecord,
     build_runs,
     encode_meta,
 )
 from pyspark_durable.wal.retention import RetentionPolicy
-from pyspark_durable.wal.schemas import conform, fits, merge
 from pyspark_durable.wal.state import NamespaceState, ReaderPosition
+from pyspark_durable.wal.tables import NamespaceTables
 
 log = logging.getLogger(__name__)
 
 COMMITS_LOG = "commits"
 DEFAULT_TABLE = "default"
 ENTRY_MAX_BYTES = 900 * 1024  # below Kafka's default message.max.bytes (1 MiB)
-HIGH_BIT = 1 << 63
-EVOLVE_ATTEMPTS = 8  # schema versions racing writers append before ours lands
-# foreign entries (other attempts, other tables) one region read may pass over to serve
-# two runs with one read: cheaper than a second bounds check and fetch set-up
-READ_GAP_ENTRIES = 32
 
 
 def check_writer(writer_id: object, writer_step: object, namespace: str) -> None:
@@ -120,39 +103,7 @@ def check_step_arg(name: str, value: object, namespace: str) -> int:
     return value
 
 
-def table_id_for_name(name: str) -> int:
-    """A stable id for a table name (ids >= 2**63); small integers stay user ids."""
-    import hashlib
-
-    digest = hashlib.sha256(name.encode()).digest()
-    return int.from_bytes(digest[:8], "big") | HIGH_BIT
-
-
-@dataclass(frozen=True, slots=True)
-class StepBatch:
-    """Rows of one entry of a step (in the table's newest schema), with where they came from."""
-
-    step: int
-    region_id: int
-    table_id: int
-    sequence_num: int
-    offset: int
-    commit_timestamp_ms: int
-    batches: list[pa.RecordBatch]
-
-
-@dataclass(slots=True)
-class _RunRead:
-    """One run of a committed step to read, with what checking its entries needs."""
-
-    commit: StepCommit
-    run: Run
-    seq0: int  # sequence number of the run's first entry
-    attempts: set[bytes]
-    codec: PayloadCodec | None = field(default=None)
-
-
-class Namespace(NamespaceQueries):
+class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
     """One WAL namespace over a :class:`LogStore`; see the module docstring.
 
     Outside ``wal/``, ask it questions (:class:`NamespaceQueries`, ``steps``, ``tables``,
@@ -250,95 +201,6 @@ class Namespace(NamespaceQueries):
         if self.state.incarnation is not None:
             record = {**record, "i": self.state.incarnation}
         return self._commits.append([Record(b"", encode_meta(record))])[0]
-
-    # -- tables ---------------------------------------------------------------
-
-    def tables(self, refresh: bool = True) -> dict[int, TableInfo]:
-        """Table id -> table (a copy). ``refresh=False``: as of the last refresh."""
-        return dict((self.refresh() if refresh else self.state).tables)
-
-    def resolve_table(self, table: int | str) -> int:
-        """A table reference to its id: an ``int`` is an id, a ``str`` is always a name.
-
-        A name is never read as a number: ``"7"``, ``"007"`` and ``"\u0667"`` are three
-        tables, none of them table id 7 (ids are asked for explicitly, as an ``int``).
-        """
-        if isinstance(table, bool):
-            raise RoutingError(f"table {table!r} is not a name (str) or id (int)",
-                               namespace=self.name)
-        if isinstance(table, int):
-            if not 0 <= table <= U64_MAX:
-                raise RoutingError(f"table id {table} is not a u64", namespace=self.name)
-            return table
-        if isinstance(table, str) and table:
-            return table_id_for_name(table)
-        raise RoutingError(f"table {table!r} is not a name (non-empty str) or id (int)",
-                           namespace=self.name)
-
-    def table(self, table: int | str) -> TableInfo:
-        table_id = self.resolve_table(table)
-        info = self.state.tables.get(table_id) or self.refresh().tables.get(table_id)
-        if info is None:
-            known = ", ".join(t.name for t in self.state.tables.values()) or "none"
-            kind = "table id" if isinstance(table, int) else "table"
-            hint = ""
-            by_id = [t for t in self.state.tables.values()
-                     if isinstance(table, str) and t.name == table and t.table_id != table_id]
-            if by_id:  # created by id, or by an older version from a numeric name
-                hint = (f"; table id {by_id[0].table_id} is named {table!r} (created by id, or "
-                        "from a numeric name by an older version): read it by its id, "
-                        f"{by_id[0].table_id} in Python or tables=[{by_id[0].table_id}] in Spark")
-            raise RoutingError(f"unknown {kind} {table!r}; tables: {known}{hint}",
-                               namespace=self.name)
-        return info
-
-    def define_table(
-        self, table: int | str, schema: pa.Schema, payload_format: str = "arrow",
-        merge_schema: bool = False,
-    ) -> TableInfo:
-        """The table rows of ``schema`` are written to, created if new.
-
-        Rows fit the table when their columns are some of its columns, of its types or
-        narrower ones of the same kind (missing columns are written null). With
-        ``merge_schema``, rows that do not fit add a schema version: new nullable
-        columns, lossless widenings. Racing writers each append the version they want;
-        the first record of a version number wins, the others merge again on top of it.
-        """
-        table_id = self.resolve_table(table)
-        codec_for(payload_format, schema)  # rejects unknown formats and unmappable types
-        name = table if isinstance(table, str) else str(table_id)
-        where = {"namespace": self.name, "table": name}
-        for _ in range(EVOLVE_ATTEMPTS):
-            existing = self.state.tables.get(table_id) or self.refresh().tables.get(table_id)
-            if existing is None:
-                self.append_record(TableRecord(table_id, name, schema, payload_format))
-                existing = self.refresh().tables[table_id]  # the first definition wins
-            if existing.payload_format != payload_format:
-                raise SchemaMismatch(
-                    f"payload format {payload_format!r} differs from the table's "
-                    f"{existing.payload_format!r}", **where)
-            if fits(schema, existing.schema):
-                return existing
-            newest = self.refresh().tables[table_id]  # another writer may have merged already
-            if newest is not existing:
-                continue
-            try:
-                merged = merge(existing.schema, schema, what="the table")
-            except SchemaMismatch as exc:  # a real type conflict: no option allows it
-                raise SchemaMismatch(exc.args[0], **where) from None
-            if not merge_schema:
-                raise SchemaMismatch(
-                    f"rows have new columns or wider types: table has "
-                    f"{_fmt(existing.schema)}, rows have {_fmt(schema)}; to add a schema "
-                    "version with them set .option(\"mergeSchema\", \"true\") (Spark) or "
-                    "merge_schema=True", **where)
-            codec_for(payload_format, merged)
-            self.append_record(SchemaRecord(table_id, len(existing.schemas), merged))
-            self.refresh()
-            log.info("namespace=%s table=%s: schema version %d is %s", self.name, name,
-                     len(existing.schemas), _fmt(merged))
-        raise SchemaMismatch(f"the table's schema kept changing under {EVOLVE_ATTEMPTS} "
-                             "merges by other writers; write again", **where)
 
     # -- writing --------------------------------------------------------------
 
@@ -443,147 +305,6 @@ class Namespace(NamespaceQueries):
                 f"[{s.expired_before}, {s.next_step})", namespace=self.name, step=step)
         return s.step(step)
 
-    def read_step(
-        self, step: int, tables: set[int] | None = None, regions: set[int] | None = None
-    ) -> Iterator[StepBatch]:
-        """Yield the rows of one committed step, region by region, in offset order."""
-        return self._read_runs(self._selected_runs([self.step_commit(step)], tables, regions))
-
-    def read_region_steps(
-        self, region_id: int, steps: Iterable[int], tables: set[int] | None = None,
-        windows: Sequence[tuple[int, int] | None] | None = None,
-    ) -> Iterator[StepBatch]:
-        """Yield the rows of ``steps`` in one region, step by step: what one Spark task reads.
-
-        The same rows as ``read_step`` per step, but runs that lie close together in the
-        region log are read with one ``read``: its bounds check and fetch set-up are paid
-        once per group, not once per step (on Kafka each is a broker round trip).
-
-        ``windows`` (one per step, None for the whole step) reads only the step's entries
-        at region offsets ``[start, end)``: tasks that split a large step read disjoint
-        windows of it, and each entry keeps its sequence number and is checked against
-        its step as in a whole read (a run is consecutive offsets, so a window of it is
-        a run of ``end - start`` entries).
-        """
-        commits = [self.step_commit(step) for step in steps]
-        return self._read_runs(self._selected_runs(commits, tables, {region_id}, windows))
-
-    def _selected_runs(self, commits: list[StepCommit], tables: set[int] | None,
-                       regions: set[int] | None,
-                       windows: Sequence[tuple[int, int] | None] | None = None
-                       ) -> list[_RunRead]:
-        """The runs to read, in yield order, each with its first sequence number."""
-        out = []
-        for i, commit in enumerate(commits):
-            attempts = {a.encode() for a in commit.attempts}
-            next_seq = dict(commit.first_sequences)
-            window = None if windows is None else windows[i]
-            for run in commit.runs:
-                seq0 = next_seq[run.key]
-                next_seq[run.key] = seq0 + run.entries
-                if (tables is None or run.table_id in tables) and (
-                        regions is None or run.region_id in regions):
-                    if window is not None:
-                        start, end = max(run.start, window[0]), min(run.end, window[1])
-                        if start >= end:
-                            continue
-                        seq0 += start - run.start
-                        run = replace(run, start=start, end=end)  # rows: still the run's
-                    out.append(_RunRead(commit, run, seq0, attempts))
-        return out
-
-    def _read_runs(self, runs: list[_RunRead]) -> Iterator[StepBatch]:
-        """Read runs group by group; a group is consecutive runs of one region in rising
-        offset order with at most ``READ_GAP_ENTRIES`` foreign entries between two."""
-        group: list[_RunRead] = []
-        for item in runs:
-            if group and (item.run.region_id != group[-1].run.region_id
-                          or not 0 <= item.run.start - group[-1].run.end <= READ_GAP_ENTRIES):
-                yield from self._read_group(group)
-                group = []
-            group.append(item)
-        if group:
-            yield from self._read_group(group)
-
-    def _read_group(self, group: list[_RunRead]) -> Iterator[StepBatch]:
-        region_id = group[0].run.region_id
-        region = self.store.open_region(region_id, create=False)
-        try:
-            # committed runs were acknowledged: read to their end, whatever this
-            # handle's view of the region's end (Kafka: another process appended)
-            entries = region.read_acknowledged(group[0].run.start, group[-1].run.end)
-        except OffsetOutOfRange:
-            for item in group:  # expired meanwhile: raises StepExpired
-                self.step_commit(item.commit.step)
-            raise
-        it = iter(group)
-        item: _RunRead | None = next(it)
-        count, last = 0, -1
-        for entry in entries:
-            if entry.offset <= last:
-                raise CorruptEntryError(
-                    f"the log returned offset {entry.offset} after {last}",
-                    namespace=self.name, region=region_id, offset=entry.offset)
-            last = entry.offset
-            while item is not None and entry.offset >= item.run.end:
-                self._check_count(item, count)
-                item, count = next(it, None), 0
-            if item is None:
-                raise CorruptEntryError(
-                    f"the log returned offset {entry.offset}, past the read's end "
-                    f"{group[-1].run.end}", namespace=self.name, region=region_id,
-                    offset=entry.offset)
-            if entry.offset < item.run.start:
-                continue  # between two runs: another attempt's or another table's entry
-            count += 1
-            yield self._step_batch(item, entry, count - 1)
-        if item is not None:
-            self._check_count(item, count)
-        for rest in it:  # runs the read never reached: entries are missing
-            self._check_count(rest, 0)
-
-    def _check_count(self, item: _RunRead, count: int) -> None:
-        run = item.run
-        if count != run.entries:
-            raise CorruptEntryError(
-                f"run [{run.start}, {run.end}) of step {item.commit.step} read back {count} "
-                "entries", namespace=self.name, region=run.region_id)
-
-    def _step_batch(self, item: _RunRead, entry: Entry, index: int) -> StepBatch:
-        """Check one entry against the step that committed it; decode its rows."""
-        commit, run = item.commit, item.run
-        info = self.state.tables[run.table_id]
-        if run.schema_version >= len(info.schemas):
-            raise CorruptEntryError(
-                f"step {commit.step} names schema version {run.schema_version} of table "
-                f"{info.name}, which has {len(info.schemas)}", namespace=self.name,
-                region=run.region_id)
-        if entry.header("a") not in item.attempts:
-            raise CorruptEntryError(
-                f"entry belongs to attempt {entry.header('a')!r}, not to step "
-                f"{commit.step}", namespace=self.name, region=run.region_id,
-                offset=entry.offset)
-        key = decode_key(entry.key, expect_namespace_id=self.namespace_id,
-                         expect_region_id=run.region_id, offset=entry.offset)
-        if key.table_id != run.table_id:
-            raise CorruptEntryError(
-                f"entry holds table {key.table_id}, the step says {run.table_id}",
-                namespace=self.name, region=run.region_id, offset=entry.offset)
-        payload = decode_value(entry.value, region_id=run.region_id, offset=entry.offset)
-        if item.codec is None:
-            item.codec = codec_for(info.payload_format, info.schemas[run.schema_version])
-        batches = item.codec.decode(payload)
-        if run.schema_version != info.version:  # older rows read as the newest schema
-            batches = [conform(b, info.schema) for b in batches]
-        return StepBatch(commit.step, run.region_id, run.table_id, item.seq0 + index,
-                         entry.offset, commit.timestamp_ms, batches)
-
-    def read_step_table(self, step: int, tables: set[int] | None = None,
-                        regions: set[int] | None = None) -> pa.Table | None:
-        """Convenience: a step's rows of one schema as one Arrow table (None if empty)."""
-        batches = [b for sb in self.read_step(step, tables, regions) for b in sb.batches]
-        return pa.Table.from_batches(batches) if batches else None
-
     # -- retention ------------------------------------------------------------
 
     def expire(self, step: int) -> None:
@@ -661,7 +382,3 @@ class Namespace(NamespaceQueries):
 
     def close(self) -> None:
         self.store.close()
-
-
-def _fmt(schema: pa.Schema) -> str:
-    return "(" + ", ".join(f"{f.name}: {f.type}" for f in schema) + ")"

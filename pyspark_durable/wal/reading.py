@@ -1,0 +1,210 @@
+"""Reading committed steps: the read path of :class:`~pyspark_durable.wal.namespace.Namespace`.
+
+Every entry a reader gets is checked against the step that committed it (rule 1-4 of
+the protocol in :mod:`pyspark_durable.wal.namespace`): it must lie in one of the
+step's runs, belong to one of its attempts, carry the namespace, region and table the
+run names, and each run must read back exactly its number of entries. Whatever reads
+(a Spark task, the Python API, the CLI, a split task reading a window of a step) goes
+through :meth:`NamespaceReads._step_batch`, so the checks are written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from pyspark_durable.codec import codec_for, decode_key, decode_value
+from pyspark_durable.codec.payload import PayloadCodec
+from pyspark_durable.errors import CorruptEntryError, OffsetOutOfRange
+from pyspark_durable.log import Entry
+from pyspark_durable.wal.records import Run, StepCommit
+from pyspark_durable.wal.schemas import conform
+
+if TYPE_CHECKING:
+    from pyspark_durable.log import LogStore
+    from pyspark_durable.wal.state import NamespaceState
+
+# foreign entries (other attempts, other tables) one region read may pass over to serve
+# two runs with one read: cheaper than a second bounds check and fetch set-up
+READ_GAP_ENTRIES = 32
+
+
+@dataclass(frozen=True, slots=True)
+class StepBatch:
+    """Rows of one entry of a step (in the table's newest schema), with where they came from."""
+
+    step: int
+    region_id: int
+    table_id: int
+    sequence_num: int
+    offset: int
+    commit_timestamp_ms: int
+    batches: list[pa.RecordBatch]
+
+
+@dataclass(slots=True)
+class _RunRead:
+    """One run of a committed step to read, with what checking its entries needs."""
+
+    commit: StepCommit
+    run: Run
+    seq0: int  # sequence number of the run's first entry
+    attempts: set[bytes]
+    codec: PayloadCodec | None = field(default=None)
+
+
+class NamespaceReads:
+    """The read path, mixed into :class:`~pyspark_durable.wal.namespace.Namespace`."""
+
+    name: str
+    store: LogStore
+    state: NamespaceState
+    namespace_id: int
+
+    def step_commit(self, step: int) -> StepCommit:  # pragma: no cover - Namespace's
+        raise NotImplementedError
+
+    def read_step(
+        self, step: int, tables: set[int] | None = None, regions: set[int] | None = None
+    ) -> Iterator[StepBatch]:
+        """Yield the rows of one committed step, region by region, in offset order."""
+        return self._read_runs(self._selected_runs([self.step_commit(step)], tables, regions))
+
+    def read_region_steps(
+        self, region_id: int, steps: Iterable[int], tables: set[int] | None = None,
+        windows: Sequence[tuple[int, int] | None] | None = None,
+    ) -> Iterator[StepBatch]:
+        """Yield the rows of ``steps`` in one region, step by step: what one Spark task reads.
+
+        The same rows as ``read_step`` per step, but runs that lie close together in the
+        region log are read with one ``read``: its bounds check and fetch set-up are paid
+        once per group, not once per step (on Kafka each is a broker round trip).
+
+        ``windows`` (one per step, None for the whole step) reads only the step's entries
+        at region offsets ``[start, end)``: tasks that split a large step read disjoint
+        windows of it, and each entry keeps its sequence number and is checked against
+        its step as in a whole read (a run is consecutive offsets, so a window of it is
+        a run of ``end - start`` entries).
+        """
+        commits = [self.step_commit(step) for step in steps]
+        return self._read_runs(self._selected_runs(commits, tables, {region_id}, windows))
+
+    def _selected_runs(self, commits: list[StepCommit], tables: set[int] | None,
+                       regions: set[int] | None,
+                       windows: Sequence[tuple[int, int] | None] | None = None
+                       ) -> list[_RunRead]:
+        """The runs to read, in yield order, each with its first sequence number."""
+        out = []
+        for i, commit in enumerate(commits):
+            attempts = {a.encode() for a in commit.attempts}
+            next_seq = dict(commit.first_sequences)
+            window = None if windows is None else windows[i]
+            for run in commit.runs:
+                seq0 = next_seq[run.key]
+                next_seq[run.key] = seq0 + run.entries
+                if (tables is None or run.table_id in tables) and (
+                        regions is None or run.region_id in regions):
+                    if window is not None:
+                        start, end = max(run.start, window[0]), min(run.end, window[1])
+                        if start >= end:
+                            continue
+                        seq0 += start - run.start
+                        run = replace(run, start=start, end=end)  # rows: still the run's
+                    out.append(_RunRead(commit, run, seq0, attempts))
+        return out
+
+    def _read_runs(self, runs: list[_RunRead]) -> Iterator[StepBatch]:
+        """Read runs group by group; a group is consecutive runs of one region in rising
+        offset order with at most ``READ_GAP_ENTRIES`` foreign entries between two."""
+        group: list[_RunRead] = []
+        for item in runs:
+            if group and (item.run.region_id != group[-1].run.region_id
+                          or not 0 <= item.run.start - group[-1].run.end <= READ_GAP_ENTRIES):
+                yield from self._read_group(group)
+                group = []
+            group.append(item)
+        if group:
+            yield from self._read_group(group)
+
+    def _read_group(self, group: list[_RunRead]) -> Iterator[StepBatch]:
+        region_id = group[0].run.region_id
+        region = self.store.open_region(region_id, create=False)
+        try:
+            # committed runs were acknowledged: read to their end, whatever this
+            # handle's view of the region's end (Kafka: another process appended)
+            entries = region.read_acknowledged(group[0].run.start, group[-1].run.end)
+        except OffsetOutOfRange:
+            for item in group:  # expired meanwhile: raises StepExpired
+                self.step_commit(item.commit.step)
+            raise
+        it = iter(group)
+        item: _RunRead | None = next(it)
+        count, last = 0, -1
+        for entry in entries:
+            if entry.offset <= last:
+                raise CorruptEntryError(
+                    f"the log returned offset {entry.offset} after {last}",
+                    namespace=self.name, region=region_id, offset=entry.offset)
+            last = entry.offset
+            while item is not None and entry.offset >= item.run.end:
+                self._check_count(item, count)
+                item, count = next(it, None), 0
+            if item is None:
+                raise CorruptEntryError(
+                    f"the log returned offset {entry.offset}, past the read's end "
+                    f"{group[-1].run.end}", namespace=self.name, region=region_id,
+                    offset=entry.offset)
+            if entry.offset < item.run.start:
+                continue  # between two runs: another attempt's or another table's entry
+            count += 1
+            yield self._step_batch(item, entry, count - 1)
+        if item is not None:
+            self._check_count(item, count)
+        for rest in it:  # runs the read never reached: entries are missing
+            self._check_count(rest, 0)
+
+    def _check_count(self, item: _RunRead, count: int) -> None:
+        run = item.run
+        if count != run.entries:
+            raise CorruptEntryError(
+                f"run [{run.start}, {run.end}) of step {item.commit.step} read back {count} "
+                "entries", namespace=self.name, region=run.region_id)
+
+    def _step_batch(self, item: _RunRead, entry: Entry, index: int) -> StepBatch:
+        """Check one entry against the step that committed it; decode its rows."""
+        commit, run = item.commit, item.run
+        info = self.state.tables[run.table_id]
+        if run.schema_version >= len(info.schemas):
+            raise CorruptEntryError(
+                f"step {commit.step} names schema version {run.schema_version} of table "
+                f"{info.name}, which has {len(info.schemas)}", namespace=self.name,
+                region=run.region_id)
+        if entry.header("a") not in item.attempts:
+            raise CorruptEntryError(
+                f"entry belongs to attempt {entry.header('a')!r}, not to step "
+                f"{commit.step}", namespace=self.name, region=run.region_id,
+                offset=entry.offset)
+        key = decode_key(entry.key, expect_namespace_id=self.namespace_id,
+                         expect_region_id=run.region_id, offset=entry.offset)
+        if key.table_id != run.table_id:
+            raise CorruptEntryError(
+                f"entry holds table {key.table_id}, the step says {run.table_id}",
+                namespace=self.name, region=run.region_id, offset=entry.offset)
+        payload = decode_value(entry.value, region_id=run.region_id, offset=entry.offset)
+        if item.codec is None:
+            item.codec = codec_for(info.payload_format, info.schemas[run.schema_version])
+        batches = item.codec.decode(payload)
+        if run.schema_version != info.version:  # older rows read as the newest schema
+            batches = [conform(b, info.schema) for b in batches]
+        return StepBatch(commit.step, run.region_id, run.table_id, item.seq0 + index,
+                         entry.offset, commit.timestamp_ms, batches)
+
+    def read_step_table(self, step: int, tables: set[int] | None = None,
+                        regions: set[int] | None = None) -> pa.Table | None:
+        """Convenience: a step's rows of one schema as one Arrow table (None if empty)."""
+        batches = [b for sb in self.read_step(step, tables, regions) for b in sb.batches]
+        return pa.Table.from_batches(batches) if batches else None
+

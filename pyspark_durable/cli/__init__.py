@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from pyspark_durable.errors import DecodeError, DurableWalError
 from pyspark_durable.secrets import RedactingFilter
 
-from . import commands, render
+from . import commands, maintain, render
 from .target import CliError
 
 PROG = "durablewal"
@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show steps below this one")
     p.add_argument("--limit", type=_count, metavar="N",
                    help="at most N steps: the first ones with --from, else the latest")
-    add("lag", commands.cmd_lag, "per registered reader (readerId): steps, rows, bytes and "
+    add("lag", maintain.cmd_lag, "per registered reader (readerId): steps, rows, bytes and "
         "seconds behind the WAL's end")
     p = add("tail", commands.cmd_tail, "the last rows of a table")
     which = p.add_mutually_exclusive_group(required=True)
@@ -170,15 +170,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", metavar="TIME",
                    help="only steps committed at or after TIME: ms since the epoch or ISO-8601 "
                         "(no zone: UTC), e.g. 2026-01-01T12:00:00Z")
-    add("check", commands.cmd_check,
+    add("check", maintain.cmd_check,
         "verify CRCs, sequences, steps and the snapshot; exit 1 listing every problem",
         epilog=CHECK_TERMS)
-    p = add("clean", commands.cmd_clean,
+    p = add("clean", maintain.cmd_clean,
             "run one cleaner pass and report what it freed")
     p.add_argument("--grace-ms", type=_count, default=DEFAULT_GRACE_MS,
                    help="keep entries younger than this, for attempts still in flight "
                         "(default %(default)s)")
-    p = add("retention", commands.cmd_retention,
+    p = add("retention", maintain.cmd_retention,
             "show or set the retention policy every cleaner applies, and the readers")
     p.add_argument("--max-steps", type=_limit, metavar="N",
                    help="keep at most N newest steps (N >= 1; no limit: leave it out, or --clear)")

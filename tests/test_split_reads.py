@@ -16,7 +16,7 @@ import pytest
 
 from pyspark_durable.log import open_store
 from pyspark_durable.spark.datasource import DurableWalDataSource
-from pyspark_durable.spark.source import split_region
+from pyspark_durable.spark.partitions import split_region
 from pyspark_durable.wal import Namespace
 from pyspark_durable.wal.records import Run
 

@@ -36,6 +36,7 @@ from contextlib import contextmanager
 
 from pyspark_durable.errors import DecodeError, DurableWalError
 from pyspark_durable.secrets import RedactingFilter
+from pyspark_durable.wal.cleaner import DEFAULT_GRACE_MS
 
 from . import commands, maintain, render
 from .target import CliError
@@ -58,7 +59,6 @@ terms in the report:
   run          the entries of one step for one table in one region: a range of region
                offsets the step's commit record names, each one checked entry by entry"""
 DEFAULT_TIMEOUT_MS = 5000
-DEFAULT_GRACE_MS = 300_000
 
 
 def _count(value: str) -> int:

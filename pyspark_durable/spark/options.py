@@ -16,58 +16,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pyspark_durable.errors import ConfigError
+from pyspark_durable.spark.option_table import OPTIONS
+from pyspark_durable.spark.option_table import default as D
 from pyspark_durable.times import duration_ms, timestamp_ms
 
-# canonical name -> (default shown in README, help)
-OPTIONS: dict[str, tuple[str, str]] = {
-    "path": ("(none)", "root folder of the file log; `.load(path)`/`.start(path)`/`.save(path)`"),
-    "backend": ("file", "`file` | `kafka` (`memory` is refused: it cannot span Spark's workers)"),
-    "namespace": ("default", "the WAL's namespace"),
-    "namespaceId": ("0", "u8 id fixed when the namespace is created (reads take the stored "
-                    "id unless given)"),
-    "region": ("0", "write: the region of every row"),
-    "regionColumn": ("(none)", "write: an integer column that routes each row to a region"),
-    "table": ("default", "write: the table name of every row (a name, even if it looks like a "
-              "number)"),
-    "tableColumn": ("(none)", "write: a column routing each row: string values are table "
-                    "names, integer values table ids"),
-    "payloadFormat": ("arrow", "write: `arrow` | `avro`"),
-    "mergeSchema": ("false", "write: rows with new columns or wider types (int to long, float "
-                    "to double) add a schema version to the table instead of failing"),
-    "entryMaxBytes": ("921600", "write: entries are split to stay under this size"),
-    "regions": ("(all)", "read: comma list of regions"),
-    "tables": ("(all)", "read: comma list of table names, or a JSON list of names (strings, "
-               "kept exactly: `[\"a,b\", \" c \"]`) and table ids (integers: `[7]`)"),
-    "startingStep": ("earliest", "read: `earliest` | `latest` | a step number"),
-    "startingTimestamp": ("(none)", "read: start at the first step committed at or after this "
-                          "time (ms since the epoch, or ISO-8601; not with startingStep)"),
-    "endingStep": ("(latest)", "batch read: first step not read"),
-    "endingTimestamp": ("(none)", "batch read: read the steps committed before this time "
-                        "(exclusive; not with endingStep)"),
-    "maxStepsPerTrigger": ("(none)", "stream read: at most this many steps per micro-batch"),
-    "maxRowsPerTrigger": ("(none)", "stream read: at most about this many rows per micro-batch"),
-    "maxBytesPerTrigger": ("(none)", "stream read: at most about this many bytes per micro-batch"),
-    "minRowsPerTrigger": ("(none)", "stream read: wait until this many rows are committed"),
-    "maxTriggerDelay": ("15m", "stream read (with minRowsPerTrigger): a smaller batch runs once "
-                        "this long passed since the last batch (`2s`, `500ms`, `15m`)"),
-    "minPartitions": ("(driver's cores)", "read: split the rows over at least this many Spark "
-                      "tasks (a large step is split by entries; given explicitly, even small "
-                      "reads are split)"),
-    "maxRowsPerPartition": ("1000000", "read: at most about this many rows per Spark task"),
-    "failOnDataLoss": ("true", "read: an expired step fails the query (false: skip, warn)"),
-    "readerId": ("(none)", "stream read: record committed steps under this reader id"),
-    "holdRetention": ("false", "stream read (with readerId): retention never expires a step "
-                      "this reader has not committed"),
-    "retentionMs": ("(none)", "write: keep steps this long (sets the namespace's policy)"),
-    "retentionSteps": ("(none)", "write: keep at most this many newest steps (namespace policy)"),
-    "autoClean": ("true", "write: the query's driver runs the cleaner every cleanIntervalMs"),
-    "cleanIntervalMs": ("60000", "write: time between the driver's cleaner passes"),
-    "cleanGraceMs": ("300000", "write: the cleaner keeps uncommitted entries younger than this "
-                     "(set it above your longest micro-batch)"),
-    "checkpointLocation": ("(none)", "Spark's own option, accepted and ignored here"),
-    "queryName": ("(none)", "Spark's own option (`.queryName(...)`), accepted and ignored here"),
-    "paths": ("(none)", "Spark's own option for `.load([p1, p2])`: one WAL root is accepted"),
-}
 # What Spark itself adds to a Python data source's options (pyspark 4.3, found by
 # probing every read and write call): ``path`` (``.load(p)``, ``.save(p)``,
 # ``.start(p)``), ``paths`` (``.load([p1, p2])``, a JSON list) and ``queryName``
@@ -161,7 +113,7 @@ class WalOptions:
     table_column: str | None = None
     payload_format: str = "arrow"
     merge_schema: bool = False
-    entry_max_bytes: int = 900 * 1024
+    entry_max_bytes: int = D("entryMaxBytes")
     regions: tuple[int, ...] | None = None
     tables: tuple[str | int, ...] | None = None  # str: a name, int: a table id
     starting_step: str = "earliest"
@@ -172,17 +124,17 @@ class WalOptions:
     max_rows_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     min_rows_per_trigger: int | None = None
-    max_trigger_delay_ms: int = 15 * 60_000  # Spark's Kafka source's default
+    max_trigger_delay_ms: int = D("maxTriggerDelay")  # Spark's Kafka source's 15 min
     min_partitions: int | None = None  # None: the driver's cores, splitting big reads only
-    max_rows_per_partition: int = 1_000_000
+    max_rows_per_partition: int = D("maxRowsPerPartition")
     fail_on_data_loss: bool = True
     reader_id: str | None = None
     hold_retention: bool = False
     retention_ms: int | None = None
     retention_steps: int | None = None
     auto_clean: bool = True
-    clean_interval_ms: int = 60_000
-    clean_grace_ms: int = 300_000
+    clean_interval_ms: int = D("cleanIntervalMs")
+    clean_grace_ms: int = D("cleanGraceMs")
 
     @staticmethod
     def parse(options: Mapping[str, str]) -> WalOptions:
@@ -218,10 +170,10 @@ class WalOptions:
         if backend == "file":  # file.segment_size_bytes -> segment_size_bytes
             store = {k.split(".", 1)[1] if k.lower().startswith("file.") else k: v
                      for k, v in store.items()}
-        starting = str(raw.get("startingStep", "earliest")).strip().lower()
+        starting = str(raw.get("startingStep", D("startingStep"))).strip().lower()
         if starting not in ("earliest", "latest"):
             starting = str(_int("startingStep", starting))
-        fmt = str(raw.get("payloadFormat", "arrow")).strip().lower()
+        fmt = str(raw.get("payloadFormat", D("payloadFormat"))).strip().lower()
         if fmt not in ("arrow", "avro"):
             raise ConfigError(f"option payloadFormat={fmt!r}; valid: arrow, avro")
         for by_step, by_time in (("startingStep", "startingTimestamp"),
@@ -233,22 +185,22 @@ class WalOptions:
             raise ConfigError(f"option maxTriggerDelay={raw['maxTriggerDelay']!r} bounds the "
                               "wait of minRowsPerTrigger, which is not set: set both, or neither")
         regions = _list(raw.get("regions"))
-        hold = _bool("holdRetention", raw.get("holdRetention"), False)
+        hold = _bool("holdRetention", raw.get("holdRetention"), D("holdRetention"))
         if hold and not raw.get("readerId"):
             raise ConfigError("option holdRetention=true needs a readerId: retention is held "
                               "at the position recorded under that id")
         return WalOptions(
             backend=backend,
-            namespace=str(raw.get("namespace", "default")),
+            namespace=str(raw.get("namespace", D("namespace"))),
             namespace_id=_int("namespaceId", raw.get("namespaceId")),
             store=store,
-            region=_int("region", raw.get("region"), 0),
+            region=_int("region", raw.get("region"), D("region")),
             region_column=raw.get("regionColumn"),
-            table=str(raw.get("table", "default")),
+            table=str(raw.get("table", D("table"))),
             table_column=raw.get("tableColumn"),
             payload_format=fmt,
-            merge_schema=_bool("mergeSchema", raw.get("mergeSchema"), False),
-            entry_max_bytes=_int("entryMaxBytes", raw.get("entryMaxBytes"), 900 * 1024, 1024),
+            merge_schema=_bool("mergeSchema", raw.get("mergeSchema"), D("mergeSchema")),
+            entry_max_bytes=_int("entryMaxBytes", raw.get("entryMaxBytes"), D("entryMaxBytes"), 1024),
             regions=None if regions is None else tuple(_int("regions", r) for r in regions),
             tables=_tables(raw.get("tables")),
             starting_step=starting,
@@ -263,19 +215,19 @@ class WalOptions:
                                        minimum=1),
             min_rows_per_trigger=_int("minRowsPerTrigger", raw.get("minRowsPerTrigger"),
                                       minimum=1),
-            max_trigger_delay_ms=duration_ms("maxTriggerDelay",
-                                             raw.get("maxTriggerDelay", "15m")),
+            max_trigger_delay_ms=D("maxTriggerDelay") if raw.get("maxTriggerDelay") is None
+            else duration_ms("maxTriggerDelay", raw["maxTriggerDelay"]),
             min_partitions=_int("minPartitions", raw.get("minPartitions"), minimum=1),
             max_rows_per_partition=_int("maxRowsPerPartition", raw.get("maxRowsPerPartition"),
-                                        1_000_000, 1),
-            fail_on_data_loss=_bool("failOnDataLoss", raw.get("failOnDataLoss"), True),
+                                        D("maxRowsPerPartition"), 1),
+            fail_on_data_loss=_bool("failOnDataLoss", raw.get("failOnDataLoss"), D("failOnDataLoss")),
             reader_id=raw.get("readerId"),
             hold_retention=hold,
             retention_ms=_retention_limit("retentionMs", raw.get("retentionMs")),
             retention_steps=_retention_limit("retentionSteps", raw.get("retentionSteps")),
-            auto_clean=_bool("autoClean", raw.get("autoClean"), True),
-            clean_interval_ms=_int("cleanIntervalMs", raw.get("cleanIntervalMs"), 60_000),
-            clean_grace_ms=_int("cleanGraceMs", raw.get("cleanGraceMs"), 300_000),
+            auto_clean=_bool("autoClean", raw.get("autoClean"), D("autoClean")),
+            clean_interval_ms=_int("cleanIntervalMs", raw.get("cleanIntervalMs"), D("cleanIntervalMs")),
+            clean_grace_ms=_int("cleanGraceMs", raw.get("cleanGraceMs"), D("cleanGraceMs")),
         )
 
     def key(self) -> tuple:

@@ -10,8 +10,11 @@ from kafka_broker import KafkaCluster, cluster_for_tests
 
 from pyspark_durable.log import LogStore, open_store
 
-# "kafka" is the Kafka log on confluent-kafka (librdkafka), "kafka-python" on kafka-python
-LOG_BACKENDS = ["file", "memory", "kafka", "kafka-python"]
+# a test taking ``store_config`` (or ``make_store``) runs on each of these, unless its
+# module sets ``BACKENDS``; the Kafka log is named by its client: "confluent"
+# (confluent-kafka / librdkafka, the product's default) and "kafka-python"
+KAFKA_CLIENTS = ("confluent", "kafka-python")
+LOG_BACKENDS = ["file", "memory", *KAFKA_CLIENTS]
 
 
 SLOW_MARKS = ("kafka", "spark", "crash")
@@ -67,20 +70,23 @@ StoreFactory = Callable[..., LogStore]
 
 
 def backend_param(backend: str):
-    """A backend as a test parameter; the Kafka ones are marked ``kafka`` (the quick lane,
-    ``-m quick``, starts no broker)."""
-    return pytest.param(backend, marks=pytest.mark.kafka) if backend.startswith("kafka") \
+    """A backend as a test parameter; the Kafka ones (named by client) are marked
+    ``kafka`` (the quick lane, ``-m quick``, starts no broker)."""
+    return pytest.param(backend, marks=pytest.mark.kafka) if backend in KAFKA_CLIENTS \
         else backend
 
 
-@pytest.fixture(params=["file", backend_param("kafka")])
+@pytest.fixture(params=["file", backend_param("confluent")])
 def wal(request, tmp_path) -> dict:
-    """Spark options (``format("durablewal")``) of a fresh namespace on one backend."""
+    """Spark options (``format("durablewal")``) of a fresh namespace: on the file log,
+    and on Kafka with the confluent client (the default; kafka-python's Spark path is
+    covered by the tests that name it)."""
     ns = f"s{uuid.uuid4().hex[:10]}"
     if request.param == "file":
         return {"namespace": ns, "path": str(tmp_path / "wal")}
     broker = request.getfixturevalue("kafka_broker")
-    return {"namespace": ns, "backend": "kafka", "kafka.bootstrap.servers": broker}
+    return {"namespace": ns, "backend": "kafka", "kafka.bootstrap.servers": broker,
+            "kafka.client": request.param}
 
 
 @pytest.fixture
@@ -90,16 +96,19 @@ def store_config(request: pytest.FixtureRequest, tmp_path) -> tuple[str, dict]:
         return backend, {"path": str(tmp_path / "wal"), "segment_size_bytes": 64 * 1024}
     if backend == "memory":
         return backend, {}
-    if backend in ("kafka", "kafka-python"):
+    if backend in KAFKA_CLIENTS:
         broker = request.getfixturevalue("kafka_broker")
-        client = "confluent" if backend == "kafka" else "kafka-python"
-        return "kafka", {"bootstrap_servers": broker, "client": client}
+        return "kafka", {"bootstrap_servers": broker, "client": backend}
     raise AssertionError(backend)
 
 
 @pytest.fixture
 def make_store(store_config, namespace) -> Iterator[StoreFactory]:
-    """Open (and reopen) stores of one fresh namespace; closes them all at the end."""
+    """Open (and reopen) stores of one fresh namespace; closes them all at the end.
+
+    A test using it runs once per backend of ``LOG_BACKENDS`` (file, memory, and the
+    Kafka log on each client: ``[confluent]``, ``[kafka-python]``), or of its module's
+    ``BACKENDS``; the test id names the backend."""
     backend, config = store_config
     opened: list[LogStore] = []
 

@@ -17,8 +17,8 @@ from kafka_broker import kill_broker, start_broker, stop_broker
 
 from pyspark_durable.errors import BackendUnavailable, ConfigError, OffsetOutOfRange
 from pyspark_durable.log import Record, open_store
-from pyspark_durable.log.kafka import KafkaLogStore
-from pyspark_durable.log.kafka_admin import FORBIDDEN
+from pyspark_durable.log.kafka_settings import FORBIDDEN
+from pyspark_durable.log.kafka_store import KafkaLogStore
 
 pytestmark = pytest.mark.kafka
 
@@ -461,7 +461,7 @@ def test_a_recreated_topic_is_a_typed_error_on_both_clients(kafka_broker):
     4 partitions, fails with a typed error or reads on both clients, in a process that
     survives: librdkafka 2.6-2.16 crashed with SIGSEGV here on the old test broker
     (Tansu), which is why kafka-python was the default; on Apache Kafka it does not,
-    and confluent is now the default client (kafka_admin.resolve_client)."""
+    and confluent is now the default client (kafka_settings.resolve_client)."""
     child = os.path.join(os.path.dirname(__file__), "kafka_deleted_child.py")
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
     for client in ("kafka-python", "confluent"):

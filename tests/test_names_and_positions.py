@@ -26,7 +26,7 @@ from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.source import first_step, offset, resume_step
 from pyspark_durable.wal import Namespace
 
-BACKENDS = ["file", "memory", "kafka"]  # conftest parametrizes store_config with these
+BACKENDS = ["file", "memory", "confluent"]  # conftest parametrizes store_config with these
 NUMERIC_NAMES = ["007", "7", "\u0667", "\u00b2", " 7", "7 "]  # ASCII, Arabic-Indic 7, superscript 2
 
 

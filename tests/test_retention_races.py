@@ -28,7 +28,7 @@ from pyspark_durable.wal import Cleaner, Namespace
 sys.path.insert(0, str(Path(__file__).parent))
 from race_child import rows_for
 
-BACKENDS = ["file", "kafka"]
+BACKENDS = ["file", "confluent"]
 CHILD = str(Path(__file__).parent / "race_child.py")
 
 

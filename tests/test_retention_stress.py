@@ -33,7 +33,7 @@ from pyspark_durable.cli.check import Checker
 from pyspark_durable.wal import Cleaner, Namespace, table_id_for_name
 
 pytestmark = pytest.mark.crash
-BACKENDS = ["file", "kafka"]
+BACKENDS = ["file", "confluent"]
 CHILD = str(Path(__file__).parent / "stress_child.py")
 WRITERS = ("w0", "w1")
 CLEANERS = ("c0", "c1")

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from wal_child import WRITER, rows_for
 
 pytestmark = pytest.mark.crash
-BACKENDS = ["file", "kafka"]
+BACKENDS = ["file", "confluent"]
 CHILD = str(Path(__file__).parent / "wal_child.py")
 KILLS = {"file": 20, "kafka": 10}
 TOTAL_STEPS = 300

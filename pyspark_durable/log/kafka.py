@@ -6,7 +6,7 @@ implementation per client: kafka-python in :mod:`pyspark_durable.log.kafka_pytho
 and confluent-kafka / librdkafka in :mod:`pyspark_durable.log.kafka_confluent`,
 each imported only when chosen
 (option ``client``: ``confluent``, the default when installed, or ``kafka-python``,
-the pure-Python fallback; see :func:`~pyspark_durable.log.kafka_admin.resolve_client`).
+the pure-Python fallback; see :func:`~pyspark_durable.log.kafka_settings.resolve_client`).
 Both run the same contract, WAL and crash tests.
 
 Mapping (one namespace)::
@@ -21,7 +21,7 @@ Mapping (one namespace)::
                                "lowwater/{name}"  logical low watermark of a log
 
 Options and their spelling (``kafka.bootstrap.servers`` = ``bootstrap_servers``):
-see :mod:`pyspark_durable.log.kafka_admin`.
+see :mod:`pyspark_durable.log.kafka_settings`.
 
 Implementation notes (why):
 
@@ -66,22 +66,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from pyspark_durable.errors import BackendUnavailable, ConfigError, LogNotFound
+from pyspark_durable.errors import BackendUnavailable
 from pyspark_durable.log.base import (
-    NAME_RE,
     Entry,
     Log,
-    LogStore,
     Record,
-    check_name,
-    check_version,
 )
-from pyspark_durable.log.kafka_admin import KafkaSettings, broker_reachability, topic_admin
+from pyspark_durable.log.kafka_admin import Reader, broker_reachability
+
+if TYPE_CHECKING:
+    from pyspark_durable.log.kafka_store import KafkaLogStore
 
 log = logging.getLogger(__name__)
 
@@ -96,48 +95,8 @@ END_BACKOFF_MAX_S = 0.5
 MAX_MESSAGE_BYTES = str((16 << 20) + (64 << 10))
 LOG_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete",
                     "max.message.bytes": MAX_MESSAGE_BYTES}
-META_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "compact",
+SNAPSHOTS_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "compact",
                      "max.message.bytes": MAX_MESSAGE_BYTES}
-
-
-class Reader(Protocol):
-    """A client's reader of partition 0 of one topic: what the log needs of a consumer."""
-
-    def begin(self) -> int:
-        """The first offset the broker still has (ListOffsets earliest)."""
-
-    def watermarks(self) -> tuple[int, int]:
-        """(first offset, high watermark): ListOffsets earliest and latest."""
-
-    def seek(self, offset: int) -> None:
-        """Fetch from ``offset`` next."""
-
-    def fetch(self, max_records: int | None, timeout_ms: int) -> list[Entry]:
-        """The next entries (at most ``max_records``), [] if none came within ``timeout_ms``;
-        :class:`OffsetOutOfRange` if the position is outside the partition."""
-
-    def idle(self) -> None:
-        """The reader goes back to its pool: stop any background fetching."""
-
-    def close(self) -> None:
-        """Release the connection."""
-
-
-class Sender(Protocol):
-    """A client's producer: sends records to partition 0, reports each acknowledgement."""
-
-    def send(self, topic: str, records: Sequence[Record], acked: Callable[[int, int], None],
-             failed: Callable[[BaseException], None], where: Mapping[str, Any]) -> None:
-        """Send now; ``acked(i, offset)`` or ``failed(exc)`` is called later, per record."""
-
-    def hurry(self) -> None:
-        """Send what waits for linger.ms now: a caller blocks on it."""
-
-    def wait(self, future: Future, timeout_s: float) -> bool:
-        """Block until ``future`` is done (True) or ``timeout_s`` passed (False)."""
-
-    def close(self, timeout_s: float) -> None:
-        """Flush what is in flight and release the connection."""
 
 
 class KafkaLog(Log):
@@ -377,231 +336,3 @@ class KafkaLog(Log):
             idle, self._idle = self._idle, []
         for consumer in idle:
             consumer.close()
-
-
-class KafkaLogStore(LogStore):
-    """The logs of one namespace as topics ``{namespace}_{log}``; see the module docstring."""
-
-    type_name = "kafka"
-
-    def __init__(
-        self,
-        namespace: str,
-        bootstrap_servers: str | None = None,
-        connect_timeout_ms: int | None = None,
-        request_timeout_ms: int | None = None,
-        linger_ms: int | None = None,
-        batch_size: int | None = None,
-        compression_type: str | None = None,
-        **kafka_options: Any,
-    ) -> None:
-        super().__init__(namespace)
-        self.settings = KafkaSettings.parse({
-            "bootstrap_servers": bootstrap_servers, "connect_timeout_ms": connect_timeout_ms,
-            "request_timeout_ms": request_timeout_ms, "linger_ms": linger_ms,
-            "batch_size": batch_size, "compression_type": compression_type, **kafka_options,
-        })
-        self.admin = topic_admin(self.settings, namespace)
-        self._sender: Sender | None = None
-        self._logs: dict[str, KafkaLog] = {}
-        self._lock = threading.Lock()
-        self._meta_lock = threading.Lock()
-        self._meta: dict[bytes, bytes] = {}
-        self._meta_log: KafkaLog | None = None
-        self._meta_pos = 0
-        self._delete_records_ok: bool | None = None
-        self._writable: set[str] = set()  # logs whose topic was checked for writing
-
-    # -- clients -------------------------------------------------------------
-
-    def sender(self) -> Sender:
-        with self._lock:
-            if self._sender is None:
-                if self.settings.client == "confluent":
-                    from pyspark_durable.log.kafka_confluent import shared_sender
-
-                    self._sender = shared_sender(self.settings, self.namespace)
-                else:
-                    from pyspark_durable.log.kafka_python import PySender
-
-                    self._sender = PySender(self.settings, self.namespace)
-            return self._sender
-
-    def new_reader(self, topic: str, where: Mapping[str, Any]) -> Reader:
-        if self.settings.client == "confluent":
-            from pyspark_durable.log.kafka_confluent import RdReader
-
-            return RdReader(self.settings, topic, where)
-        from pyspark_durable.log.kafka_python import PyReader
-
-        return PyReader(self.settings, topic, where)
-
-    def topic(self, name: str) -> str:
-        return f"{self.namespace}_{name}"
-
-    # -- logs -----------------------------------------------------------------
-
-    @classmethod
-    def list_namespaces(cls, config: Mapping[str, Any]) -> list[str]:
-        admin = topic_admin(KafkaSettings.parse(config))
-        try:
-            return cls._namespaces_in(admin.list_topics())
-        finally:
-            admin.close()
-
-    @staticmethod
-    def _namespaces_in(topics: list[str]) -> list[str]:
-        suffix = f"_{SNAPSHOTS}"
-        return sorted(
-            t[: -len(suffix)] for t in topics
-            if t.endswith(suffix) and NAME_RE.fullmatch(t[: -len(suffix)])
-        )
-
-    def sibling_namespaces(self) -> list[str]:
-        return self._namespaces_in(self.admin.list_topics())
-
-    def location(self) -> str:
-        return f"Kafka broker {self.settings.bootstrap_servers}"
-
-    def settings_problems(self) -> list[tuple[str, str]]:
-        found = []
-        existing = set(self.admin.list_topics())
-        for name in [*self.list_logs(), SNAPSHOTS]:
-            topic = self.topic(name)
-            if topic not in existing:
-                continue
-            for problem in self.admin.retention_problems(topic, compacted=name == SNAPSHOTS):
-                found.append((name, f"topic {topic} has {problem}: the broker would delete "
-                                    "WAL records on its own (set retention.ms=-1, "
-                                    "retention.bytes=-1, and cleanup.policy="
-                                    f"{'compact' if name == SNAPSHOTS else 'delete'})"))
-        return found
-
-    def list_logs(self) -> list[str]:
-        registered = [k[4:].decode() for k in self._meta_snapshot() if k.startswith(b"log/")]
-        existing = set(self.admin.list_topics())
-        return sorted(n for n in registered if self.topic(n) in existing)
-
-    def open_log(self, name: str, create: bool = True) -> Log:
-        check_name("log", name)
-        if name == SNAPSHOTS or name.endswith(f"_{SNAPSHOTS}"):
-            raise ConfigError(f"log name {name!r} is invalid: '{SNAPSHOTS}' and "
-                              f"'*_{SNAPSHOTS}' are reserved", namespace=self.namespace)
-        with self._lock:
-            existing = self._logs.get(name)
-        if existing is not None and (not create or name in self._writable):
-            return existing
-        topic = self.topic(name)
-        if create and b"log/" + name.encode() not in self._meta_snapshot():
-            self._put_meta(b"log/" + name.encode(), b"")  # registry first: list_logs
-        if not self.admin.ensure(topic, create, LOG_TOPIC_CONFIG):
-            raise LogNotFound(f"log does not exist (no topic {topic!r} on "
-                              f"{self.settings.bootstrap_servers})",
-                              namespace=self.namespace, log=name)
-        with self._lock:
-            if create:  # its retention was checked for writing (OneTopicRule.ensure)
-                self._writable.add(name)
-            return self._logs.setdefault(name, KafkaLog(self, name, topic))
-
-    # -- the snapshots topic ------------------------------------------------------
-
-    def _meta_topic_log(self, create: bool) -> KafkaLog | None:
-        if self._meta_log is None or (create and SNAPSHOTS not in self._writable):
-            topic = self.topic(SNAPSHOTS)
-            if not self.admin.ensure(topic, create, META_TOPIC_CONFIG):
-                return None
-            if create:
-                self._writable.add(SNAPSHOTS)
-            if self._meta_log is None:
-                self._meta_log = KafkaLog(self, SNAPSHOTS, topic)
-        return self._meta_log
-
-    def _meta_snapshot(self) -> dict[bytes, bytes]:
-        """Catch up with the snapshots topic; return the latest value of every key."""
-        with self._meta_lock:
-            meta_log = self._meta_topic_log(create=False)
-            if meta_log is not None:
-                begin, high = meta_log._bounds()
-                for entry in meta_log._scan(max(self._meta_pos, begin), high):
-                    if entry.key.startswith(b"lowwater/"):  # never moves down (racing writers)
-                        entry_low = int(entry.value or 0)
-                        if entry_low <= int(self._meta.get(entry.key) or 0):
-                            continue
-                    self._meta[entry.key] = entry.value
-                self._meta_pos = max(self._meta_pos, high)
-            return dict(self._meta)
-
-    def _put_meta(self, key: bytes, value: bytes | None) -> None:
-        with self._meta_lock:
-            meta_log = self._meta_topic_log(create=True)
-        assert meta_log is not None
-        meta_log.append([Record(key, value)])
-
-    @staticmethod
-    def _snapshot_key(name: str, version: int) -> bytes:
-        check_name("snapshot", name)
-        return f"snapshot/{name}/{check_version(version):020d}".encode()
-
-    def write_snapshot(self, name: str, version: int, data: bytes) -> None:
-        if not data:
-            raise ConfigError("an empty snapshot cannot be stored (empty means deleted)",
-                              namespace=self.namespace, snapshot=name)
-        self._put_meta(self._snapshot_key(name, version), bytes(data))
-
-    def snapshot_versions(self, name: str) -> list[int]:
-        prefix = f"snapshot/{check_name('snapshot', name)}/".encode()
-        return sorted(int(k[len(prefix):]) for k, v in self._meta_snapshot().items()
-                      if k.startswith(prefix) and k[len(prefix):].isdigit() and v)
-
-    def read_snapshot_version(self, name: str, version: int) -> bytes | None:
-        return self._meta_snapshot().get(self._snapshot_key(name, version)) or None
-
-    def delete_snapshot(self, name: str, version: int) -> None:
-        if self._meta_snapshot().get(self._snapshot_key(name, version)):
-            # a tombstone: compaction removes the version, then (delete.retention.ms
-            # later) the tombstone itself; reads take it as empty, i.e. deleted
-            self._put_meta(self._snapshot_key(name, version), None)
-
-    def logical_low(self, name: str) -> int:
-        value = self._meta_snapshot().get(b"lowwater/" + name.encode())
-        return int(value) if value else 0
-
-    def set_logical_low(self, name: str, offset: int) -> None:
-        self._put_meta(b"lowwater/" + name.encode(), str(offset).encode())
-
-    def delete_records(self, topic: str, offset: int) -> None:
-        """DeleteRecords where the broker has it; else the logical watermark is the rule."""
-        if self._delete_records_ok is False:
-            return
-        ok = self.admin.delete_records(topic, offset)
-        if not ok and self._delete_records_ok is None:
-            log.warning(
-                "namespace=%s: Kafka broker %s does not support DeleteRecords; deleted "
-                "entries stay on the broker and reads skip them using the logical low "
-                "watermark in topic %s", self.namespace, self.settings.bootstrap_servers,
-                self.topic(SNAPSHOTS),
-            )
-        self._delete_records_ok = ok
-
-    def reset(self) -> None:
-        with self._lock:
-            logs, self._logs = list(self._logs.values()), {}
-            self._writable = set()
-        with self._meta_lock:
-            if self._meta_log is not None:
-                logs.append(self._meta_log)
-            self._meta_log, self._meta, self._meta_pos = None, {}, 0
-        for log_ in logs:
-            log_.close()
-
-    def close(self) -> None:
-        with self._lock:
-            logs, self._logs = list(self._logs.values()), {}
-            sender, self._sender = self._sender, None
-        if self._meta_log is not None:
-            logs.append(self._meta_log)
-        for log_ in logs:
-            log_.close()
-        if sender is not None:
-            sender.close(self.settings.request_timeout_ms / 1000)
-        self.admin.close()

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kafka.errors as kerr
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -27,9 +27,12 @@ from pyspark_durable.errors import (
     OffsetOutOfRange,
 )
 from pyspark_durable.log.base import Entry, Record
-from pyspark_durable.log.kafka_admin import KafkaSettings, OneTopicRule, broker_reachability
+from pyspark_durable.log.kafka_admin import KafkaClient, OneTopicRule, broker_reachability
 from pyspark_durable.log.kafka_auth import authentication_failed, py_check_credentials
 from pyspark_durable.secrets import KAFKA_PYTHON_LOGGERS, install_log_filter
+
+if TYPE_CHECKING:
+    from pyspark_durable.log.kafka_settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +183,7 @@ def no_auto_create(client: Any) -> Any:
     return client
 
 
-class PyReader:
+class KafkaPythonReader:
     """kafka-python's KafkaConsumer as a :class:`Reader`."""
 
     def __init__(self, settings: KafkaSettings, topic: str, where: Mapping[str, Any]) -> None:
@@ -218,7 +221,7 @@ class PyReader:
         _close_quietly(self.consumer)
 
 
-class PySender:
+class KafkaPythonSender:
     """kafka-python's KafkaProducer as a :class:`Sender`.
 
     A producer whose batch expired is replaced before the next send: kafka-python
@@ -287,7 +290,7 @@ def _close_quietly(client: Any, **kwargs: Any) -> None:
         log.debug("closing a Kafka client failed: %s", exc)
 
 
-class TopicAdmin(OneTopicRule):
+class KafkaPythonAdmin(OneTopicRule):
     """Creates, describes and lists topics with kafka-python; never relies on auto-creation."""
 
     def __init__(self, settings: KafkaSettings, namespace: str | None = None) -> None:
@@ -387,3 +390,8 @@ class TopicAdmin(OneTopicRule):
             self.client.close()
         except Exception as exc:  # noqa: BLE001 - closing must not mask the real error
             log.debug("closing the Kafka admin client failed: %s", exc)
+
+
+CLIENT = KafkaClient("kafka-python", configs=client_configs, reader=KafkaPythonReader,
+                     sender=KafkaPythonSender, admin=KafkaPythonAdmin,
+                     keys=lambda: KAFKA_KEYS, default_of=default_of)

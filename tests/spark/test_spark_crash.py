@@ -69,10 +69,10 @@ def spark_wal(wal_opts: dict) -> dict:
     return dict(wal_opts)
 
 
-@pytest.fixture(params=["file", "kafka"])
+@pytest.fixture(params=["file", "confluent"])
 def wal(request, tmp_path) -> tuple[dict, dict]:
-    """(Spark options, endpoint config) of a fresh namespace; Kafka on the confluent client
-    (the rest of the Spark tests run the default, kafka-python)."""
+    """(Spark options, endpoint config) of a fresh namespace: the file log, or Kafka on
+    the confluent client (the product's default)."""
     ns = f"c{uuid.uuid4().hex[:10]}"
     if request.param == "file":
         path = str(tmp_path / "wal")

@@ -12,11 +12,11 @@ import json
 import subprocess
 import sys
 
-from pyspark_durable.cli.check import Checker
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import DurableWalError
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Cleaner
+from pyspark_durable.wal.check import Checker
 
 
 def mount(*args: str) -> None:

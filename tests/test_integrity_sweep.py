@@ -20,11 +20,11 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
-from pyspark_durable.cli.check import Checker
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import DurableWalError
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Cleaner
+from pyspark_durable.wal.check import Checker
 
 NS = "sweep"
 HEAD_TAIL_BYTES = 40  # every byte of a file's first and last bytes is flipped

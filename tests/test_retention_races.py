@@ -21,9 +21,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pyspark_durable.cli.check import Checker
 from pyspark_durable.errors import AttemptLost
 from pyspark_durable.wal import Cleaner, Namespace
+from pyspark_durable.wal.check import Checker
 
 sys.path.insert(0, str(Path(__file__).parent))
 from race_child import rows_for

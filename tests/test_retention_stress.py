@@ -29,8 +29,8 @@ from typing import IO
 
 import pytest
 
-from pyspark_durable.cli.check import Checker
 from pyspark_durable.wal import Cleaner, Namespace, table_id_for_name
+from pyspark_durable.wal.check import Checker
 
 pytestmark = pytest.mark.crash
 BACKENDS = ["file", "confluent"]

@@ -17,11 +17,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pyspark_durable.cli.check import Checker
 from pyspark_durable.endpoint import read_steps, write_step
 from pyspark_durable.errors import LogNotFound, RoutingError, SchemaMismatch
 from pyspark_durable.log import Record
 from pyspark_durable.wal import Cleaner, Namespace
+from pyspark_durable.wal.check import Checker
 from pyspark_durable.wal.records import encode_meta
 from pyspark_durable.wal.schemas import common_type, union_by_name
 from pyspark_durable.wal.state import SNAPSHOT_NAME, NamespaceState, seal_snapshot

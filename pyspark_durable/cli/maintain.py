@@ -12,8 +12,8 @@ from pyspark_durable.endpoint.lag import reader_lags
 from pyspark_durable.errors import DurableWalError
 from pyspark_durable.log import Log, LogStore
 from pyspark_durable.wal import Cleaner, RetentionPolicy
+from pyspark_durable.wal.check import run_check
 
-from .check import run_check
 from .commands import _namespace, _output
 from .render import Part, Progress, TextTable, iso_ms, span, styled
 from .target import open_listed_store, target_from_args

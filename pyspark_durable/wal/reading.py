@@ -10,7 +10,7 @@ through :meth:`NamespaceReads._step_batch`, so the checks are written once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -20,7 +20,7 @@ from pyspark_durable.codec import codec_for, decode_key, decode_value
 from pyspark_durable.codec.payload import PayloadCodec
 from pyspark_durable.errors import CorruptEntryError, OffsetOutOfRange
 from pyspark_durable.log import Entry
-from pyspark_durable.wal.records import Run, StepCommit
+from pyspark_durable.wal.records import Run, StepCommit, TableInfo
 from pyspark_durable.wal.schemas import conform
 
 if TYPE_CHECKING:
@@ -54,6 +54,31 @@ class _RunRead:
     seq0: int  # sequence number of the run's first entry
     attempts: set[bytes]
     codec: PayloadCodec | None = field(default=None)
+
+
+def foreign_attempt(commit: StepCommit, entry: Entry) -> str | None:
+    """Why ``entry`` cannot be one of ``commit``'s (None: its attempt is one the step
+    names). One check for reads and for ``durablewal check``."""
+    raw = entry.header("a")
+    attempt = None if raw is None else raw.decode(errors="replace")
+    if attempt in commit.attempts:
+        return None
+    return (f"entry belongs to attempt {attempt!r}, which step {commit.step} does not name "
+            f"({', '.join(commit.attempts)})")
+
+
+def foreign_table(tables: Mapping[int, TableInfo], commit: StepCommit, run: Run,
+                  table_id: int) -> str | None:
+    """Why an entry holding ``table_id`` cannot be in ``run`` (None: it can)."""
+    if table_id == run.table_id:
+        return None
+    return (f"entry holds table {table_name(tables, table_id)}, step {commit.step} says "
+            f"{table_name(tables, run.table_id)}")
+
+
+def table_name(tables: Mapping[int, TableInfo], table_id: int) -> str:
+    info = tables.get(table_id)
+    return f"{info.name} (id {table_id})" if info is not None else f"id {table_id}"
 
 
 class NamespaceReads:
@@ -182,17 +207,13 @@ class NamespaceReads:
                 f"step {commit.step} names schema version {run.schema_version} of table "
                 f"{info.name}, which has {len(info.schemas)}", namespace=self.name,
                 region=run.region_id)
-        if entry.header("a") not in item.attempts:
-            raise CorruptEntryError(
-                f"entry belongs to attempt {entry.header('a')!r}, not to step "
-                f"{commit.step}", namespace=self.name, region=run.region_id,
-                offset=entry.offset)
+        problem = foreign_attempt(commit, entry)
         key = decode_key(entry.key, expect_namespace_id=self.namespace_id,
                          expect_region_id=run.region_id, offset=entry.offset)
-        if key.table_id != run.table_id:
-            raise CorruptEntryError(
-                f"entry holds table {key.table_id}, the step says {run.table_id}",
-                namespace=self.name, region=run.region_id, offset=entry.offset)
+        problem = problem or foreign_table(self.state.tables, commit, run, key.table_id)
+        if problem:
+            raise CorruptEntryError(problem, namespace=self.name, region=run.region_id,
+                                    offset=entry.offset, step=commit.step)
         payload = decode_value(entry.value, region_id=run.region_id, offset=entry.offset)
         if item.codec is None:
             item.codec = codec_for(info.payload_format, info.schemas[run.schema_version])

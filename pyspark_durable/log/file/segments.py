@@ -210,7 +210,8 @@ def scan_segment(seg: Segment, *, acked: int, exclusive: bool, tail: bool,
                     "damage, not a torn write", **where, offset=expect)
             if verdict is Verdict.CORRUPT:
                 raise CorruptEntryError(f"{bad.reason} at byte {bad.pos} of segment "
-                                        f"{seg.path.name} (expected offset {expect})", **where)
+                                        f"{seg.path.name} (expected offset {expect})", **where,
+                                        offset=expect)
             if exclusive:
                 log.warning("namespace=%s log=%s: truncating torn tail of %s at byte %d "
                             "(%d bytes, %s); no acknowledged entry is lost", namespace, name,

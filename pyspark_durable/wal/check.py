@@ -1,4 +1,7 @@
-"""``durablewal check``: verify a namespace end to end, and list every problem found.
+"""The integrity check (``durablewal check``): verify a namespace end to end, and list
+every problem found. The per-entry checks are the read path's own
+(:func:`~pyspark_durable.wal.reading.foreign_attempt`, ``foreign_table``, the key and
+value decoders); what differs is that this goes on after a problem.
 
 Readers stop at the first problem they meet; an operator wants all of them, named by
 place. So this reads everything once and keeps going where it can:
@@ -23,23 +26,18 @@ cannot trust); what lies after it is reported as not verified.
 from __future__ import annotations
 
 import itertools
-import re
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark_durable.codec import codec_for, decode_key, decode_value
 from pyspark_durable.errors import DurableWalError, coordinates
 from pyspark_durable.log import Entry, Log, LogStore
-from pyspark_durable.wal import Run, StepCommit
+from pyspark_durable.wal.check_report import CheckReport, Problem
 from pyspark_durable.wal.namespace import COMMITS_LOG
-from pyspark_durable.wal.records import decode_record
+from pyspark_durable.wal.reading import foreign_attempt, foreign_table, table_name
+from pyspark_durable.wal.records import Run, StepCommit, decode_record
 from pyspark_durable.wal.state import SNAPSHOT_NAME, NamespaceState
-
-from .check_report import CheckReport, Problem
-from .render import Progress
-
-_EXPECTED_OFFSET = re.compile(r"expected offset (\d+)")
 
 
 @dataclass
@@ -60,12 +58,33 @@ def _strip_prefix(exc: DurableWalError) -> str:
     return text[len(prefix):] if exc.where and text.startswith(prefix) else text
 
 
+class CheckProgress(Protocol):
+    """What the checker tells of its progress (the CLI draws bars from it)."""
+
+    def task(self, description: str, total: int, unit: str) -> Any: ...
+
+    def advance(self, task: Any, n: int = 1) -> None: ...
+
+    def update(self, task: Any, **fields: Any) -> None: ...
+
+
+class _Silent:
+    def task(self, description: str, total: int, unit: str) -> None:
+        return None
+
+    def advance(self, task: Any, n: int = 1) -> None:
+        pass
+
+    def update(self, task: Any, **fields: Any) -> None:
+        pass
+
+
 class Checker:
     """One ``check`` pass over one namespace of a store."""
 
-    def __init__(self, store: LogStore, progress: Progress | None = None) -> None:
+    def __init__(self, store: LogStore, progress: CheckProgress | None = None) -> None:
         self.store = store
-        self.progress = progress or Progress(enabled=False)
+        self.progress: CheckProgress = progress or _Silent()
         self.report = CheckReport(store.namespace)
         self.state: NamespaceState | None = None
         self._full_replay: NamespaceState | None = None  # set while the log is whole
@@ -83,8 +102,6 @@ class Checker:
         if str(found.get("log", "")).startswith("region_"):
             found.pop("log")
         merged = {**where, **{k: v for k, v in found.items() if k not in where}}
-        if "offset" not in merged and (m := _EXPECTED_OFFSET.search(str(exc))):
-            merged["offset"] = int(m.group(1))  # the file log names it in its text
         self.problem(_strip_prefix(exc), **merged)
 
     # -- the pass -----------------------------------------------------------------
@@ -241,7 +258,7 @@ class Checker:
             for key in sorted({r.key for r in commit.runs}):
                 region_id, table_id = key
                 first = commit.first_sequences.get(key)
-                name = _table_name(state, table_id)
+                name = table_name(state.tables, table_id)
                 if first is None:
                     self.problem("step has no first sequence for a table it writes",
                                  step=commit.step, region=region_id, table=name)
@@ -255,12 +272,12 @@ class Checker:
             nxt = state.next_sequences.get((region_id, table_id))
             if nxt != end:
                 self.problem(f"indexed steps end at sequence {end}, the next sequence is "
-                             f"{nxt}", region=region_id, table=_table_name(state, table_id))
+                             f"{nxt}", region=region_id, table=table_name(state.tables, table_id))
         for (region_id, table_id), mark in state.marks.items():
             nxt = state.next_sequences.get((region_id, table_id), 0)
             if mark > nxt:
                 self.problem(f"marked deleted below {mark}, past the next sequence {nxt}",
-                             region=region_id, table=_table_name(state, table_id))
+                             region=region_id, table=table_name(state.tables, table_id))
 
     # -- regions --------------------------------------------------------------------
 
@@ -383,16 +400,13 @@ class Checker:
                          entry: Entry, table_id: int | None) -> None:
         step = rc.commit.step
         rc.entries += 1
-        raw = entry.header("a")
-        attempt = None if raw is None else raw.decode(errors="replace")
-        if attempt not in rc.commit.attempts:
-            self.problem(f"entry belongs to attempt {attempt!r}, which step {step} does not "
-                         f"name ({', '.join(rc.commit.attempts)})", region=region_id,
-                         offset=entry.offset, step=step)
-        if table_id is not None and table_id != rc.run.table_id:
-            found, said = _table_name(state, table_id), _table_name(state, rc.run.table_id)
-            self.problem(f"entry holds table {found}, step {step} says {said}",
-                         region=region_id, offset=entry.offset, step=step)
+        problem = foreign_attempt(rc.commit, entry)
+        if problem:
+            self.problem(problem, region=region_id, offset=entry.offset, step=step)
+        problem = None if table_id is None else foreign_table(state.tables, rc.commit,
+                                                              rc.run, table_id)
+        if problem:
+            self.problem(problem, region=region_id, offset=entry.offset, step=step)
             rc.mismatched = True
             return
         info = state.tables[rc.run.table_id]
@@ -425,16 +439,11 @@ class Checker:
                      region=region_id, offset=offset)
 
 
-def _table_name(state: NamespaceState, table_id: int) -> str:
-    info = state.tables.get(table_id)
-    return f"{info.name} (id {table_id})" if info is not None else f"id {table_id}"
-
-
 def _steps_text(steps: list[int]) -> str:
     return ", ".join(map(str, steps[:10])) + (f" and {len(steps) - 10} more"
                                                if len(steps) > 10 else "")
 
 
-def run_check(store: LogStore, progress: Progress | None = None) -> CheckReport:
+def run_check(store: LogStore, progress: CheckProgress | None = None) -> CheckReport:
     """Check the namespace of ``store``; see the module docstring."""
     return Checker(store, progress).run()

@@ -28,7 +28,6 @@ import base64
 import fcntl
 import os
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -36,6 +35,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from helpers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 POM = ROOT / "jars" / "kafka-broker" / "pom.xml"
@@ -75,12 +76,6 @@ def kafka_classpath() -> str:
                                        f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
             stamp.touch()
     return f"{LIBS}/*"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -30,7 +30,7 @@ from pyspark_durable.wal import Cleaner
 
 
 @pytest.fixture
-def wal(tmp_path):
+def shop_wal(tmp_path):
     """A file WAL with two committed steps of table t (region 0) and u (region 1)."""
     config = {"backend": "file", "namespace": "shop", "options": {"path": str(tmp_path / "w")}}
     ns = open_namespace(config)
@@ -81,11 +81,11 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_bad_input_is_a_typed_error_naming_it(wal, tmp_path, case):
+def test_bad_input_is_a_typed_error_naming_it(shop_wal, tmp_path, case):
     """This tests that one bad input at a public boundary raises the typed error that names
     it, and that the namespace still holds its two steps afterwards."""
     (tmp_path / "f").write_text("not a folder")
-    config, ns = wal
+    config, ns = shop_wal
     call, kind, message = CASES[case]
     with pytest.raises(kind, match=re.escape(message)):
         call(config, ns, tmp_path)
@@ -93,27 +93,27 @@ def test_bad_input_is_a_typed_error_naming_it(wal, tmp_path, case):
     assert open_namespace(config).steps() == range(0, 2)
 
 
-def test_comma_separated_regions_are_parsed_not_split_into_characters(wal):
+def test_comma_separated_regions_are_parsed_not_split_into_characters(shop_wal):
     """This tests that ``regions="0,1"`` in an endpoint config means regions 0 and 1."""
-    config, _ = wal
+    config, _ = shop_wal
     assert input_endpoint({**config, "regions": "0,1"}).regions == {0, 1}
     assert input_endpoint({**config, "regions": "1"}).regions == {1}
 
 
-def test_read_steps_of_an_expired_start_names_what_is_left(wal):
+def test_read_steps_of_an_expired_start_names_what_is_left(shop_wal):
     """This tests that read_steps from an expired step is StepExpired naming the range."""
-    _, ns = wal
+    _, ns = shop_wal
     ns.expire(1)
     Cleaner(ns, grace_ms=0).run_once()
     with pytest.raises(StepExpired, match=re.escape("available steps are [1, 2)")):
         read_steps(ns, "t", start=0)
 
 
-def test_disk_full_is_typed_names_log_and_path_and_loses_nothing(wal, monkeypatch):
+def test_disk_full_is_typed_names_log_and_path_and_loses_nothing(shop_wal, monkeypatch):
     """This tests that an append failing with ENOSPC is a BackendUnavailable naming the
     namespace, the log and the folder, that no step is committed by it, that the
     acknowledged steps stay readable, and that writing works again once space is back."""
-    config, ns = wal
+    config, ns = shop_wal
     real = os.writev
 
     def full(fd, buffers):
@@ -131,11 +131,11 @@ def test_disk_full_is_typed_names_log_and_path_and_loses_nothing(wal, monkeypatc
     assert read_steps(open_namespace(config), "t").column("id").to_pylist() == [1, 3]
 
 
-def test_failed_atomic_writes_leave_no_temporary_file(wal, monkeypatch, tmp_path):
+def test_failed_atomic_writes_leave_no_temporary_file(shop_wal, monkeypatch, tmp_path):
     """This tests that a cleaner whose low-watermark or snapshot write fails (disk full at
     fsync) raises a typed error naming what it wrote and where, leaves no temporary file
     behind, and that the next pass, with space back, cleans."""
-    config, ns = wal
+    config, ns = shop_wal
     ns.expire(2)
     real = os.fsync
     failing = [".tmp"]
@@ -165,7 +165,7 @@ def test_every_error_above_is_a_durable_wal_error():
     assert pa is not None
 
 
-def test_handle_notices_a_restored_or_recreated_wal(wal, tmp_path):
+def test_handle_notices_a_restored_or_recreated_wal(shop_wal, tmp_path):
     """This tests that a long-lived handle whose WAL folder was restored from an older copy,
     or deleted and created again, raises IncarnationMismatch naming what it knew and what
     it finds (never stale rows, never a bogus corruption error), then follows the WAL."""
@@ -173,7 +173,7 @@ def test_handle_notices_a_restored_or_recreated_wal(wal, tmp_path):
 
     from pyspark_durable.errors import IncarnationMismatch
 
-    config, ns = wal
+    config, ns = shop_wal
     root = tmp_path / "w"
     shutil.copytree(root, tmp_path / "backup")
     for ws in range(2, 5):

@@ -50,7 +50,7 @@ def file_config(root: Path, namespace: str = NS) -> dict:
 
 
 @pytest.fixture
-def wal(tmp_path: Path) -> Path:
+def wal_root(tmp_path: Path) -> Path:
     """A WAL folder with namespace 'shop' (12 steps) and namespace 'other' (1 step)."""
     root = tmp_path / "wal"
     ns = open_namespace(file_config(root))
@@ -93,38 +93,38 @@ def lines(text: str) -> list[list[str]]:
 # -- every command on the file backend ---------------------------------------------
 
 
-def test_namespaces_lists_summaries(wal, capsys):
+def test_namespaces_lists_summaries(wal_root, capsys):
     """This tests that `namespaces` lists each namespace with id, regions, tables and steps."""
-    code, out, err = cli(capsys, "namespaces", wal)
+    code, out, err = cli(capsys, "namespaces", wal_root)
     assert (code, err) == (0, "")
     rows = lines(out)
     assert rows[0] == ["namespace", "id", "regions", "tables", "steps", "note"]
     assert rows[2] == ["other", "7", "1", "1", "[0, 1)"]
     assert rows[3] == ["shop", "0", "2", "2", "[0, 12)"]
-    doc = cli_json(capsys, "namespaces", "--path", wal)
+    doc = cli_json(capsys, "namespaces", "--path", wal_root)
     shop = {n["name"]: n for n in doc["namespaces"]}["shop"]
     assert (doc["backend"], shop["regions"], shop["tables"]) == ("file", [0, 1],
                                                                  ["events", "orders"])
     assert (shop["first_step"], shop["next_step"]) == (0, 12)
-    code, out, _ = cli(capsys, "namespaces", wal, "--names-only")
+    code, out, _ = cli(capsys, "namespaces", wal_root, "--names-only")
     assert (code, out) == (0, "other\nshop\n")
-    (wal / "stray").mkdir()  # a folder that is no namespace: noted, and left untouched
-    code, out, _ = cli(capsys, "namespaces", wal)
+    (wal_root / "stray").mkdir()  # a folder that is no namespace: noted, and left untouched
+    code, out, _ = cli(capsys, "namespaces", wal_root)
     assert code == 0 and lines(out)[4][0] == "stray"
     assert lines(out)[4][-1] == (f"namespace 'stray' is not a WAL namespace (it has no commits "
-                                 f"log) in folder {wal}")  # whole, never cut
-    assert list((wal / "stray").iterdir()) == []
+                                 f"log) in folder {wal_root}")  # whole, never cut
+    assert list((wal_root / "stray").iterdir()) == []
 
 
-def test_regions_show_watermarks_and_tables(wal, capsys):
+def test_regions_show_watermarks_and_tables(wal_root, capsys):
     """This tests that `regions` shows each region's watermarks, entry count and tables."""
-    code, out, err = cli(capsys, "regions", wal, "--namespace", NS)
+    code, out, err = cli(capsys, "regions", wal_root, "--namespace", NS)
     assert (code, err) == (0, "")
     assert lines(out)[0] == ["region", "low", "high", "entries", "committed", "expired",
                              "uncommitted", "tables"]
     assert lines(out)[2:] == [["0", "0", "6", "6", "6", "0", "0", "orders"],
                               ["1", "0", "6", "6", "6", "0", "0", "events"]]
-    doc = cli_json(capsys, "regions", wal, "--namespace", NS)
+    doc = cli_json(capsys, "regions", wal_root, "--namespace", NS)
     assert doc["regions"] == [
         {"region": 0, "low_watermark": 0, "high_watermark": 6, "entries": 6,
          "tables": ["orders"], "committed": 6, "expired": 0, "uncommitted": 0},
@@ -134,11 +134,11 @@ def test_regions_show_watermarks_and_tables(wal, capsys):
     assert (doc["steps"], doc["first_indexed_step"]) == ([0, 12], 0)
 
 
-def test_regions_count_uncommitted_and_expired_entries_apart(wal, capsys):
+def test_regions_count_uncommitted_and_expired_entries_apart(wal_root, capsys):
     """This tests that `regions` counts apart, by number, in the table and in --json, the
     entries of a killed attempt that never committed and of an expired step, so that the
     committed count matches the sequence range `tables` shows."""
-    ns = open_namespace(file_config(wal))
+    ns = open_namespace(file_config(wal_root))
     killed = ns.begin("loader", STEPS)  # a task attempt killed after writing: never committed
     killed.write("orders", orders(90))
     killed.receipt()
@@ -150,15 +150,15 @@ def test_regions_count_uncommitted_and_expired_entries_apart(wal, capsys):
     assert ghost.commit() == 12  # the pair is committed: the duplicate adds nothing
     ns.expire(2)  # steps 0 and 1: one entry of orders, one of events
     ns.close()
-    tables = cli_json(capsys, "tables", wal, "--namespace", NS)
+    tables = cli_json(capsys, "tables", wal_root, "--namespace", NS)
     orders_seq = {t["name"]: t for t in tables["tables"]}["orders"]["regions"][0]
     assert (orders_seq["first_sequence"], orders_seq["next_sequence"]) == (1, 7)
-    doc = cli_json(capsys, "regions", wal, "--namespace", NS)
+    doc = cli_json(capsys, "regions", wal_root, "--namespace", NS)
     assert [{k: r[k] for k in ("region", "entries", "committed", "expired", "uncommitted")}
             for r in doc["regions"]] == [
         {"region": 0, "entries": 9, "committed": 6, "expired": 1, "uncommitted": 2},
         {"region": 1, "entries": 6, "committed": 5, "expired": 1, "uncommitted": 0}]
-    code, out, err = cli(capsys, "regions", wal, "--namespace", NS)
+    code, out, err = cli(capsys, "regions", wal_root, "--namespace", NS)
     assert (code, err) == (0, "")
     assert lines(out)[2:4] == [["0", "0", "9", "9", "6", "1", "2", "orders"],
                                ["1", "0", "6", "6", "5", "1", "0", "events"]]
@@ -166,14 +166,14 @@ def test_regions_count_uncommitted_and_expired_entries_apart(wal, capsys):
     assert notes[0].startswith("expired: entries of steps below 2, ")
     assert notes[1].startswith("uncommitted: entries no committed step refers to (killed, ")
     assert len(notes) == 2  # all steps are indexed: nothing else counts as uncommitted
-    clean = cli_json(capsys, "clean", wal, "--namespace", NS, "--grace-ms", "0")
+    clean = cli_json(capsys, "clean", wal_root, "--namespace", NS, "--grace-ms", "0")
     # the expired entry goes; the uncommitted ones lie between retained entries and stay
     assert clean["regions"][0]["low_after"] == 1
-    doc = cli_json(capsys, "regions", wal, "--namespace", NS)
+    doc = cli_json(capsys, "regions", wal_root, "--namespace", NS)
     assert [(r["entries"], r["committed"], r["expired"], r["uncommitted"])
             for r in doc["regions"]] == [(8, 6, 0, 2), (5, 5, 0, 0)]
     assert doc["first_indexed_step"] == 2  # the cleaner's snapshot forgot steps 0 and 1
-    out = cli(capsys, "regions", wal, "--namespace", NS)[1]
+    out = cli(capsys, "regions", wal_root, "--namespace", NS)[1]
     assert out.splitlines()[4:] == [
         "uncommitted: entries no committed step refers to (killed, failed or aborted task "
         "attempts, duplicates of a committed batch, attempts in flight); readers never see "
@@ -184,14 +184,14 @@ def test_regions_count_uncommitted_and_expired_entries_apart(wal, capsys):
         "yet count as uncommitted too)"]
 
 
-def test_tables_show_schema_rows_and_sequences(wal, capsys):
+def test_tables_show_schema_rows_and_sequences(wal_root, capsys):
     """This tests that `tables` shows schema, format, row count and sequence range per table."""
-    code, out, err = cli(capsys, "tables", wal, "--namespace", NS)
+    code, out, err = cli(capsys, "tables", wal_root, "--namespace", NS)
     assert (code, err) == (0, "")
     rows = {r[0]: r for r in lines(out)[2:]}
     assert rows["orders"][1:] == ["0", "arrow", "24", "[0, 6)", "id: int64, item: string"]
     assert rows["events"][1:] == ["1", "avro", "6", "[0, 6)", "kind: string, n: int64"]
-    doc = cli_json(capsys, "tables", wal, "--namespace", NS)
+    doc = cli_json(capsys, "tables", wal_root, "--namespace", NS)
     t = {x["name"]: x for x in doc["tables"]}["orders"]
     assert t["rows"] == 24
     assert t["regions"] == [{"region": 0, "rows": 24, "bytes": t["bytes"], "first_sequence": 0,
@@ -204,38 +204,38 @@ def test_tables_show_schema_rows_and_sequences(wal, capsys):
     assert int(t["id"]) >= 2**63 and t["id"] not in out
 
 
-def test_steps_list_writers_rows_and_ranges(wal, capsys):
+def test_steps_list_writers_rows_and_ranges(wal_root, capsys):
     """This tests that `steps` lists writer, writer step, rows and bytes, honouring --from/--to/--limit."""
-    code, out, err = cli(capsys, "steps", wal, "--namespace", NS)
+    code, out, err = cli(capsys, "steps", wal_root, "--namespace", NS)
     assert (code, err) == (0, "")
     assert out.splitlines()[0] == "namespace 'shop': retained steps [0, 12), showing 12"
     body = lines(out)[3:]
     assert [r[:4] for r in body[:2]] == [["0", "loader", "0", "4"],
                                          ["1", "events-writer", "0", "1"]]
     assert body[1][5] == "events" and body[1][6].endswith("Z")
-    doc = cli_json(capsys, "steps", wal, "--namespace", NS, "--from", "2", "--to", "9",
+    doc = cli_json(capsys, "steps", wal_root, "--namespace", NS, "--from", "2", "--to", "9",
                    "--limit", "3")
     assert [s["step"] for s in doc["steps"]] == [2, 3, 4]
     assert [(s["writer_id"], s["writer_step"], s["rows"]) for s in doc["steps"]] == [
         ("loader", 1, 4), ("events-writer", 1, 1), ("loader", 2, 4)]
     assert all(s["bytes"] > 0 and s["commit_timestamp_ms"] > 0 for s in doc["steps"])
-    latest = cli_json(capsys, "steps", wal, "--namespace", NS, "--limit", "2")
+    latest = cli_json(capsys, "steps", wal_root, "--namespace", NS, "--limit", "2")
     assert [s["step"] for s in latest["steps"]] == [10, 11]
     assert latest["retained"] == [0, 12]
 
 
-def test_tail_shows_last_rows_with_step_and_sequence(wal, capsys):
+def test_tail_shows_last_rows_with_step_and_sequence(wal_root, capsys):
     """This tests that `tail` shows the last N rows of a table, with their step and sequence."""
-    code, out, err = cli(capsys, "tail", wal, "--namespace", NS, "--table", "orders", "-n", "6")
+    code, out, err = cli(capsys, "tail", wal_root, "--namespace", NS, "--table", "orders", "-n", "6")
     assert (code, err) == (0, "")
     rows = lines(out)
     assert rows[0] == ["_step", "_region", "_sequence", "id", "item"]
     assert rows[2:] == [["8", "0", "4", "18", "item-18"], ["8", "0", "4", "19", "item-19"]] + [
         ["10", "0", "5", str(i), f"item-{i}"] for i in range(20, 24)]
-    doc = cli_json(capsys, "tail", wal, "--namespace", NS, "--table", "events", "-n", "2")
+    doc = cli_json(capsys, "tail", wal_root, "--namespace", NS, "--table", "events", "-n", "2")
     assert doc["rows"] == [{"_step": 9, "_region": 1, "_sequence": 4, "kind": "e4", "n": 4},
                            {"_step": 11, "_region": 1, "_sequence": 5, "kind": "e5", "n": 5}]
-    assert cli_json(capsys, "tail", wal, "--namespace", NS, "--table", "orders",
+    assert cli_json(capsys, "tail", wal_root, "--namespace", NS, "--table", "orders",
                     "-n", "0")["rows"] == []
 
 
@@ -249,37 +249,37 @@ def flip_middle_byte(root: Path, namespace: str = NS) -> Path:
     return seg
 
 
-def test_check_passes_then_fails_on_a_flipped_byte(wal, capsys):
+def test_check_passes_then_fails_on_a_flipped_byte(wal_root, capsys):
     """This tests that `check` says OK on a healthy WAL and exits 1 naming region and offset
     after one byte in the middle of a segment is flipped; other commands then fail in one line."""
-    code, out, err = cli(capsys, "check", wal, "--namespace", NS)
+    code, out, err = cli(capsys, "check", wal_root, "--namespace", NS)
     assert (code, err) == (0, "")
     assert out.startswith("OK: namespace 'shop': ") and "12 entries" in out
-    assert cli_json(capsys, "check", wal, "--namespace", NS)["ok"] is True
-    seg = flip_middle_byte(wal)
-    code, out, err = cli(capsys, "check", wal, "--namespace", NS)
+    assert cli_json(capsys, "check", wal_root, "--namespace", NS)["ok"] is True
+    seg = flip_middle_byte(wal_root)
+    code, out, err = cli(capsys, "check", wal_root, "--namespace", NS)
     assert code == 1 and err == ""
     assert out.startswith("FAILED: namespace 'shop': ")
     problem = out.splitlines()[1]
     assert "region=0 offset=" in problem and seg.name in problem, out
-    code, out, _ = cli(capsys, "check", wal, "--namespace", NS, "--json")
+    code, out, _ = cli(capsys, "check", wal_root, "--namespace", NS, "--json")
     doc = json.loads(out)
     assert code == 1 and doc["ok"] is False
     assert doc["problems"][0]["where"]["region"] == 0
     assert isinstance(doc["problems"][0]["where"]["offset"], int)
-    code, out, err = cli(capsys, "tail", wal, "--namespace", NS, "--table", "orders")
+    code, out, err = cli(capsys, "tail", wal_root, "--namespace", NS, "--table", "orders")
     assert_one_line_error(code, out, err, "log=region_0", "durablewal check")
-    assert cli(capsys, "check", wal, "--namespace", "other")[0] == 0  # other namespace intact
+    assert cli(capsys, "check", wal_root, "--namespace", "other")[0] == 0  # other namespace intact
 
 
-def test_sealed_segment_cut_at_a_frame_boundary_is_named(wal, capsys):
+def test_sealed_segment_cut_at_a_frame_boundary_is_named(wal_root, capsys):
     """This tests that a sealed (not last) segment cut exactly after one of its frames makes
     reads fail with a typed error naming that segment and the missing offsets, and that
     `check` exits 1 naming the same segment, without a traceback."""
     from pyspark_durable.errors import CorruptEntryError
     from pyspark_durable.log.file import FRAME_HEAD
 
-    segments = sorted((wal / NS / "region_0").glob("*.seg"))
+    segments = sorted((wal_root / NS / "region_0").glob("*.seg"))
     assert len(segments) >= 3
     sealed = segments[1]
     data = sealed.read_bytes()
@@ -288,16 +288,16 @@ def test_sealed_segment_cut_at_a_frame_boundary_is_named(wal, capsys):
     first = int(sealed.stem)
     with pytest.raises(CorruptEntryError, match=rf"segment {sealed.name} ends at offset "
                                                 rf"{first + 1} .* next segment starts"):
-        read_steps(open_namespace(file_config(wal)), "orders")
-    code, out, err = cli(capsys, "check", wal, "--namespace", NS)
+        read_steps(open_namespace(file_config(wal_root)), "orders")
+    code, out, err = cli(capsys, "check", wal_root, "--namespace", NS)
     assert code == 1 and err == "", err
     assert f"segment {sealed.name} ends at offset {first + 1}" in out
 
 
-def test_check_reports_wrong_attempt_and_table_in_a_step(wal, capsys):
+def test_check_reports_wrong_attempt_and_table_in_a_step(wal_root, capsys):
     """This tests that `check` finds a step whose runs hold entries of an attempt the commit
     does not name and of a table other than the one it says."""
-    ns = open_namespace(file_config(wal))
+    ns = open_namespace(file_config(wal_root))
     ghost = ns.begin("forger", 0)
     ghost.write("orders", orders(99))
     real = ghost.receipt()
@@ -307,7 +307,7 @@ def test_check_reports_wrong_attempt_and_table_in_a_step(wal, capsys):
         for e in real.entries))
     step = ns.commit("forger", 0, [forged])
     ns.close()
-    code, out, _ = cli(capsys, "check", wal, "--namespace", NS)
+    code, out, _ = cli(capsys, "check", wal_root, "--namespace", NS)
     assert code == 1
     assert out.startswith("FAILED: namespace 'shop': 2 problem(s)")
     assert f"region=0 offset=6 step={step}: entry belongs to attempt '{ghost.attempt_id}', " \
@@ -316,79 +316,79 @@ def test_check_reports_wrong_attempt_and_table_in_a_step(wal, capsys):
         f"returns (id {other.table_id})" in out
 
 
-def test_check_survives_a_lost_snapshot_and_reports_when_none_is_left(wal, capsys):
+def test_check_survives_a_lost_snapshot_and_reports_when_none_is_left(wal_root, capsys):
     """This tests that losing the newest snapshot is repaired from the one before it (the
     commits log is kept from the older kept snapshot on), and that `check` fails naming
     the commits log when no snapshot is left although the log was cleaned."""
-    ns = open_namespace(file_config(wal))
+    ns = open_namespace(file_config(wal_root))
     for upto in (4, 8, 10):
         ns.expire(upto)
         Cleaner(ns, grace_ms=0).run_once()
     older, newest = ns.store.snapshot_versions("wal")
     assert ns.store.open_log("commits").low_watermark() == older
     ns.store.delete_snapshot("wal", newest)
-    assert open_namespace(file_config(wal)).steps() == range(10, 12)
-    assert cli(capsys, "check", wal, "--namespace", NS)[0] == 0
+    assert open_namespace(file_config(wal_root)).steps() == range(10, 12)
+    assert cli(capsys, "check", wal_root, "--namespace", NS)[0] == 0
     ns.store.delete_snapshot("wal", older)
     ns.close()
-    code, out, _ = cli(capsys, "check", wal, "--namespace", NS)
+    code, out, _ = cli(capsys, "check", wal_root, "--namespace", NS)
     assert code == 1
     assert f"log=commits: the commits log was cleaned below offset {older} but there is no " \
         "snapshot" in out
 
 
-def test_clean_reports_what_it_freed(wal, capsys):
+def test_clean_reports_what_it_freed(wal_root, capsys):
     """This tests that `clean` frees nothing young by default and, after expire with no grace,
     reports per-region low watermarks before/after, the commits log and the first step."""
-    code, out, err = cli(capsys, "clean", wal, "--namespace", NS)
+    code, out, err = cli(capsys, "clean", wal_root, "--namespace", NS)
     assert (code, err) == (0, "")
     assert "(grace 300000 ms): 0 region entries freed" in out
-    ns = open_namespace(file_config(wal))
+    ns = open_namespace(file_config(wal_root))
     ns.expire(8)  # steps 0..7: orders 0-3, events 0-3
     ns.close()
-    segments_before = len(list((wal / NS / "region_0").glob("*.seg")))
-    code, out, err = cli(capsys, "clean", wal, "--namespace", NS, "--grace-ms", "0")
+    segments_before = len(list((wal_root / NS / "region_0").glob("*.seg")))
+    code, out, err = cli(capsys, "clean", wal_root, "--namespace", NS, "--grace-ms", "0")
     assert (code, err) == (0, "")
     assert out.splitlines()[0] == "cleaned namespace 'shop' (grace 0 ms): 8 region entries freed"
     assert "first retained step 8" in out
     assert lines(out)[-2:] == [["0", "0", "4", "4"], ["1", "0", "4", "4"]]
-    assert len(list((wal / NS / "region_0").glob("*.seg"))) < segments_before
-    doc = cli_json(capsys, "clean", wal, "--namespace", NS, "--grace-ms", "0")
+    assert len(list((wal_root / NS / "region_0").glob("*.seg"))) < segments_before
+    doc = cli_json(capsys, "clean", wal_root, "--namespace", NS, "--grace-ms", "0")
     assert (doc["freed_entries"], doc["first_retained_step"]) == (0, 8)
     assert doc["regions"][0] == {"region": 0, "low_before": 4, "low_after": 4, "freed": 0}
     assert doc["commits_low"]["before"] == doc["commits_low"]["after"]  # one snapshot: kept
     assert doc["snapshot_at"] > 0
-    assert cli_json(capsys, "steps", wal, "--namespace", NS)["retained"] == [8, 12]
-    code, out, _ = cli(capsys, "check", wal, "--namespace", NS)
+    assert cli_json(capsys, "steps", wal_root, "--namespace", NS)["retained"] == [8, 12]
+    code, out, _ = cli(capsys, "check", wal_root, "--namespace", NS)
     assert code == 0 and "snapshot at commits offset" in out
 
 
 # -- errors -----------------------------------------------------------------------
 
 
-def test_bad_input_is_one_line_exit_2(wal, tmp_path, capsys):
+def test_bad_input_is_one_line_exit_2(wal_root, tmp_path, capsys):
     """This tests that a missing path, an unknown namespace or table and a bad backend choice
     each fail with one line on stderr and exit 2, and create nothing."""
-    before = sorted(p.name for p in wal.iterdir())
+    before = sorted(p.name for p in wal_root.iterdir())
     assert_one_line_error(*cli(capsys, "tables", tmp_path / "nope"), "does not exist",
                           str(tmp_path / "nope"))
-    assert_one_line_error(*cli(capsys, "tables", wal, "--namespace", "nope"),
+    assert_one_line_error(*cli(capsys, "tables", wal_root, "--namespace", "nope"),
                           "unknown namespace 'nope'; namespaces: other, shop")
-    assert_one_line_error(*cli(capsys, "check", wal), "unknown namespace 'default'")
-    assert_one_line_error(*cli(capsys, "tail", wal, "--namespace", NS, "--table", "nope"),
+    assert_one_line_error(*cli(capsys, "check", wal_root), "unknown namespace 'default'")
+    assert_one_line_error(*cli(capsys, "tail", wal_root, "--namespace", NS, "--table", "nope"),
                           "unknown table 'nope'", "orders")
     assert_one_line_error(*cli(capsys, "steps"), "no WAL given")
-    assert_one_line_error(*cli(capsys, "steps", wal, "--path", wal), "once")
-    assert_one_line_error(*cli(capsys, "steps", wal / NS, "--namespace", NS),
-                          f"pass {wal} --namespace {NS}")
-    assert sorted(p.name for p in wal.iterdir()) == before
+    assert_one_line_error(*cli(capsys, "steps", wal_root, "--path", wal_root), "once")
+    assert_one_line_error(*cli(capsys, "steps", wal_root / NS, "--namespace", NS),
+                          f"pass {wal_root} --namespace {NS}")
+    assert sorted(p.name for p in wal_root.iterdir()) == before
     with pytest.raises(SystemExit) as info:  # argparse: usage errors exit 2 as well
-        main(["tail", str(wal), "-n", "-3", "--table", "orders"])
+        main(["tail", str(wal_root), "-n", "-3", "--table", "orders"])
     assert info.value.code == 2
     assert "-3 is negative" in capsys.readouterr().err
 
 
-def test_a_command_recovers_the_namespace_once_and_names_an_empty_one(wal, monkeypatch,
+def test_a_command_recovers_the_namespace_once_and_names_an_empty_one(wal_root, monkeypatch,
                                                                       capsys):
     """A command over one namespace recovers its state once (on Kafka a recovery reads
     the snapshots and commits topics; it recovered twice), and a namespace whose
@@ -400,16 +400,16 @@ def test_a_command_recovers_the_namespace_once_and_names_an_empty_one(wal, monke
     real, calls = NamespaceState.recover, []
     monkeypatch.setattr(NamespaceState, "recover",
                         staticmethod(lambda *a: calls.append(1) or real(*a)))
-    code, out, err = cli(capsys, "tables", wal, "--namespace", NS)
+    code, out, err = cli(capsys, "tables", wal_root, "--namespace", NS)
     assert (code, err) == (0, "") and "orders" in out and len(calls) == 1
-    store = open_store("file", "blank", path=str(wal))
+    store = open_store("file", "blank", path=str(wal_root))
     store.open_log(COMMITS_LOG, create=True)
     store.close()
-    assert_one_line_error(*cli(capsys, "tables", wal, "--namespace", "blank"),
+    assert_one_line_error(*cli(capsys, "tables", wal_root, "--namespace", "blank"),
                           "namespace 'blank'", "is empty: nothing was ever committed")
 
 
-def test_version_and_typos_get_the_subcommands_usage(wal, capsys):
+def test_version_and_typos_get_the_subcommands_usage(wal_root, capsys):
     """This tests that --version names the package and the Kafka clients, and that a typo'd
     flag fails with the subcommand's usage and the flag it meant, exit 2."""
     with pytest.raises(SystemExit) as info:
@@ -418,7 +418,7 @@ def test_version_and_typos_get_the_subcommands_usage(wal, capsys):
     assert info.value.code == 0 and out.startswith("durablewal 0.1.0 (pyspark ")
     assert "kafka clients:" in out and len(out.splitlines()) == 1
     with pytest.raises(SystemExit) as info:
-        main(["tables", str(wal), "--namspace", NS])
+        main(["tables", str(wal_root), "--namspace", NS])
     err = capsys.readouterr().err
     assert info.value.code == 2
     assert err.startswith("usage: durablewal tables ")
@@ -471,55 +471,55 @@ def terminal_env(monkeypatch):
     return monkeypatch
 
 
-def test_progress_goes_to_a_terminal_stderr_only(wal, terminal_env, capsys):
+def test_progress_goes_to_a_terminal_stderr_only(wal_root, terminal_env, capsys):
     """This tests that `check` and `clean` draw progress bars with rate and ETA on stderr
     when it is a terminal, never with --json, and that stdout stays the plain result."""
     tty = Tty()
     terminal_env.setattr(sys, "stderr", tty)
-    assert main(["check", str(wal), "--namespace", NS]) == 0
+    assert main(["check", str(wal_root), "--namespace", NS]) == 0
     bars = tty.getvalue()
     assert "check: commits log" in bars and "check: region" in bars
     assert "12/12" in bars and "entries/s" in bars and "ETA" in bars
     assert capsys.readouterr().out.startswith("OK: ")
     tty.seek(0), tty.truncate()
-    assert main(["clean", str(wal), "--namespace", NS]) == 0
+    assert main(["clean", str(wal_root), "--namespace", NS]) == 0
     assert "clean: done" in tty.getvalue()
     assert "2/2" in tty.getvalue() and "regions/s" in tty.getvalue()
     assert capsys.readouterr().out.startswith("cleaned namespace 'shop'")
     tty.seek(0), tty.truncate()
     for argv in (["check", "--namespace", NS], ["clean", "--namespace", NS],
                  ["tail", "--namespace", NS, "--table", "orders"], ["namespaces"]):
-        assert main([*argv, str(wal), "--json"]) == 0
+        assert main([*argv, str(wal_root), "--json"]) == 0
         json.loads(capsys.readouterr().out)
     assert tty.getvalue() == ""  # --json: no bars, even on a terminal
 
 
-def test_terminal_output_is_styled_unless_no_color(wal, terminal_env, capsys):
+def test_terminal_output_is_styled_unless_no_color(wal_root, terminal_env, capsys):
     """This tests that on a terminal headers and errors are styled and coloured, that
     NO_COLOR removes every colour, and that the text stays the same."""
     tty = Tty()
     terminal_env.setattr(sys, "stdout", tty)
-    assert main(["check", str(wal), "--namespace", NS]) == 0
+    assert main(["check", str(wal_root), "--namespace", NS]) == 0
     assert colour_codes(tty.getvalue()) == ["32"]  # a green OK
     tty.seek(0), tty.truncate()
-    assert main(["tables", str(wal), "--namespace", NS]) == 0
+    assert main(["tables", str(wal_root), "--namespace", NS]) == 0
     styled = tty.getvalue()
     assert "\x1b[1m" in styled  # bold headers
     plain = SGR.sub("", styled)
     assert lines(plain)[0] == ["table", "region", "format", "rows", "sequences", "schema"]
     terminal_env.setattr(sys, "stderr", tty)
     tty.seek(0), tty.truncate()
-    assert main(["tables", str(wal), "--namespace", "nope"]) == 2
+    assert main(["tables", str(wal_root), "--namespace", "nope"]) == 2
     assert colour_codes(tty.getvalue()) == ["31"]  # a red error line
     assert SGR.sub("", tty.getvalue()).startswith("durablewal: error: unknown namespace")
     terminal_env.setenv("NO_COLOR", "1")
-    for argv in (["check", str(wal), "--namespace", NS], ["tables", str(wal), "--namespace", NS],
-                 ["tables", str(wal), "--namespace", "nope"]):
+    for argv in (["check", str(wal_root), "--namespace", NS], ["tables", str(wal_root), "--namespace", NS],
+                 ["tables", str(wal_root), "--namespace", "nope"]):
         tty.seek(0), tty.truncate()
         main(argv)
         assert colour_codes(tty.getvalue()) == [], argv
     tty.seek(0), tty.truncate()
-    main(["tables", str(wal), "--namespace", NS])
+    main(["tables", str(wal_root), "--namespace", NS])
     assert SGR.sub("", tty.getvalue()) == plain  # NO_COLOR changes no text
 
 
@@ -565,17 +565,17 @@ def test_piped_output_is_plain_and_never_wrapped(tmp_path, monkeypatch, capsys):
                     "notes")["rows"][0]["note"] == long
 
 
-def test_subprocess_python_m(wal):
+def test_subprocess_python_m(wal_root):
     """This tests that `python -m pyspark_durable` runs the CLI: JSON on stdout, exit codes,
     and a one-line error without traceback."""
     run = [sys.executable, "-m", "pyspark_durable"]
     env = {**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning"}
-    ok = subprocess.run([*run, "tables", str(wal), "--namespace", NS, "--json"],
+    ok = subprocess.run([*run, "tables", str(wal_root), "--namespace", NS, "--json"],
                         capture_output=True, text=True, env=env, timeout=120)
     assert (ok.returncode, ok.stderr) == (0, "")
     assert {t["name"]: t["rows"] for t in json.loads(ok.stdout)["tables"]} == {
         "events": 6, "orders": 24}
-    bad = subprocess.run([*run, "steps", str(wal), "--namespace", "nope"],
+    bad = subprocess.run([*run, "steps", str(wal_root), "--namespace", "nope"],
                          capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr == "durablewal: error: unknown namespace 'nope'; namespaces: other, shop\n"
@@ -644,23 +644,23 @@ def test_kafka_unreachable_broker_fails_fast(capsys):
         assert_one_line_error(*result, address)
 
 
-def test_retention_shows_and_sets_the_policy_and_readers(wal, capsys):
+def test_retention_shows_and_sets_the_policy_and_readers(wal_root, capsys):
     """This tests that `retention` sets the namespace's policy, which `clean` then applies,
     lists readers with their position and hold, and drops a reader by name."""
-    ns = open_namespace(file_config(wal))
+    ns = open_namespace(file_config(wal_root))
     ns.commit_reader("dash", 3, hold=True)
     ns.close()
-    doc = cli_json(capsys, "retention", wal, "--namespace", NS, "--max-steps", "2")
+    doc = cli_json(capsys, "retention", wal_root, "--namespace", NS, "--max-steps", "2")
     assert doc["policy"] == {"max_steps": 2}
     assert doc["readers"] == [{"reader": "dash", "next_step": 3, "holds_retention": True}]
-    doc = cli_json(capsys, "clean", wal, "--namespace", NS, "--grace-ms", "0")
+    doc = cli_json(capsys, "clean", wal_root, "--namespace", NS, "--grace-ms", "0")
     assert doc["expired_before"] == {"before": 0, "after": 3}  # the holding reader wins
-    code, out, err = cli(capsys, "retention", wal, "--namespace", NS, "--drop-reader", "dash")
+    code, out, err = cli(capsys, "retention", wal_root, "--namespace", NS, "--drop-reader", "dash")
     assert (code, err) == (0, "")
     assert out.splitlines()[0] == "retention policy: max_steps=2"
     assert "retained steps: [3, 12)" in out
-    assert cli_json(capsys, "clean", wal, "--namespace", NS)["expired_before"]["after"] == 10
-    code, _, err = cli(capsys, "retention", wal, "--namespace", NS, "--drop-reader", "nope")
+    assert cli_json(capsys, "clean", wal_root, "--namespace", NS)["expired_before"]["after"] == 10
+    code, _, err = cli(capsys, "retention", wal_root, "--namespace", NS, "--drop-reader", "nope")
     assert code == 2 and "unknown reader 'nope'; readers: none" in err
 
 
@@ -685,30 +685,30 @@ def test_a_mistyped_kafka_option_is_named_without_its_value(capsys, argument, na
 
 @pytest.mark.parametrize("limit", [["--max-steps", "0"], ["--max-age-ms", "0"],
                                    ["--max-steps", "-1"], ["--max-age-ms", "-5"]])
-def test_retention_refuses_a_limit_of_zero_or_below(wal, capsys, limit):
+def test_retention_refuses_a_limit_of_zero_or_below(wal_root, capsys, limit):
     """This tests that `retention --max-steps 0` (or `--max-age-ms 0`, or a negative limit),
     which many tools read as 'unlimited' but which would expire every step at the next
     clean, is a usage error (exit 2) saying how to keep everything, and sets nothing."""
     with pytest.raises(SystemExit) as info:
-        main(["retention", str(wal), "--namespace", NS, *limit])
+        main(["retention", str(wal_root), "--namespace", NS, *limit])
     err = capsys.readouterr().err
     assert info.value.code == 2
     assert f"argument {limit[0]}: {limit[1]} " in err
     assert "to keep everything, leave the limit out, or give --clear" in err
-    assert cli_json(capsys, "retention", wal, "--namespace", NS)["policy"] == {}
-    clean = cli_json(capsys, "clean", wal, "--namespace", NS, "--grace-ms", "0")
+    assert cli_json(capsys, "retention", wal_root, "--namespace", NS)["policy"] == {}
+    clean = cli_json(capsys, "clean", wal_root, "--namespace", NS, "--grace-ms", "0")
     assert clean["expired_before"] == {"before": 0, "after": 0}
 
 
-def test_namespaces_names_a_namespace_folder_or_a_folder_with_no_namespace(wal, tmp_path,
+def test_namespaces_names_a_namespace_folder_or_a_folder_with_no_namespace(wal_root, tmp_path,
                                                                            capsys):
     """This tests that `namespaces` given a namespace's own folder says so and names the
     parent folder to give, and that a folder holding no WAL namespace (unrelated folders,
     or nothing) is an error naming the path, not a table of notes; nothing is created."""
     for extra in ([], ["--names-only"]):
-        assert_one_line_error(*cli(capsys, "namespaces", wal / NS, *extra),
-                              f"PATH {wal / NS} is the namespace 'shop' itself; give its "
-                              f"parent folder {wal}")
+        assert_one_line_error(*cli(capsys, "namespaces", wal_root / NS, *extra),
+                              f"PATH {wal_root / NS} is the namespace 'shop' itself; give its "
+                              f"parent folder {wal_root}")
     photos = tmp_path / "photos"
     (photos / "2024").mkdir(parents=True)
     (photos / "2025").mkdir()

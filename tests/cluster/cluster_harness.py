@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyspark
+from helpers import free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
 MAIN_PYTHON = Path(sys.executable)
@@ -41,12 +41,6 @@ FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 class ClusterError(RuntimeError):
     """The cluster did not start (the message holds the daemons' logs)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Daemon:

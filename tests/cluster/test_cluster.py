@@ -19,13 +19,13 @@ import subprocess
 import sys
 import time
 import uuid
-import zipfile
 import zlib
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from cluster_harness import MAIN_PYTHON, Cluster
+from helpers import package_zip as make_package_zip
 
 from pyspark_durable.endpoint import open_namespace, read_steps
 
@@ -116,12 +116,7 @@ def run_to_end(cluster, mode, wal, root, py_files, conf, run) -> Job:
 @pytest.fixture(scope="module")
 def package_zip(tmp_path_factory) -> Path:
     """pyspark_durable.zip, as ``cd REPO && zip -r pyspark_durable.zip pyspark_durable``."""
-    dest = tmp_path_factory.mktemp("zip") / "pyspark_durable.zip"
-    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zf:
-        for path in sorted((REPO / "pyspark_durable").rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                zf.write(path, path.relative_to(REPO))
-    return dest
+    return make_package_zip(tmp_path_factory.mktemp("zip") / "pyspark_durable.zip")
 
 
 @pytest.fixture(scope="module")

@@ -18,12 +18,13 @@ import sys
 import sysconfig
 import time
 import uuid
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyspark
 import pytest
+from helpers import free_port
+from helpers import package_zip as make_package_zip
 
 PYSPARK_HOME = Path(pyspark.__file__).parent
 CONNECT_JAR = PYSPARK_HOME / "jars" / "spark-connect_2.13-4.3.0.jar"
@@ -32,12 +33,6 @@ CLIENT = Path(__file__).with_name("connect_client.py")
 START_TIMEOUT_S = 180.0
 POLL_S = 0.2
 REQUEST_TIMEOUT_S = 300.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ConnectServer:
@@ -209,9 +204,4 @@ def bare_connect_server(connect_servers) -> ConnectServer:
 @pytest.fixture(scope="session")
 def package_zip(tmp_path_factory) -> str:
     """pyspark_durable as a zip, as for --py-files or addArtifacts(pyfile=True)."""
-    path = tmp_path_factory.mktemp("artifact") / "pyspark_durable.zip"
-    with zipfile.ZipFile(path, "w") as zf:
-        for file in sorted(PACKAGE_DIR.rglob("*")):
-            if file.is_file() and "__pycache__" not in file.parts:
-                zf.write(file, file.relative_to(PACKAGE_DIR.parent))
-    return str(path)
+    return str(make_package_zip(tmp_path_factory.mktemp("artifact") / "pyspark_durable.zip"))

@@ -8,7 +8,6 @@ under a hidden name, then renamed), as Spark's file source needs.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -17,15 +16,12 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from helpers import hashed_payload as payload
 from kafka_broker import KafkaCluster, wait_ready
 
 ROWS_PER_FILE = 150
 WAIT_S = 180.0  # the longest wait on one Spark event (a loaded 2-core machine)
 SCHEMA = "id long, payload string"
-
-
-def payload(i: int) -> str:
-    return f"row-{i}-" + hashlib.sha1(str(i).encode()).hexdigest()
 
 
 def expected_rows(files: int) -> set[tuple[int, str]]:

@@ -35,13 +35,13 @@ def payload(i: int) -> str:
     return f"row-{i}-" + "p" * (i % 17)
 
 
-def run_child(mode: str, wal: dict, in_dir: str, out_dir: str, ckpt: str,
+def run_child(mode: str, crash_wal: dict, in_dir: str, out_dir: str, ckpt: str,
               kill_after_batches: int | None, rng: random.Random) -> tuple[bool, str]:
     """Run the child; kill its process group after N batches. Return (finished, stderr)."""
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent.parent)])}
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "spark_child.py"), mode, json.dumps(wal), in_dir, out_dir,
+        [sys.executable, str(HERE / "spark_child.py"), mode, json.dumps(crash_wal), in_dir, out_dir,
          ckpt], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         start_new_session=True)
     batches = 0
@@ -70,7 +70,7 @@ def spark_wal(wal_opts: dict) -> dict:
 
 
 @pytest.fixture(params=["file", "confluent"])
-def wal(request, tmp_path) -> tuple[dict, dict]:
+def crash_wal(request, tmp_path) -> tuple[dict, dict]:
     """(Spark options, endpoint config) of a fresh namespace: the file log, or Kafka on
     the confluent client (the product's default)."""
     ns = f"c{uuid.uuid4().hex[:10]}"
@@ -85,25 +85,25 @@ def wal(request, tmp_path) -> tuple[dict, dict]:
              "options": {"bootstrap_servers": broker, "client": "confluent"}})
 
 
-def crash_loop(mode: str, wal: dict, tmp_path: Path) -> int:
+def crash_loop(mode: str, crash_wal: dict, tmp_path: Path) -> int:
     rng = random.Random(zlib.crc32(mode.encode()))
     in_dir, out_dir, ckpt = (str(tmp_path / n) for n in ("in", "out", "ckpt"))
     kills = 0
     for _ in range(KILLS * 3):
-        done, _ = run_child(mode, wal, in_dir, out_dir, ckpt, rng.randint(1, 3), rng)
+        done, _ = run_child(mode, crash_wal, in_dir, out_dir, ckpt, rng.randint(1, 3), rng)
         if done:
             break
         kills += 1
         if kills >= KILLS:
             break
-    done, err = run_child(mode, wal, in_dir, out_dir, ckpt, None, rng)
+    done, err = run_child(mode, crash_wal, in_dir, out_dir, ckpt, None, rng)
     assert done, err[-3000:]
     return kills
 
 
-def test_sink_exactly_once_across_kills(wal, tmp_path):
+def test_sink_exactly_once_across_kills(crash_wal, tmp_path):
     """This tests that JSON files -> durablewal, killed mid-batch ≥3 times, holds every row once."""
-    spark_opts, config = wal
+    spark_opts, config = crash_wal
     in_dir = tmp_path / "in"
     in_dir.mkdir()
     for f in range(FILES):
@@ -122,12 +122,12 @@ def test_sink_exactly_once_across_kills(wal, tmp_path):
     assert writer_steps == sorted(writer_steps)
 
 
-@pytest.mark.parametrize("wal", ["file"], indirect=True)  # Kafka: tests/cluster kills a reader
-def test_source_exactly_once_across_kills(spark, wal, tmp_path):
+@pytest.mark.parametrize("crash_wal", ["file"], indirect=True)  # Kafka: tests/cluster kills a reader
+def test_source_exactly_once_across_kills(spark, crash_wal, tmp_path):
     """This tests that durablewal -> parquet, killed mid-batch ≥3 times, outputs every row
     once, and that every row's key (_region, _table, _sequence, _row) is unique and the
     one a fresh batch read of the WAL gives that row (stable across kills and replays)."""
-    spark_opts, config = wal
+    spark_opts, config = crash_wal
     ns = open_namespace(config)
     for step in range(FILES):
         write_step(ns, "loader", step, {"default": [

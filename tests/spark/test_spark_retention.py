@@ -12,7 +12,6 @@ are really cleaned behind it.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import itertools
 import threading
 import time
@@ -21,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers import hashed_payload as payload
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
@@ -40,10 +40,6 @@ SEGMENT_BYTES = 16 * 1024  # small region segments, so cleaning deletes real fil
 READ_SCHEMA = ("id long, payload string, _region long, _table string, _sequence long, "
                "_step long, _commit_timestamp timestamp")
 WAIT_S = 240  # per wait; the whole test needs about a minute on an idle machine
-
-
-def payload(i: int) -> str:
-    return f"row-{i}-" + hashlib.sha1(str(i).encode()).hexdigest()
 
 
 def committed_batches(checkpoint: Path) -> int:

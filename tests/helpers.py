@@ -1,0 +1,33 @@
+"""Helpers the test suite shares (one definition each; tests/ is on sys.path for every
+test module, its conftest and the child scripts the tests start with it)."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import zipfile
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent / "pyspark_durable"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def package_zip(dest: Path) -> Path:
+    """pyspark_durable as a zip at ``dest``, as ``zip -r pyspark_durable.zip
+    pyspark_durable`` makes it for ``--py-files`` or ``addArtifacts(pyfile=True)``."""
+    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(PACKAGE_DIR.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                zf.write(path, path.relative_to(PACKAGE_DIR.parent))
+    return dest
+
+
+def hashed_payload(i: int) -> str:
+    """Row ``i``'s payload in the crash tests: its content proves which row it is."""
+    return f"row-{i}-" + hashlib.sha1(str(i).encode()).hexdigest()

@@ -74,6 +74,11 @@ class DataLoss(DurableWalError):
     """Committed data the caller relied on is gone: expired, lost, or a recreated WAL."""
 
 
+class ContentMismatch(DataLoss):
+    """An entry's bytes are not those its step committed (rewritten, restored from
+    another copy, or a different WAL under the same names); the message names the step."""
+
+
 class StepExpired(DataLoss):
     """A step was asked for that has been expired; the message names what is left."""
 

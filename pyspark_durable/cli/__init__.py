@@ -170,9 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", metavar="TIME",
                    help="only steps committed at or after TIME: ms since the epoch or ISO-8601 "
                         "(no zone: UTC), e.g. 2026-01-01T12:00:00Z")
-    add("check", maintain.cmd_check,
-        "verify CRCs, sequences, steps and the snapshot; exit 1 listing every problem",
-        epilog=CHECK_TERMS)
+    p = add("check", maintain.cmd_check,
+            "verify CRCs, sequences, steps and the snapshot; exit 1 listing every problem",
+            epilog=CHECK_TERMS)
+    p.add_argument("--deep", action="store_true",
+                   help="also re-hash every entry of the needed steps against the content "
+                        "digest its step committed")
     p = add("clean", maintain.cmd_clean,
             "run one cleaner pass and report what it freed")
     p.add_argument("--grace-ms", type=_count, default=DEFAULT_GRACE_MS,

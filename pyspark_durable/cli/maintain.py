@@ -24,7 +24,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     store = open_listed_store(target_from_args(args), args.namespace)
     try:
         with Progress(not args.json) as progress:
-            report = run_check(store, progress)
+            report = run_check(store, progress, deep=args.deep)
     finally:
         store.close()
     where = f"namespace {args.namespace!r}"

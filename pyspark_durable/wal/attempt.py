@@ -16,7 +16,7 @@ from pyspark_durable.codec import EntryKey, codec_for
 from pyspark_durable.codec.keys import U64_MAX
 from pyspark_durable.errors import RoutingError
 from pyspark_durable.log import Record
-from pyspark_durable.wal.records import AttemptReceipt, WrittenEntry
+from pyspark_durable.wal.records import AttemptReceipt, WrittenEntry, entry_digest
 from pyspark_durable.wal.schemas import conform
 
 if TYPE_CHECKING:
@@ -33,11 +33,11 @@ class _InFlight:
     region_id: int
     table_id: int
     schema_version: int
-    stats: list[tuple[int, int]]  # (rows, value bytes) per entry
+    stats: list[tuple[int, int, str]]  # (rows, value bytes, content digest) per entry
 
     @property
     def size_bytes(self) -> int:
-        return sum(size for _, size in self.stats)
+        return sum(size for _, size, _ in self.stats)
 
 
 class Attempt:
@@ -86,8 +86,9 @@ class Attempt:
             key = EntryKey(self.ns.namespace_id, region_id, info.table_id,
                            self._next_index + len(records))
             value = codec.encode_value(part)
-            records.append(Record(key.encode(), value, self._headers))
-            stats.append((part.num_rows, len(value)))
+            raw_key = key.encode()
+            records.append(Record(raw_key, value, self._headers))
+            stats.append((part.num_rows, len(value), entry_digest(raw_key, value)))
         future = self.ns.store.open_region(region_id).append_async(records)
         self._next_index += len(records)
         self._inflight.append(_InFlight(future, region_id, info.table_id, version, stats))
@@ -100,9 +101,9 @@ class Attempt:
         done = self._inflight.popleft()
         self._inflight_bytes -= done.size_bytes
         offsets = done.future.result()  # the log's typed error, if the append failed
-        for off, (rows, size) in zip(offsets, done.stats, strict=True):
+        for off, (rows, size, digest) in zip(offsets, done.stats, strict=True):
             self._entries.append(WrittenEntry(done.region_id, done.table_id, off, rows, size,
-                                              done.schema_version))
+                                              done.schema_version, digest))
 
     def receipt(self) -> AttemptReceipt:
         """What this attempt wrote, once every entry of it is durable."""

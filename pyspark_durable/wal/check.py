@@ -36,7 +36,7 @@ from pyspark_durable.log import Entry, Log, LogStore
 from pyspark_durable.wal.check_report import CheckReport, Problem
 from pyspark_durable.wal.namespace import COMMITS_LOG
 from pyspark_durable.wal.reading import foreign_attempt, foreign_table, table_name
-from pyspark_durable.wal.records import Run, StepCommit, decode_record
+from pyspark_durable.wal.records import DIGEST_HEX, Run, StepCommit, decode_record, entry_digest
 from pyspark_durable.wal.state import SNAPSHOT_NAME, NamespaceState
 
 
@@ -82,8 +82,10 @@ class _Silent:
 class Checker:
     """One ``check`` pass over one namespace of a store."""
 
-    def __init__(self, store: LogStore, progress: CheckProgress | None = None) -> None:
+    def __init__(self, store: LogStore, progress: CheckProgress | None = None,
+                 deep: bool = False) -> None:
         self.store = store
+        self.deep = deep  # also re-hash every needed entry against its step's digest
         self.progress: CheckProgress = progress or _Silent()
         self.report = CheckReport(store.namespace)
         self.state: NamespaceState | None = None
@@ -400,6 +402,12 @@ class Checker:
                          entry: Entry, table_id: int | None) -> None:
         step = rc.commit.step
         rc.entries += 1
+        if self.deep and rc.run.digests:
+            at = (entry.offset - rc.run.start) * DIGEST_HEX
+            if entry_digest(entry.key, entry.value) != rc.run.digests[at:at + DIGEST_HEX]:
+                self.problem(f"entry is not the one step {step} committed: its content "
+                             "digest differs (rewritten, restored from another copy, or "
+                             "another WAL's)", region=region_id, offset=entry.offset, step=step)
         problem = foreign_attempt(rc.commit, entry)
         if problem:
             self.problem(problem, region=region_id, offset=entry.offset, step=step)
@@ -444,6 +452,8 @@ def _steps_text(steps: list[int]) -> str:
                                                if len(steps) > 10 else "")
 
 
-def run_check(store: LogStore, progress: CheckProgress | None = None) -> CheckReport:
-    """Check the namespace of ``store``; see the module docstring."""
-    return Checker(store, progress).run()
+def run_check(store: LogStore, progress: CheckProgress | None = None,
+              deep: bool = False) -> CheckReport:
+    """Check the namespace of ``store``; see the module docstring. ``deep`` also checks
+    every needed entry's content digest (steps written before digests have none)."""
+    return Checker(store, progress, deep).run()

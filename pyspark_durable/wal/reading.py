@@ -18,9 +18,9 @@ import pyarrow as pa
 
 from pyspark_durable.codec import codec_for, decode_key, decode_value
 from pyspark_durable.codec.payload import PayloadCodec
-from pyspark_durable.errors import CorruptEntryError, OffsetOutOfRange
+from pyspark_durable.errors import ContentMismatch, CorruptEntryError, OffsetOutOfRange
 from pyspark_durable.log import Entry
-from pyspark_durable.wal.records import Run, StepCommit, TableInfo
+from pyspark_durable.wal.records import DIGEST_HEX, Run, StepCommit, TableInfo, entry_digest
 from pyspark_durable.wal.schemas import conform
 
 if TYPE_CHECKING:
@@ -137,7 +137,9 @@ class NamespaceReads:
                         if start >= end:
                             continue
                         seq0 += start - run.start
-                        run = replace(run, start=start, end=end)  # rows: still the run's
+                        cut = slice((start - run.start) * DIGEST_HEX, (end - run.start) * DIGEST_HEX)
+                        run = replace(run, start=start, end=end,  # rows: still the run's
+                                      digests=run.digests[cut])
                     out.append(_RunRead(commit, run, seq0, attempts))
         return out
 
@@ -214,6 +216,15 @@ class NamespaceReads:
         if problem:
             raise CorruptEntryError(problem, namespace=self.name, region=run.region_id,
                                     offset=entry.offset, step=commit.step)
+        if run.digests:  # the bytes are those the step committed, whatever their CRC says
+            at = (entry.offset - run.start) * DIGEST_HEX
+            if entry_digest(entry.key, entry.value) != run.digests[at:at + DIGEST_HEX]:
+                raise ContentMismatch(
+                    f"entry at offset {entry.offset} of region {run.region_id} is not the "
+                    f"entry step {commit.step} committed (its content digest differs): the "
+                    "log was rewritten, restored from another copy, or is another WAL's",
+                    namespace=self.name, region=run.region_id, offset=entry.offset,
+                    step=commit.step)
         payload = decode_value(entry.value, region_id=run.region_id, offset=entry.offset)
         if item.codec is None:
             item.codec = codec_for(info.payload_format, info.schemas[run.schema_version])

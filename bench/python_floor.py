@@ -33,9 +33,12 @@ SCHEMA = pa.schema([
     ("id", pa.int64()), ("payload", pa.binary()), ("_region", pa.int64()),
     ("_table", pa.string()), ("_sequence", pa.int64()), ("_step", pa.int64()),
     ("_commit_timestamp", pa.timestamp("us", tz="UTC")), ("_row", pa.int64()),
+    ("_event_time_min", pa.timestamp("us", tz="UTC")),
+    ("_event_time_max", pa.timestamp("us", tz="UTC")),
 ])
 DDL = ("id long, payload binary, _region long, _table string, _sequence long, _step long, "
-       "_commit_timestamp timestamp, _row long")
+       "_commit_timestamp timestamp, _row long, _event_time_min timestamp, "
+       "_event_time_max timestamp")
 
 
 def floor_batch(region: int) -> pa.RecordBatch:
@@ -52,6 +55,8 @@ def floor_batch(region: int) -> pa.RecordBatch:
         pa.repeat(pa.scalar(7, pa.int64()), n), pa.repeat(pa.scalar(3, pa.int64()), n),
         pa.repeat(pa.scalar(1_700_000_000_000_000, SCHEMA.field("_commit_timestamp").type), n),
         pa.array(np.arange(n, dtype=np.int64)),
+        pa.nulls(n, SCHEMA.field("_event_time_min").type),
+        pa.nulls(n, SCHEMA.field("_event_time_max").type),
     ], schema=SCHEMA)
 
 

@@ -284,7 +284,7 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
                  f"{note}; no I/O at all: the most any Python source reaches"),
         higher_is_better(f"1b source [{b}]: durablewal, payload columns only (user "
                          "schema)→noop vs rate→noop", runs["payload"], runs["peer"], "rows/s",
-                         0.7, f"{note}; without the 6 metadata columns"),
+                         0.7, f"{note}; without the 8 metadata columns"),
         higher_is_better(f"1c source [{b}]: one step in one region→noop vs Python floor "
                          "(2 partitions)→noop", runs["onestep"], runs["pyfloor"], "rows/s",
                          0.9, f"{note} in one step of one region, split over tasks "

@@ -21,8 +21,10 @@ def test_python_api_rows_carry_the_one_set_of_metadata_columns(tmp_path):
     assert list(rows.schema)[1:] == list(METADATA_FIELDS)
     commit = ns.step_commit(0)
     assert rows.drop_columns(["_commit_timestamp"]).to_pylist() == [
-        {"id": 1, "_region": 4, "_table": "t", "_sequence": 0, "_step": 0, "_row": 0},
-        {"id": 2, "_region": 4, "_table": "t", "_sequence": 0, "_step": 0, "_row": 1}]
+        {"id": 1, "_region": 4, "_table": "t", "_sequence": 0, "_step": 0, "_row": 0,
+         "_event_time_min": None, "_event_time_max": None},
+        {"id": 2, "_region": 4, "_table": "t", "_sequence": 0, "_step": 0, "_row": 1,
+         "_event_time_min": None, "_event_time_max": None}]
     stamps = rows.column("_commit_timestamp").cast(pa.int64()).to_pylist()
     assert stamps == [commit.timestamp_ms * 1000] * 2
     empty = read_steps(ns, "t", start=1)

@@ -252,7 +252,9 @@ def _step_doc(tables: Mapping[int, TableInfo], c: StepCommit) -> dict[str, Any]:
             "rows": c.rows, "bytes": c.size_bytes, "entries": sum(r.entries for r in c.runs),
             "regions": c.regions, "tables": [_table_name(tables, t) for t in c.tables],
             "attempts": list(c.attempts), "commit_timestamp_ms": c.timestamp_ms,
-            "committed_at": iso_ms(c.timestamp_ms)}
+            "committed_at": iso_ms(c.timestamp_ms),
+            "event_time": None if c.event_time is None else
+            [iso_ms(c.event_time[0] // 1000), iso_ms(c.event_time[1] // 1000)]}
 
 
 def cmd_steps(args: argparse.Namespace) -> int:
@@ -265,10 +267,12 @@ def cmd_steps(args: argparse.Namespace) -> int:
     doc = {"namespace": args.namespace, "retained": [retained.start, retained.stop],
            "steps": found}
     rows = [[s["step"], s["writer_id"], s["writer_step"], s["rows"], s["bytes"],
-             ", ".join(s["tables"]), s["committed_at"]] for s in found]
+             ", ".join(s["tables"]), s["committed_at"],
+             " .. ".join(s["event_time"]) if s["event_time"] else ""] for s in found]
     head = (f"namespace {args.namespace!r}: retained steps {span(retained.start, retained.stop)}"
             f", showing {len(found)}")
-    headers = ["step", "writer", "writer_step", "rows", "bytes", "tables", "committed"]
+    headers = ["step", "writer", "writer_step", "rows", "bytes", "tables", "committed",
+               "event time"]
     listing = [TextTable(headers, rows)] if found else []
     _output(args, doc, head, *listing)
     return 0

@@ -48,3 +48,20 @@ def end_step_for(ns: Namespace, timestamp_ms: int) -> int:
     """The end (exclusive) of a read to ``timestamp_ms``: the first step committed at or
     after it, or the next step when every step was committed before it."""
     return min(ns.first_step_committed_at(timestamp_ms), ns.steps(refresh=False).stop)
+
+
+def first_step_reaching(ns: Namespace, micros: int, what: str, stream: bool = False) -> int:
+    """The first retained step whose recorded event time reaches ``micros`` (its max at or
+    after it), as of ``ns``'s last refresh; steps without one are never it. None found:
+    a ``stream`` starts at the next step, a batch read is :class:`StepNotCommitted`."""
+    steps = ns.steps(refresh=False)
+    for step in steps:
+        span = ns.step_commit(step).event_time
+        if span is not None and span[1] >= micros:
+            return step
+    if stream:
+        return steps.stop
+    raise StepNotCommitted(f"{what}={iso(micros // 1000)}: no retained step (of "
+                           f"[{steps.start}, {steps.stop})) has rows with an event time at or "
+                           "after it", namespace=ns.name, step=steps.stop)
+

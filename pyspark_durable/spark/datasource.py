@@ -19,7 +19,7 @@ from pyspark_durable.spark.arrow_types import (
 from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.pushdown import spark_is_pushing
 from pyspark_durable.spark.session_cache import namespace_for
-from pyspark_durable.spark.sink import WalBatchWriter, WalStreamWriter
+from pyspark_durable.spark.sink import WalBatchWriter, WalStreamWriter, check_event_time_column
 from pyspark_durable.spark.source import (
     PushdownBatchReader,
     ReadPlan,
@@ -166,4 +166,6 @@ class DurableWalDataSource(DataSource):
                               "(it keeps every committed step until retention expires it)")
         stored = check_writable(schema, namespace=self.opts.namespace)
         codec_for(self.opts.payload_format, stored)  # a type the format cannot hold
+        if self.opts.event_time_column:
+            check_event_time_column(stored, self.opts.event_time_column)
         return stored

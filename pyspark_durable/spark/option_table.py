@@ -72,6 +72,12 @@ OPTION_TABLE: tuple[Opt, ...] = (
     Opt('regionColumn', '(none)',
         'write: an integer column routing each row to a region (not stored)',
         field='region_column'),
+    Opt('eventTimeColumn', '(none)',
+        'write: a timestamp or date column whose min and max over each step are recorded in '
+        'its commit: readers see them as `_event_time_min`/`_event_time_max`, '
+        '`startingEventTime` selects by them and `durablewal steps` shows them (null values '
+        'are ignored; a column of another type is refused before anything is written)',
+        field='event_time_column'),
     Opt('table', '`default`',
         'write: the table name of every row (always a name: `007` and `7` are two tables)',
         field='table', default=DEFAULT_TABLE),
@@ -108,6 +114,12 @@ OPTION_TABLE: tuple[Opt, ...] = (
         'steps and their commit times; a stream starts at the next step (a time in the future '
         'fails). Before the retained steps: the expired-step rule (`failOnDataLoss`)',
         field='starting_timestamp_ms'),
+    Opt('startingEventTime', '(none)',
+        'read: start at the first step whose recorded event time (`eventTimeColumn` of its '
+        'writer) reaches this time (its `_event_time_max` at or after it): ms since the epoch '
+        'or ISO-8601. Steps written without an event-time column are never the start. Not '
+        'with `startingStep` or `startingTimestamp`',
+        field='starting_event_time_ms'),
     Opt('endingStep', '(latest)',
         'batch read: first step not read; past the next step, or below `startingStep`, fails '
         'naming the committed steps',

@@ -118,6 +118,8 @@ class WalOptions:
     tables: tuple[str | int, ...] | None = None  # str: a name, int: a table id
     starting_step: str = "earliest"
     starting_timestamp_ms: int | None = None
+    starting_event_time_ms: int | None = None
+    event_time_column: str | None = None
     ending_step: int | None = None
     ending_timestamp_ms: int | None = None
     max_steps_per_trigger: int | None = None
@@ -176,6 +178,12 @@ class WalOptions:
         fmt = str(raw.get("payloadFormat", D("payloadFormat"))).strip().lower()
         if fmt not in ("arrow", "avro"):
             raise ConfigError(f"option payloadFormat={fmt!r}; valid: arrow, avro")
+        starts = [k for k in ("startingStep", "startingTimestamp", "startingEventTime")
+                  if raw.get(k) is not None]
+        if len(starts) > 1:
+            both = "both" if len(starts) == 2 else "all"
+            raise ConfigError(f"options {' and '.join(f'{k}={raw[k]!r}' for k in starts)} "
+                              f"{both} say where to read; give one of them")
         for by_step, by_time in (("startingStep", "startingTimestamp"),
                                  ("endingStep", "endingTimestamp")):
             if raw.get(by_step) is not None and raw.get(by_time) is not None:
@@ -205,6 +213,8 @@ class WalOptions:
             tables=_tables(raw.get("tables")),
             starting_step=starting,
             starting_timestamp_ms=_timestamp("startingTimestamp", raw.get("startingTimestamp")),
+            starting_event_time_ms=_timestamp("startingEventTime", raw.get("startingEventTime")),
+            event_time_column=raw.get("eventTimeColumn"),
             ending_step=_int("endingStep", raw.get("endingStep")),
             ending_timestamp_ms=_timestamp("endingTimestamp", raw.get("endingTimestamp")),
             max_steps_per_trigger=_int("maxStepsPerTrigger", raw.get("maxStepsPerTrigger"),

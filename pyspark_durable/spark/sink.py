@@ -76,6 +76,31 @@ def _route_values(batch: pa.RecordBatch, column: str, kind: str) -> pa.Array:
     return values
 
 
+def check_event_time_column(schema: pa.Schema, column: str) -> None:
+    """``eventTimeColumn`` names a timestamp or date column (refused on the driver,
+    before any task writes)."""
+    if column not in schema.names:
+        raise ConfigError(f"eventTimeColumn {column!r} is not a column; columns: "
+                          f"{', '.join(schema.names)}")
+    kind = schema.field(column).type
+    if not (pa.types.is_timestamp(kind) or pa.types.is_date(kind)):
+        raise ConfigError(f"eventTimeColumn {column!r} has type {kind}; it must be a timestamp "
+                          "or a date", column=column)
+
+
+def event_time_of(batch: pa.RecordBatch, column: str) -> tuple[int, int] | None:
+    """(min, max) of the batch's event-time column in µs since the epoch (nulls ignored;
+    None when every value is null). A timestamp without a zone counts as UTC."""
+    values = batch.column(column)
+    if pa.types.is_date(values.type):
+        values = values.cast(pa.timestamp("s")).cast(pa.timestamp("us"))
+    elif values.type.unit != "us":
+        values = values.cast(pa.timestamp("us", values.type.tz))
+    span = pc.min_max(values.cast(pa.int64()))
+    low, high = span["min"].as_py(), span["max"].as_py()
+    return None if low is None else (low, high)
+
+
 def write_batches(opts: WalOptions, batches: Iterator[pa.RecordBatch], writer_id: str,
                   writer_step: int, attempt_id: str, schema: pa.Schema) -> AttemptReceipt:
     """Route rows by region/table and append them as one WAL attempt; ``schema`` is the
@@ -87,6 +112,10 @@ def write_batches(opts: WalOptions, batches: Iterator[pa.RecordBatch], writer_id
         if batch.num_rows == 0:
             continue
         batch = _stored(batch, schema)
+        if opts.event_time_column:
+            span = event_time_of(batch, opts.event_time_column)
+            if span is not None:
+                attempt.note_event_time(*span)
         reserved = [c for c in batch.schema.names if c in METADATA_NAMES and c not in drop]
         if reserved:  # the source's metadata columns are regenerated on read, never stored
             batch = batch.drop_columns(reserved)

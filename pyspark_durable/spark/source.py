@@ -31,7 +31,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from pyspark_durable.endpoint.step_times import end_step_for, first_step_since
+from pyspark_durable.endpoint.step_times import (
+    end_step_for,
+    first_step_reaching,
+    first_step_since,
+)
 from pyspark_durable.errors import (
     ConfigError,
     CorruptOffset,
@@ -146,6 +150,9 @@ def first_step(ns: Namespace, opts: WalOptions, stream: bool = False) -> int:
     if opts.starting_timestamp_ms is not None:
         return first_step_since(ns, opts.starting_timestamp_ms, "option startingTimestamp",
                                 stream=stream)
+    if opts.starting_event_time_ms is not None:
+        return first_step_reaching(ns, opts.starting_event_time_ms * 1000,
+                                   "option startingEventTime", stream=stream)
     steps = ns.steps(refresh=False)
     if opts.starting_step == "earliest":
         return steps.start

@@ -16,7 +16,12 @@ from pyspark_durable.codec import EntryKey, codec_for
 from pyspark_durable.codec.keys import U64_MAX
 from pyspark_durable.errors import RoutingError
 from pyspark_durable.log import Record
-from pyspark_durable.wal.records import AttemptReceipt, WrittenEntry, entry_digest
+from pyspark_durable.wal.records import (
+    AttemptReceipt,
+    WrittenEntry,
+    entry_digest,
+    event_time_span,
+)
 from pyspark_durable.wal.schemas import conform
 
 if TYPE_CHECKING:
@@ -58,6 +63,7 @@ class Attempt:
         self._inflight: deque[_InFlight] = deque()
         self._inflight_bytes = 0
         self._next_index = 0  # attempt-local entry index, the key's sequence field
+        self._event_time: tuple[int, int] | None = None
         self._headers = (("a", attempt_id.encode()), ("w", writer_id.encode()),
                          ("s", str(writer_step).encode()))
 
@@ -110,7 +116,12 @@ class Attempt:
         while self._inflight:
             self._settle_oldest()
         return AttemptReceipt(self.attempt_id, self.writer_id, self.writer_step,
-                              tuple(self._entries))
+                              tuple(self._entries), self._event_time)
+
+    def note_event_time(self, low_us: int, high_us: int) -> None:
+        """Widen the event-time span (µs since the epoch) of the rows this attempt wrote:
+        the step records the span of all its attempts (Spark's ``eventTimeColumn``)."""
+        self._event_time = event_time_span([self._event_time, (low_us, high_us)])
 
     def commit(self) -> int:
         """Commit this attempt alone as the step of (writer_id, writer_step)."""

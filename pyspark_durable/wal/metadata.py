@@ -15,12 +15,16 @@ column                 type                 value
 ``_step``              int64                the step that committed the row
 ``_commit_timestamp``  timestamp[us, UTC]   when that step committed
 ``_row``               int64                the row's position in its entry (0, 1, ...)
+``_event_time_min``    timestamp[us, UTC]   the step's earliest event time (its writer's
+                                            ``eventTimeColumn``), null if not recorded
+``_event_time_max``    timestamp[us, UTC]   the step's latest event time, or null
 =====================  ===================  ============================================
 
 (``_region``, ``_table``, ``_sequence``, ``_row``) names a row: an entry's content and
 its sequence number never change once its step committed, so a replay, a re-read or a
-read split over other tasks gives every row the same key. ``_row`` comes last so that
-columns of readers written before it keep their positions.
+read split over other tasks gives every row the same key. Columns added later come
+after the older ones, so readers written before them keep their positions (and a read
+schema may name any subset of them).
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ METADATA_FIELDS: tuple[pa.Field, ...] = (
     pa.field("_step", pa.int64()),
     pa.field("_commit_timestamp", UTC_US),
     pa.field("_row", pa.int64()),
+    pa.field("_event_time_min", UTC_US),
+    pa.field("_event_time_max", UTC_US),
 )
 METADATA_NAMES: tuple[str, ...] = tuple(f.name for f in METADATA_FIELDS)
 
@@ -53,7 +59,9 @@ def metadata_columns(sb: StepBatch, table_name: str, rows: int,
     values = (sb.region_id, table_name, sb.sequence_num, sb.step, sb.commit_timestamp_ms * 1000)
     same = [pa.repeat(pa.scalar(v, f.type), rows) for v, f in zip(values, METADATA_FIELDS,
                                                                   strict=False)]
-    return [*same, _positions(first_row, rows)]
+    low, high = sb.event_time or (None, None)
+    return [*same, _positions(first_row, rows), pa.repeat(pa.scalar(low, UTC_US), rows),
+            pa.repeat(pa.scalar(high, UTC_US), rows)]
 
 
 _POSITIONS: list[pa.Array] = [pa.array([], pa.int64())]  # 0, 1, 2, ...: sliced, never copied

@@ -74,6 +74,7 @@ from pyspark_durable.wal.records import (
     WriterRecord,
     build_runs,
     encode_meta,
+    event_time_span,
 )
 from pyspark_durable.wal.retention import RetentionPolicy
 from pyspark_durable.wal.state import NamespaceState, ReaderPosition
@@ -238,7 +239,8 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
                     f"attempt {r.attempt_id} belongs to ({r.writer_id}, {r.writer_step}), "
                     f"not ({writer_id}, {writer_step})", namespace=self.name)
         commit = StepCommit(writer_id, writer_step, tuple(r.attempt_id for r in receipts),
-                            build_runs(receipts), int(time.time() * 1000))
+                            build_runs(receipts), int(time.time() * 1000),
+                            event_time=event_time_span([r.event_time for r in receipts]))
         self._raise_if_lost(commit)  # cheap early answer; the replay below decides
         failpoints.reached("commit.checked", writer_step=writer_step)
         offset = self.append_record(commit)

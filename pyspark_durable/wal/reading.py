@@ -43,6 +43,7 @@ class StepBatch:
     offset: int
     commit_timestamp_ms: int
     batches: list[pa.RecordBatch]
+    event_time: tuple[int, int] | None = None  # the step's (min, max), µs
 
 
 @dataclass(slots=True)
@@ -232,7 +233,7 @@ class NamespaceReads:
         if run.schema_version != info.version:  # older rows read as the newest schema
             batches = [conform(b, info.schema) for b in batches]
         return StepBatch(commit.step, run.region_id, run.table_id, item.seq0 + index,
-                         entry.offset, commit.timestamp_ms, batches)
+                         entry.offset, commit.timestamp_ms, batches, commit.event_time)
 
     def read_step_table(self, step: int, tables: set[int] | None = None,
                         regions: set[int] | None = None) -> pa.Table | None:

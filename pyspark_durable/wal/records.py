@@ -226,6 +226,9 @@ class StepCommit(CommitRecord):
     commit_offset: int = -1
     # (region, table) -> the sequence number of the step's first entry there
     first_sequences: dict[tuple[int, int], int] = field(default_factory=dict)
+    # (min, max) of the writer's event-time column over the step's rows, in microseconds
+    # since the epoch (Spark's eventTimeColumn); None: not recorded
+    event_time: tuple[int, int] | None = None
 
     @property
     def rows(self) -> int:
@@ -250,13 +253,15 @@ class StepCommit(CommitRecord):
             "runs": [[r.region_id, r.table_id, r.start, r.end, r.rows, r.size_bytes,
                       r.schema_version, *([r.digests] if r.digests else [])]
                      for r in self.runs],
+            **({"et": list(self.event_time)} if self.event_time else {}),
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> StepCommit:
         # runs of 6 elements (written before schema versions) are schema version 0, of 7
         # (before content digests) carry no digests: their reads are not verified
-        return cls(d["w"], d["ws"], tuple(d["att"]), tuple(Run(*r) for r in d["runs"]), d["ts"])
+        return cls(d["w"], d["ws"], tuple(d["att"]), tuple(Run(*r) for r in d["runs"]), d["ts"],
+                   event_time=tuple(d["et"]) if d.get("et") else None)
 
 
 @record_kind("writer")
@@ -388,10 +393,17 @@ class AttemptReceipt:
     writer_id: str
     writer_step: int
     entries: tuple[WrittenEntry, ...]
+    event_time: tuple[int, int] | None = None  # (min, max) µs of the rows it wrote
 
     @property
     def rows(self) -> int:
         return sum(e.rows for e in self.entries)
+
+
+def event_time_span(spans: list[tuple[int, int] | None]) -> tuple[int, int] | None:
+    """The (min, max) covering every given span (None: none was recorded)."""
+    known = [s for s in spans if s is not None]
+    return (min(s[0] for s in known), max(s[1] for s in known)) if known else None
 
 
 def build_runs(receipts: list[AttemptReceipt]) -> tuple[Run, ...]:

@@ -35,7 +35,8 @@ from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.wal import Cleaner
 
 pytestmark = pytest.mark.spark
-META = ["_region", "_table", "_sequence", "_step", "_commit_timestamp", "_row"]
+META = ["_region", "_table", "_sequence", "_step", "_commit_timestamp", "_row",
+        "_event_time_min", "_event_time_max"]
 
 ALL_TYPES = StructType([
     StructField("id", LongType()),

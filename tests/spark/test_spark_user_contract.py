@@ -18,7 +18,8 @@ from pyspark_durable.endpoint import open_namespace
 from pyspark_durable.errors import LogNotFound
 
 pytestmark = pytest.mark.spark
-META = ["_region", "_table", "_sequence", "_step", "_commit_timestamp", "_row"]
+META = ["_region", "_table", "_sequence", "_step", "_commit_timestamp", "_row",
+        "_event_time_min", "_event_time_max"]
 
 
 # -- helpers -------------------------------------------------------------------------

@@ -140,7 +140,11 @@ def connect_servers(request, tmp_path_factory) -> Iterator[dict[str, ConnectServ
     The bare server starts only when a collected test needs it.
     """
     assert CONNECT_JAR.is_file(), f"the spark-connect jar is not in the pyspark wheel: {CONNECT_JAR}"
-    servers = {"installed": ConnectServer(sys.executable, tmp_path_factory.mktemp("connect_server"))}
+    # an editable install (pip install -e, as the suite's) is invisible to the module scan
+    # by which Spark finds pyspark_* data sources: PYTHONPATH shows the package to it, as
+    # a regular install does
+    servers = {"installed": ConnectServer(sys.executable, tmp_path_factory.mktemp("connect_server"),
+                                          {"PYTHONPATH": str(PACKAGE_DIR.parent)})}
     if any("bare_connect_server" in item.fixturenames for item in request.session.items):
         python = request.getfixturevalue("exec_env_python")
         servers["bare"] = ConnectServer(python, tmp_path_factory.mktemp("bare_connect_server"))

@@ -19,7 +19,7 @@ RESULT = "@@ "
 spark = None
 
 
-def op_connect(url: str, artifact_zip: str | None = None) -> dict:
+def op_connect(url: str, artifact_zip: str | None = None, register: bool = True) -> dict:
     global spark
     from pyspark.sql import SparkSession
 
@@ -28,7 +28,8 @@ def op_connect(url: str, artifact_zip: str | None = None) -> dict:
     spark = SparkSession.builder.remote(url).getOrCreate()
     if artifact_zip:
         spark.addArtifacts(artifact_zip, pyfile=True)
-    pyspark_durable.register(spark)
+    if register:
+        pyspark_durable.register(spark)
     return {"session": f"{type(spark).__module__}.{type(spark).__name__}"}
 
 

@@ -21,6 +21,15 @@ def test_register_works_on_a_connect_session(connect):
     assert connect.session_type == "pyspark.sql.connect.session.SparkSession"
 
 
+def test_a_connect_session_finds_durablewal_without_register(connect_server, make_client, wal):
+    """This tests that a Connect session that never calls register() reads and writes
+    format("durablewal"): the server finds the installed package's DefaultSource, as
+    Spark 4 does for any installed pyspark_* package."""
+    client = make_client()
+    client.ok("connect", url=connect_server.url, register=False)
+    assert client.ok("batch", wal=wal) == BATCH_ROWS
+
+
 def test_batch_round_trip_through_connect(connect, wal):
     """This tests that a batch write and a batch read from a Connect client return the rows by content."""
     assert connect.ok("batch", wal=wal) == BATCH_ROWS

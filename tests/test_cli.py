@@ -762,3 +762,21 @@ def test_help_says_how_to_point_at_a_wal_and_check_defines_its_terms(capsys):
     out = capsys.readouterr().out
     assert "  needed step  a committed step whose entries must still be readable" in out
     assert "  run          the entries of one step for one table in one region" in out
+
+
+def test_steps_shows_the_newest_by_default_and_all_on_request(tmp_path, capsys):
+    """This tests that `steps` without a range lists only the newest steps (a namespace
+    may hold millions), says so, and that --all lists every retained step."""
+    from pyspark_durable.cli.commands import STEPS_SHOWN
+
+    ns = open_namespace(file_config(tmp_path / "w"))
+    for step in range(STEPS_SHOWN + 5):
+        write_step(ns, "w", step, {"t": [{"id": step}]})
+    ns.close()
+    code, out, _ = cli(capsys, "steps", tmp_path / "w", "--namespace", NS)
+    assert code == 0 and out.splitlines()[0].endswith(
+        f"showing {STEPS_SHOWN} (the newest; --all for every step)")
+    doc = cli_json(capsys, "steps", tmp_path / "w", "--namespace", NS)
+    assert [s["step"] for s in doc["steps"]] == list(range(5, STEPS_SHOWN + 5))
+    every = cli_json(capsys, "steps", tmp_path / "w", "--namespace", NS, "--all")
+    assert [s["step"] for s in every["steps"]] == list(range(STEPS_SHOWN + 5))

@@ -156,7 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", dest="stop", type=_count, metavar="STEP",
                    help="show steps below this one")
     p.add_argument("--limit", type=_count, metavar="N",
-                   help="at most N steps: the first ones with --from, else the latest")
+                   help="at most N steps: the first ones with --from, else the latest "
+                        f"(default: the newest {commands.STEPS_SHOWN} unless --from, --to "
+                        "or --all)")
+    p.add_argument("--all", action="store_true", help="every retained step")
     add("lag", maintain.cmd_lag, "per registered reader (readerId): steps, rows, bytes and "
         "seconds behind the WAL's end")
     p = add("tail", commands.cmd_tail, "the last rows of a table")

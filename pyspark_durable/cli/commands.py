@@ -233,17 +233,25 @@ def cmd_tables(args: argparse.Namespace) -> int:
 # -- steps --------------------------------------------------------------------------
 
 
+STEPS_SHOWN = 20  # `steps` without a range: the newest ones, like `tail`
+
+
 def _step_range(args: argparse.Namespace, retained: range) -> range:
     """Steps to list: ``--from``/``--to`` clamped to what is retained, then ``--limit``.
 
-    With ``--from`` the limit keeps the first steps; without it, the latest ones.
+    With ``--from`` the limit keeps the first steps; without it, the latest ones. With
+    no range and no limit, the newest :data:`STEPS_SHOWN` (``--all``: every step): a
+    namespace may hold millions, and a listing is read from its end.
     """
     start = max(retained.start, args.start if args.start is not None else retained.start)
     stop = min(retained.stop, args.stop if args.stop is not None else retained.stop)
     chosen = range(start, max(start, stop))
-    if args.limit is not None and len(chosen) > args.limit:
-        chosen = chosen[: args.limit] if args.start is not None else \
-            chosen[len(chosen) - args.limit:]
+    limit = args.limit
+    if limit is None and not getattr(args, "all", False) and args.start is None \
+            and args.stop is None:
+        limit = STEPS_SHOWN
+    if limit is not None and len(chosen) > limit:
+        chosen = chosen[:limit] if args.start is not None else chosen[len(chosen) - limit:]
     return chosen
 
 
@@ -271,6 +279,9 @@ def cmd_steps(args: argparse.Namespace) -> int:
              " .. ".join(s["event_time"]) if s["event_time"] else ""] for s in found]
     head = (f"namespace {args.namespace!r}: retained steps {span(retained.start, retained.stop)}"
             f", showing {len(found)}")
+    if len(found) < len(retained) and args.limit is None and not args.all \
+            and args.start is None and args.stop is None:
+        head += " (the newest; --all for every step)"
     headers = ["step", "writer", "writer_step", "rows", "bytes", "tables", "committed",
                "event time"]
     listing = [TextTable(headers, rows)] if found else []

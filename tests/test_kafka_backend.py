@@ -620,3 +620,24 @@ def test_an_acknowledged_end_never_reached_names_the_high_watermark(make_kafka):
     with pytest.raises(OffsetOutOfRange, match="below the low watermark"):
         list(region.read_acknowledged(0, 15))  # deleted: at once, no wait
     assert time.monotonic() - start < 1.0
+
+
+def test_idle_readers_are_bounded_per_store_whatever_the_regions(make_kafka):
+    """This tests that reading 12 region logs one after another leaves at most
+    IDLE_READERS readers open in the store (the rest closed), that a log read again and
+    again keeps its one reader (it is not evicted by its own returns), and that every
+    read returns its entries."""
+    from pyspark_durable.log.kafka_store import IDLE_READERS
+
+    store = make_kafka()
+    regions = [store.open_region(r) for r in range(12)]
+    for r, region in enumerate(regions):
+        region.append([Record(b"k", f"v{r}".encode())])
+    for r, region in enumerate(regions):
+        assert [e.value for e in region.read(0)] == [f"v{r}".encode()]
+        assert store.idle_readers() <= IDLE_READERS
+    assert 1 <= store.idle_readers() <= IDLE_READERS  # unbounded, it would be 12
+    kept = regions[-1]._idle[0]
+    for _ in range(2 * IDLE_READERS):
+        assert [e.value for e in regions[-1].read(0)] == [b"v11"]
+    assert regions[-1]._idle == [kept]

@@ -197,6 +197,17 @@ class KafkaLog(Log):
                     self._idle.append(consumer)
             if not keep:
                 consumer.close()
+            else:
+                self.store.parked(self, consumer)
+
+    def evict(self, consumer: Reader) -> bool:
+        """Close ``consumer`` if it is still idle here (the store's pool is full)."""
+        with self._lock:
+            if not any(c is consumer for c in self._idle):
+                return False  # borrowed again meanwhile: the store forgets it
+            self._idle = [c for c in self._idle if c is not consumer]
+        consumer.close()
+        return True
 
     def _bounds(self, probe: bool = True) -> tuple[int, int]:
         """(first offset the broker still has, high watermark), from the partition leader.

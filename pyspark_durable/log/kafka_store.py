@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +28,7 @@ from pyspark_durable.log.kafka_admin import Reader, Sender, TopicAdmin
 from pyspark_durable.log.kafka_settings import KafkaSettings, client_for
 
 log = logging.getLogger("pyspark_durable.log.kafka")
+IDLE_READERS = 4  # idle readers a store keeps open across its logs
 
 
 class KafkaLogStore(LogStore):
@@ -62,6 +64,10 @@ class KafkaLogStore(LogStore):
         self._registry_pos = 0
         self._delete_records_ok: bool | None = None
         self._writable: set[str] = set()  # logs whose topic was checked for writing
+        # idle readers of all this store's logs, oldest first: at most IDLE_READERS stay
+        # open (each holds a consumer's sockets and, on librdkafka, its threads)
+        self._parked: deque[tuple[KafkaLog, Reader]] = deque()
+        self._parked_lock = threading.Lock()
 
     # -- clients -------------------------------------------------------------
 
@@ -73,6 +79,23 @@ class KafkaLogStore(LogStore):
 
     def new_reader(self, topic: str, where: Mapping[str, Any]) -> Reader:
         return self.client.reader(self.settings, topic, where)
+
+    def parked(self, log_: KafkaLog, reader: Reader) -> None:
+        """A log put ``reader`` back idle: beyond :data:`IDLE_READERS` idle readers in
+        the store, the longest idle ones are closed (a namespace of many regions read
+        one after another keeps a few consumers, not one per region)."""
+        with self._parked_lock:
+            for entry in [e for e in self._parked if e[1] is reader]:  # borrowed and back
+                self._parked.remove(entry)
+            self._parked.append((log_, reader))
+            over = len(self._parked) - IDLE_READERS
+            oldest = [self._parked.popleft() for _ in range(max(0, over))]
+        for owner, idle in oldest:
+            owner.evict(idle)
+
+    def idle_readers(self) -> int:
+        """Readers kept open, idle, across this store's logs."""
+        return sum(len(log_._idle) for log_ in list(self._logs.values()))
 
     def topic(self, name: str) -> str:
         return f"{self.namespace}_{name}"

@@ -30,9 +30,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import pyspark_durable.wal.failpoints as failpoints  # the module: tests swap its hooks
 from pyspark_durable.errors import OffsetOutOfRange
 from pyspark_durable.log import Log
-from pyspark_durable.wal import failpoints
 from pyspark_durable.wal.namespace import COMMITS_LOG, Namespace
 from pyspark_durable.wal.records import CleanRecord
 from pyspark_durable.wal.state import SNAPSHOT_NAME

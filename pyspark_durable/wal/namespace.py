@@ -47,6 +47,7 @@ import threading
 import time
 import uuid
 
+import pyspark_durable.wal.failpoints as failpoints  # the module: tests swap its hooks
 from pyspark_durable.errors import (
     AttemptLost,
     ConfigError,
@@ -58,7 +59,6 @@ from pyspark_durable.errors import (
     StepNotCommitted,
 )
 from pyspark_durable.log import LogStore, Record
-from pyspark_durable.wal import failpoints
 from pyspark_durable.wal.attempt import Attempt
 from pyspark_durable.wal.queries import NamespaceQueries
 from pyspark_durable.wal.reading import NamespaceReads

@@ -151,7 +151,11 @@ def write_batches(opts: WalOptions, batches: Iterator[pa.RecordBatch], writer_id
                          pa.array([opts.region] * batch.num_rows, pa.int64()),
                          "t": tables if tables is not None else
                          pa.array([opts.table] * batch.num_rows, pa.string())})
-        for region, table, rows in route(keys, payload):
+        groups = list(route(keys, payload))  # slices of one sorted copy: no more memory
+        # the batch's new tables defined in one commits record, not one fsync'd append each
+        ns.define_tables([(table, rows.schema) for _, table, rows in groups],
+                         opts.payload_format, opts.merge_schema)
+        for region, table, rows in groups:
             attempt.write(table, rows, region, opts.payload_format, opts.merge_schema)
     return attempt.receipt()
 

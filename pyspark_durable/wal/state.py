@@ -47,6 +47,7 @@ from pyspark_durable.wal.records import (
     StepCommit,
     TableInfo,
     TableRecord,
+    TablesRecord,
     WriterRecord,
     decode_record,
 )
@@ -216,6 +217,12 @@ class NamespaceState:
         info = self.tables.get(r.table_id)
         if info is not None and r.version == len(info.schemas):  # the first version v wins
             self.tables[r.table_id] = info.with_version(r.schema)
+
+    def _apply_tables(self, r: TablesRecord, offset: int) -> None:
+        # several definitions in one record: each as its own `table`/`schema` record
+        # would be, in order, so the first definition of an id still wins
+        for each in r.records():
+            self.apply(each, offset)
 
     def _apply_step(self, commit: StepCommit, offset: int) -> None:
         pair = (commit.writer_id, commit.writer_step)
@@ -435,6 +442,7 @@ _APPLY: dict[type, Callable[[NamespaceState, Any, int], None]] = {
     NsRecord: NamespaceState._apply_ns,
     TableRecord: NamespaceState._apply_table,
     SchemaRecord: NamespaceState._apply_schema,
+    TablesRecord: NamespaceState._apply_tables,
     StepCommit: NamespaceState._apply_step,
     WriterRecord: NamespaceState._apply_writer,
     ExpireRecord: NamespaceState._apply_expire,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -17,7 +18,13 @@ import pyarrow as pa
 from pyspark_durable.codec import codec_for
 from pyspark_durable.codec.keys import U64_MAX
 from pyspark_durable.errors import RoutingError, SchemaMismatch
-from pyspark_durable.wal.records import CommitRecord, SchemaRecord, TableInfo, TableRecord
+from pyspark_durable.wal.records import (
+    CommitRecord,
+    SchemaRecord,
+    TableInfo,
+    TableRecord,
+    TablesRecord,
+)
 from pyspark_durable.wal.schemas import fits, merge
 
 if TYPE_CHECKING:
@@ -99,44 +106,111 @@ class NamespaceTables:
         Rows fit the table when their columns are some of its columns, of its types or
         narrower ones of the same kind (missing columns are written null). With
         ``merge_schema``, rows that do not fit add a schema version: new nullable
-        columns, lossless widenings. Racing writers each append the version they want;
-        the first record of a version number wins, the others merge again on top of it.
+        columns, lossless widenings. See :meth:`define_tables`.
         """
-        table_id = self.resolve_table(table)
-        codec_for(payload_format, schema)  # rejects unknown formats and unmappable types
-        name = table if isinstance(table, str) else str(table_id)
-        where = {"namespace": self.name, "table": name}
+        return self.define_tables([(table, schema)], payload_format, merge_schema)[0]
+
+    def define_tables(
+        self, wanted: Sequence[tuple[int | str, pa.Schema]], payload_format: str = "arrow",
+        merge_schema: bool = False,
+    ) -> list[TableInfo]:
+        """The tables rows of each ``(table, schema)`` are written to (in that order),
+        the new ones defined and the needed schema versions added in *one* record.
+
+        A write of many new tables (a first step, a task routing rows to 1,000 tables)
+        pays one fsync'd append of the commits log, not one per table; tables that
+        exist and fit cost nothing (no append, no refresh). One definition is still a
+        ``table`` record, one version a ``schema`` record, several a ``tables`` record.
+
+        Why racing definers (threads, handles, processes) agree:
+
+        - a name's id is ``sha256(name)[:8] | 2**63`` (:func:`table_id_for_name`), so
+          every definer of a name computes the same id without asking anyone;
+        - replay applies definitions in log order and the first one of an id wins (in
+          every process alike, whether it came alone or in a ``tables`` record), so
+          every definer, after appending, refreshes and takes the winner's definition,
+          and checks its rows against it as if it had found it there;
+        - a schema version ``v`` is computed against the table's newest *committed*
+          version ``v - 1`` and only the first record of ``v`` wins; a loser merges
+          again on top of the winner (at most ``EVOLVE_ATTEMPTS`` times). So a record
+          never holds a version of a table it defines: if that definition lost, the
+          version would land on top of another definer's schema it never saw.
+        """
+        ids = [self.resolve_table(t) for t, _ in wanted]
+        asked: dict[int, tuple[str, list[pa.Schema]]] = {}  # id -> (name, its schemas)
+        for table_id, (table, schema) in zip(ids, wanted, strict=True):
+            codec_for(payload_format, schema)  # rejects unknown formats and unmappable types
+            name = table if isinstance(table, str) else str(table_id)
+            asked.setdefault(table_id, (name, []))[1].append(schema)
+        try:
+            plan: list[TableRecord | SchemaRecord] | None = self._plan(
+                asked, payload_format, merge_schema)
+        except SchemaMismatch:  # maybe another writer added the version our rows need
+            plan = None
+        if plan is None or plan:  # decided on what this handle knew: read the log first
+            self.refresh()
+            plan = self._plan(asked, payload_format, merge_schema)
         for _ in range(EVOLVE_ATTEMPTS):
-            existing = self.state.tables.get(table_id) or self.refresh().tables.get(table_id)
+            if not plan:
+                return [self.state.tables[i] for i in ids]
+            tables = [r for r in plan if isinstance(r, TableRecord)]
+            versions = [r for r in plan if isinstance(r, SchemaRecord)]
+            self.append_record(plan[0] if len(plan) == 1 else
+                               TablesRecord(tuple(tables), tuple(versions)))
+            self.refresh()  # the first definition, the first record of a version, wins
+            for v in versions:
+                log.info("namespace=%s table=%s: schema version %d is %s", self.name,
+                         asked[v.table_id][0], v.version, _fmt(v.schema))
+            plan = self._plan(asked, payload_format, merge_schema)
+        names = ", ".join(asked[r.table_id][0] for r in plan)
+        raise SchemaMismatch(f"the table's schema kept changing under {EVOLVE_ATTEMPTS} "
+                             "merges by other writers; write again", namespace=self.name,
+                             table=names)
+
+    def _plan(self, asked: dict[int, tuple[str, list[pa.Schema]]], payload_format: str,
+              merge_schema: bool) -> list[TableRecord | SchemaRecord]:
+        """What to append so every asked schema fits its table, as of ``self.state``:
+        a definition per new table, a version per table whose rows do not fit (the
+        rows of all its asked schemas merged into one version)."""
+        plan: list[TableRecord | SchemaRecord] = []
+        for table_id, (name, schemas) in asked.items():
+            where = {"namespace": self.name, "table": name}
+            existing = self.state.tables.get(table_id)
             if existing is None:
-                self.append_record(TableRecord(table_id, name, schema, payload_format))
-                existing = self.refresh().tables[table_id]  # the first definition wins
+                first = schemas[0]
+                target = _fold(first, schemas[1:], merge_schema, where)
+                plan.append(TableRecord(table_id, name, target, payload_format))
+                continue
             if existing.payload_format != payload_format:
                 raise SchemaMismatch(
                     f"payload format {payload_format!r} differs from the table's "
                     f"{existing.payload_format!r}", **where)
-            if fits(schema, existing.schema):
-                return existing
-            newest = self.refresh().tables[table_id]  # another writer may have merged already
-            if newest is not existing:
-                continue
-            try:
-                merged = merge(existing.schema, schema, what="the table")
-            except SchemaMismatch as exc:  # a real type conflict: no option allows it
-                raise SchemaMismatch(exc.args[0], **where) from None
-            if not merge_schema:
-                raise SchemaMismatch(
-                    f"rows have new columns or wider types: table has "
-                    f"{_fmt(existing.schema)}, rows have {_fmt(schema)}; to add a schema "
-                    "version with them set .option(\"mergeSchema\", \"true\") (Spark) or "
-                    "merge_schema=True", **where)
-            codec_for(payload_format, merged)
-            self.append_record(SchemaRecord(table_id, len(existing.schemas), merged))
-            self.refresh()
-            log.info("namespace=%s table=%s: schema version %d is %s", self.name, name,
-                     len(existing.schemas), _fmt(merged))
-        raise SchemaMismatch(f"the table's schema kept changing under {EVOLVE_ATTEMPTS} "
-                             "merges by other writers; write again", **where)
+            target = _fold(existing.schema, schemas, merge_schema, where)
+            if target is not existing.schema:
+                codec_for(payload_format, target)
+                plan.append(SchemaRecord(table_id, len(existing.schemas), target))
+        return plan
+
+
+def _fold(schema: pa.Schema, more: list[pa.Schema], merge_schema: bool,
+          where: dict[str, str]) -> pa.Schema:
+    """``schema``, merged with each of ``more`` that does not fit it (``merge_schema``;
+    otherwise :class:`SchemaMismatch`); ``schema`` itself when all of them fit."""
+    for rows in more:
+        if fits(rows, schema):
+            continue
+        try:
+            merged = merge(schema, rows, what="the table")
+        except SchemaMismatch as exc:  # a real type conflict: no option allows it
+            raise SchemaMismatch(exc.args[0], **where) from None
+        if not merge_schema:
+            raise SchemaMismatch(
+                f"rows have new columns or wider types: table has "
+                f"{_fmt(schema)}, rows have {_fmt(rows)}; to add a schema "
+                "version with them set .option(\"mergeSchema\", \"true\") (Spark) or "
+                "merge_schema=True", **where)
+        schema = merged
+    return schema
 
 
 def _fmt(schema: pa.Schema) -> str:

@@ -54,12 +54,20 @@ class ArrowCodec(PayloadCodec):
     def encode_value(self, batch: Batchish) -> pa.Buffer:
         """The version byte and the IPC stream written into one Arrow buffer, handed to
         the log as is: no copy to ``bytes`` and none to prefix the version (the file
-        log writes it with ``writev``, librdkafka takes it as a read-only buffer)."""
-        sink = pa.BufferOutputStream()
+        log writes it with ``writev``, librdkafka takes it as a read-only buffer).
+
+        The buffer is sized first by a counting pass (which copies nothing): a growing
+        ``BufferOutputStream`` keeps up to twice the value's size allocated, and a
+        writer holds many values in flight until the log has them."""
+        counted = pa.MockOutputStream()
+        with pa.ipc.new_stream(counted, batch.schema) as writer:
+            writer.write(batch)
+        value = pa.allocate_buffer(len(VALUE_PREFIX) + counted.size())
+        sink = pa.FixedSizeBufferWriter(value)
         sink.write(VALUE_PREFIX)
         with pa.ipc.new_stream(sink, batch.schema) as writer:
             writer.write(batch)
-        return sink.getvalue()
+        return value
 
     def decode(self, payload: bytes | memoryview) -> list[pa.RecordBatch]:
         try:

@@ -22,7 +22,7 @@ Step semantics, written once:
   them one step; ``expire_step`` forgets tracking of steps below ``step``.
 """
 
-from pyspark_durable.endpoint.api import read_steps, write_step
+from pyspark_durable.endpoint.api import read_batches, read_steps, write_step
 from pyspark_durable.endpoint.config import (
     EndpointConfig,
     input_endpoint,
@@ -45,6 +45,7 @@ __all__ = [
     "load_config",
     "open_namespace",
     "output_endpoint",
+    "read_batches",
     "read_steps",
     "write_step",
 ]

@@ -6,6 +6,7 @@ See rule 1 of the protocol in :mod:`pyspark_durable.wal.namespace`.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ import pyarrow as pa
 from pyspark_durable.codec import EntryKey, codec_for
 from pyspark_durable.codec.keys import U64_MAX
 from pyspark_durable.errors import RoutingError
-from pyspark_durable.log import Record
+from pyspark_durable.log import Log, Record
 from pyspark_durable.wal.records import (
     AttemptReceipt,
     WrittenEntry,
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
     from pyspark_durable.wal.namespace import Namespace
 
 INFLIGHT_BYTES_MAX = 32 << 20  # per attempt: bounds a writer's memory, keeps the log busy
+# entries handed to the log in one append: several appends stay in flight at once, and a
+# large write never holds more than this of encoded entries that the log does not have yet
+APPEND_GROUP_BYTES = 8 << 20
 
 
 @dataclass(slots=True)
@@ -43,6 +47,27 @@ class _InFlight:
     @property
     def size_bytes(self) -> int:
         return sum(size for _, size, _ in self.stats)
+
+
+def _joined(parts: list[pa.Table | pa.RecordBatch]) -> pa.Table | pa.RecordBatch:
+    """Chunks of one schema as one table, without copying their rows."""
+    if len(parts) == 1:
+        return parts[0]
+    return pa.Table.from_batches([b for p in parts for b in (
+        p.to_batches() if isinstance(p, pa.Table) else (p,))], schema=parts[0].schema)
+
+
+def _detached(rows: pa.Table | pa.RecordBatch) -> pa.Table | pa.RecordBatch:
+    """A copy of the rows left over after whole entries (less than one entry), so they
+    do not keep the caller's whole, possibly huge, chunk alive until the next entry."""
+    if rows.num_rows == 0:
+        return rows
+    try:
+        return pa.RecordBatch.from_arrays(
+            [pa.concat_arrays(c.chunks if isinstance(c, pa.ChunkedArray) else [c])
+             for c in rows.columns], schema=rows.schema)
+    except pa.ArrowException:  # a type Arrow cannot concatenate: keep the slice
+        return rows
 
 
 class Attempt:
@@ -73,35 +98,100 @@ class Attempt:
 
         Rows are written as the table's newest schema version (missing columns null,
         narrower types cast up); ``merge_schema`` lets new columns and widenings add a
-        version first (see :meth:`Namespace.define_table`).
+        version first (see :meth:`Namespace.define_table`). A large ``data`` is encoded
+        and handed to the log slice by slice, so what this adds to the caller's memory
+        is bounded (``INFLIGHT_BYTES_MAX`` plus an append group), not ``data``'s size.
         """
+        self._check_region(region_id, table)
+        if data.num_rows == 0:
+            return 0  # nothing to write; an empty batch defines no table either
+        return self._write_rows(table, data, region_id, payload_format, merge_schema, whole=True)
+
+    def write_batches(self, table: int | str, chunks: Iterable[pa.Table | pa.RecordBatch],
+                      region_id: int = 0, payload_format: str = "arrow",
+                      merge_schema: bool = False) -> int:
+        """Append the rows of ``chunks`` (consumed lazily, one at a time) to one table.
+
+        Small chunks are gathered into entries of about ``entry_max_bytes`` and large
+        ones sliced into such entries, so a generator of any batch size writes the
+        same entries as one table would, while memory holds at most one entry's rows
+        of it beyond the chunk the caller hands over. Returns the rows written.
+        """
+        self._check_region(region_id, table)
+        pending: list[pa.Table | pa.RecordBatch] = []  # rows of less than one entry, one schema
+        pending_bytes = written = 0
+        for chunk in chunks:
+            if chunk.num_rows == 0:
+                continue
+            if pending and not chunk.schema.equals(pending[0].schema, check_metadata=True):
+                written += self._write_rows(table, _joined(pending), region_id, payload_format,
+                                            merge_schema, whole=True)
+                pending, pending_bytes = [], 0
+            pending.append(chunk)
+            pending_bytes += chunk.nbytes
+            if pending_bytes >= self.ns.entry_max_bytes:
+                rows = _joined(pending)
+                done = self._write_rows(table, rows, region_id, payload_format, merge_schema,
+                                        whole=False)
+                written += done
+                rest = _detached(rows.slice(done))
+                pending = [rest] if rest.num_rows else []
+                pending_bytes = rest.nbytes if rest.num_rows else 0
+                del chunk, rows, rest  # freed before the iterator makes the next chunk
+        if pending:
+            written += self._write_rows(table, _joined(pending), region_id, payload_format,
+                                        merge_schema, whole=True)
+        return written
+
+    def _check_region(self, region_id: int, table: int | str) -> None:
         if not isinstance(region_id, int) or isinstance(region_id, bool) or not (
                 0 <= region_id <= U64_MAX):
             raise RoutingError(f"region {region_id!r} is not a u64", namespace=self.ns.name,
                                table=table)
-        if data.num_rows == 0:
-            return 0  # nothing to write; an empty batch defines no table either
+
+    def _write_rows(self, table: int | str, data: pa.Table | pa.RecordBatch, region_id: int,
+                    payload_format: str, merge_schema: bool, whole: bool) -> int:
+        """Encode and append entries of ``data``; without ``whole``, only full entries
+        (the rows left over wait for the next chunk). Returns the rows appended."""
         info = self.ns.define_table(table, data.schema, payload_format, merge_schema)
-        version = info.version
-        data = conform(data, info.schema)
         codec = codec_for(info.payload_format, info.schema)
-        chunk_rows = max(1, int(data.num_rows * self.ns.entry_max_bytes / max(data.nbytes, 1)))
-        records, stats = [], []
-        for start in range(0, data.num_rows, chunk_rows):
-            part = data.slice(start, chunk_rows)
+        most = self.ns.entry_max_bytes
+        chunk_rows = max(1, int(data.num_rows * most / max(data.nbytes, 1)))
+        if not data.schema.equals(info.schema):  # added null columns, wider types: size one
+            conformed = conform(data.slice(0, chunk_rows), info.schema).nbytes
+            if conformed > most:
+                chunk_rows = max(1, int(chunk_rows * most / conformed))
+        end = data.num_rows if whole else data.num_rows - data.num_rows % chunk_rows
+        region = self.ns.store.open_region(region_id)
+        records: list[Record] = []
+        stats: list[tuple[int, int, str]] = []
+        group_bytes = 0
+        for start in range(0, end, chunk_rows):
+            # conformed slice by slice: a cast copies one entry's rows, not all of them
+            part = conform(data.slice(start, min(chunk_rows, end - start)), info.schema)
             key = EntryKey(self.ns.namespace_id, region_id, info.table_id,
                            self._next_index + len(records))
             value = codec.encode_value(part)
             raw_key = key.encode()
             records.append(Record(raw_key, value, self._headers))
             stats.append((part.num_rows, len(value), entry_digest(raw_key, value)))
-        future = self.ns.store.open_region(region_id).append_async(records)
+            group_bytes += len(value)
+            if group_bytes >= APPEND_GROUP_BYTES:
+                self._append(region, region_id, info.table_id, info.version, records, stats)
+                records, stats, group_bytes = [], [], 0
+        if records:
+            self._append(region, region_id, info.table_id, info.version, records, stats)
+        return end
+
+    def _append(self, region: Log, region_id: int, table_id: int, version: int,
+                records: list[Record], stats: list[tuple[int, int, str]]) -> None:
+        """Hand entries to the log; wait for the oldest appends while too much is in flight."""
+        future = region.append_async(records)
         self._next_index += len(records)
-        self._inflight.append(_InFlight(future, region_id, info.table_id, version, stats))
+        self._inflight.append(_InFlight(future, region_id, table_id, version, stats))
         self._inflight_bytes += self._inflight[-1].size_bytes
         while self._inflight_bytes > INFLIGHT_BYTES_MAX and len(self._inflight) > 1:
             self._settle_oldest()
-        return data.num_rows
 
     def _settle_oldest(self) -> None:
         done = self._inflight.popleft()

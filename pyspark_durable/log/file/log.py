@@ -176,6 +176,9 @@ class FileLog(Log):
                 self._concurrent = len(batch) > 1 or bool(self._pending)
             for (_, fut), offs in zip(batch, offsets, strict=False):
                 fut.set_result(offs)
+            # the written records are freed now, not when the next append wakes this
+            # thread: a writer's memory is what it has in flight, not that plus the last batch
+            del batch, offsets
 
     def _write_batch(self, groups: list[Sequence[Record]]) -> list[list[int]]:
         with self._locked(fcntl.LOCK_EX):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+from collections import deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -307,7 +308,8 @@ def _tail_rows(ns: Namespace, info: TableInfo, n: int, progress: Progress,
         if rows:
             chosen.append(step)
             missing -= rows
-    parts = []
+    parts: deque[pa.Table] = deque()  # the newest batches holding the last n rows, no more
+    held = 0
     task = progress.task(f"tail: reading {len(chosen)} steps", len(chosen), "steps")
     for step in reversed(chosen):
         for sb in ns.read_step(step, tables={info.table_id}):
@@ -318,6 +320,9 @@ def _tail_rows(ns: Namespace, info: TableInfo, n: int, progress: Progress,
                 for name in reversed(TAIL_METADATA):
                     t = t.add_column(0, name, meta[name])
                 parts.append(t)
+                held += t.num_rows
+                while len(parts) > 1 and held - parts[0].num_rows >= n:  # read, not held
+                    held -= parts.popleft().num_rows
         progress.advance(task)
     if not parts:
         return None

@@ -117,6 +117,23 @@ def test_sink_task_routing_1000_new_tables_defines_them_in_one_record(tmp_path):
         7, 7 + TABLES, 7 + 2 * TABLES]
 
 
+def test_write_step_defines_the_tables_in_memory_in_one_record(make_store):
+    """This tests that `write_step` of 1,000 new tables given in memory appends one
+    `tables` record and the step, and that a table given as an iterator (its schema
+    unknown until it is read) is defined by its own record when its first chunk comes."""
+    from pyspark_durable.endpoint import write_step
+
+    ns = Namespace(make_store())
+    start = ns.refresh().next_offset
+    data: dict = {f"t{i}": rows(i) for i in range(TABLES)}
+    data["lazy"] = iter([rows(7), rows(9)])
+    assert write_step(ns, "loader", 0, data) == 0
+    kinds = [type(r).__name__ for r, _ in records_since(ns, start)]
+    assert kinds == ["TablesRecord", "TableRecord", "StepCommit"]
+    assert read_steps(ns, "lazy", with_metadata=False).column("id").to_pylist() == [7, 8, 9, 10]
+    assert read_steps(ns, "t999", with_metadata=False).column("id").to_pylist() == [999, 1000]
+
+
 def test_racing_handles_agree_the_first_definition_wins(make_store):
     """This tests that when handle `a` defines tables between handle `b`'s decision and
     its append, `b`'s definitions of those tables are ignored (a's win, in every handle),

@@ -101,6 +101,12 @@ def write_step(ns: Namespace, writer_id: str, writer_step: int,
     if done is not None:
         return done
     attempt = ns.begin(writer_id, writer_step)
+    # the tables whose rows are in memory defined at once: one commits record for the new ones
+    ns.define_tables([(table, first.schema) for table, chunks in tables.items()
+                      if isinstance(chunks, Sequence)
+                      for first in [next((c for c in chunks if c.num_rows), None)]
+                      if first is not None],
+                     payload_format, merge_schema)
     for table, chunks in tables.items():
         attempt.write_batches(table, chunks, region_id, payload_format, merge_schema)
     return attempt.commit()

@@ -1,4 +1,4 @@
-"""The record key and value of an entry (DESIGN.md, "Record format").
+"""The record key and value of an entry (docs/record-format.md, "Region entries").
 
 Key, 26 bytes, big-endian so that byte order is (region, table, sequence) order::
 

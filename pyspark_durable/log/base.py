@@ -2,9 +2,9 @@
 
 A :class:`LogStore` holds the logs of one namespace. Each log is named; region logs
 are named ``region_{id}`` (the Kafka backend maps that to the topic
-``{namespace}_region_{id}``), and the WAL layer keeps a few logs of its own
-(``commits``, ``catalog``) next to them. A store also keeps small named, *versioned*
-snapshots, which is where region metadata snapshots go.
+``{namespace}_region_{id}``), and the WAL layer keeps its own log, ``commits``, next
+to them. A store also keeps small named, *versioned* snapshots, which is where the
+WAL's state snapshots go (named ``wal``).
 
 The contract, which every backend passes (``tests/test_log_contract.py``):
 

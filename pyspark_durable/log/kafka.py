@@ -12,8 +12,8 @@ Both run the same contract, WAL and crash tests.
 Mapping (one namespace)::
 
     {namespace}_{log}          one topic per log, exactly ONE partition: region logs
-                               are {namespace}_region_{id}, the WAL's own logs
-                               {namespace}_commits, {namespace}_catalog, ...
+                               are {namespace}_region_{id}, the WAL's own log
+                               {namespace}_commits
     {namespace}_snapshots      the namespace's small state, compacted, keyed by
                                "snapshot/{name}/{version:020d}"  snapshot versions
                                                   (an empty value: deleted)

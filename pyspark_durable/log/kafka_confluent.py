@@ -287,7 +287,7 @@ class ConfluentReader:
 
 
 class ConfluentAdmin(OneTopicRule):
-    """Topic administration with librdkafka's AdminClient (see :class:`~.kafka_python.TopicAdmin`)."""
+    """Topic administration with librdkafka's AdminClient (see :class:`~.kafka_admin.TopicAdmin`)."""
 
     def __init__(self, settings: Any, namespace: str | None = None) -> None:
         self.settings = settings

@@ -84,9 +84,10 @@ def build(path: str, shape: str, steps: int, real: bool) -> float:
                 attempt.commit()
         else:
             generate(ns, shape, 1, steps, first)
-        if shape == "writer+retention":  # as the writer's driver would have, every minute
-            from pyspark_durable.wal.cleaner import Cleaner
-            Cleaner(ns, grace_ms=0).run_once()
+        # as the writer's driver does every cleanIntervalMs (autoClean), with or
+        # without a retention policy: the pass writes the snapshot an open starts from
+        from pyspark_durable.wal.cleaner import Cleaner
+        Cleaner(ns, grace_ms=0).run_once()
     finally:
         ns.close()
     return time.perf_counter() - t0

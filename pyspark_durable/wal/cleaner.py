@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 import pyspark_durable.wal.failpoints as failpoints  # the module: tests swap its hooks
 from pyspark_durable.errors import DecodeError, OffsetOutOfRange
 from pyspark_durable.log import Log
+from pyspark_durable.wal.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.namespace import COMMITS_LOG, Namespace
-from pyspark_durable.wal.records import CleanRecord
+from pyspark_durable.wal.records import CleanRecord, DedupRecord
 from pyspark_durable.wal.state import SNAPSHOT_NAME, NamespaceState
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,9 @@ class Cleaner:
         ns = self.ns
         with ns.exclusive():
             state = ns.refresh()
+            if state.dedup.window_ms is None:  # a WAL an older version made: bound it now
+                ns.append_record(DedupRecord(DEDUP_WINDOW_MS, DEDUP_STEPS))
+                state = ns.refresh()
             expired = state.expired_before
             target = ns.retention().expire_target(state, int(time.time() * 1000))
             if target > expired:

@@ -113,4 +113,5 @@ class NamespaceQueries:
 
     def newest_committed_writer_step(self, writer_id: str) -> int | None:
         """The highest writer step ``writer_id`` committed as a step, or None."""
-        return max((ws for (w, ws) in self.state.pairs if w == writer_id), default=None)
+        w = self.state.dedup.writers.get(writer_id)
+        return None if w is None else max(w.pairs, default=None)

@@ -16,6 +16,8 @@ kind           class                meaning
 ``step``       ``StepCommit``       one committed step: writer id, writer step,
                                     attempts, and its *runs*
 ``writer``     ``WriterRecord``     a consecutive writer finished a step without rows
+``dedup``      ``DedupRecord``      from here on, remember each writer's newest
+                                    ``steps`` steps, one-off writers ``window_ms``
 ``expire``     ``ExpireRecord``     steps below ``before`` are no longer needed by
                                     step readers
 ``mark``       ``MarkRecord``       entries of ``table`` in ``region`` below sequence
@@ -229,6 +231,9 @@ class StepCommit(CommitRecord):
     # (min, max) of the writer's event-time column over the step's rows, in microseconds
     # since the epoch (Spark's eventTimeColumn); None: not recorded
     event_time: tuple[int, int] | None = None
+    # a one-off writer (a batch write): when its writer step began; replay forgets the
+    # writer after the dedup window and refuses a commit that began before it
+    started_ms: int | None = None
 
     @property
     def rows(self) -> int:
@@ -254,6 +259,7 @@ class StepCommit(CommitRecord):
                       r.schema_version, *([r.digests] if r.digests else [])]
                      for r in self.runs],
             **({"et": list(self.event_time)} if self.event_time else {}),
+            **({"sm": self.started_ms} if self.started_ms is not None else {}),
         }
 
     @classmethod
@@ -261,7 +267,29 @@ class StepCommit(CommitRecord):
         # runs of 6 elements (written before schema versions) are schema version 0, of 7
         # (before content digests) carry no digests: their reads are not verified
         return cls(d["w"], d["ws"], tuple(d["att"]), tuple(Run(*r) for r in d["runs"]), d["ts"],
-                   event_time=tuple(d["et"]) if d.get("et") else None)
+                   event_time=tuple(d["et"]) if d.get("et") else None,
+                   started_ms=d.get("sm"))
+
+
+@record_kind("dedup")
+@dataclass(frozen=True, slots=True)
+class DedupRecord(CommitRecord):
+    """From here on, deduplication is bounded: each writer's newest ``steps`` writer
+    steps are remembered, and one-off writers for ``window_ms`` (the latest one wins)."""
+
+    window_ms: int
+    steps: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"k": self.kind, "window_ms": self.window_ms, "steps": self.steps}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> DedupRecord:
+        window_ms, steps = d["window_ms"], d["steps"]
+        if not (isinstance(window_ms, int) and isinstance(steps, int) and window_ms > 0
+                and steps > 0):
+            raise ValueError(f"dedup window {window_ms!r} ms, {steps!r} steps")
+        return cls(window_ms, steps)
 
 
 @record_kind("writer")

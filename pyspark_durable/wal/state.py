@@ -35,10 +35,12 @@ from pyspark_durable.errors import (
     OffsetOutOfRange,
 )
 from pyspark_durable.log import Log, LogStore
+from pyspark_durable.wal.dedup import Dedup
 from pyspark_durable.wal.records import (
     RECORD_KINDS,
     CleanRecord,
     CommitRecord,
+    DedupRecord,
     ExpireRecord,
     MarkRecord,
     NsRecord,
@@ -106,7 +108,7 @@ class NamespaceState:
     index: StepIndex = field(default_factory=lambda: StepIndex(0))  # steps base_step ..
     next_step: int = 0
     expired_before: int = 0
-    pairs: dict[tuple[str, int], int] = field(default_factory=dict)
+    dedup: Dedup = field(default_factory=Dedup)  # the (writer, writer_step) pairs remembered
     # (region, table) -> next sequence number / latest marked deleted
     next_sequences: dict[tuple[int, int], int] = field(default_factory=dict)
     marks: dict[tuple[int, int], int] = field(default_factory=dict)
@@ -117,7 +119,17 @@ class NamespaceState:
     readers: dict[str, ReaderPosition] = field(default_factory=dict)
     retention: dict[str, Any] = field(default_factory=dict)
     incarnation: str | None = None  # made when the namespace is created
-    writer_last: dict[str, int] = field(default_factory=dict)  # newest writer step seen
+
+    @property
+    def pairs(self) -> dict[tuple[str, int], int]:
+        """The remembered (writer, writer_step) pairs and their steps (a copy)."""
+        return {(w, ws): step for w, state in self.dedup.writers.items()
+                for ws, step in state.pairs.items()}
+
+    @property
+    def writer_last(self) -> dict[str, int]:
+        """Each remembered writer's highest writer step (a copy)."""
+        return {w: state.last for w, state in self.dedup.writers.items() if state.last >= 0}
 
     @property
     def base_step(self) -> int:
@@ -230,11 +242,11 @@ class NamespaceState:
             self.tables[r.table_id] = info.with_version(r.schema)
 
     def _apply_step(self, commit: StepCommit, offset: int) -> None:
-        pair = (commit.writer_id, commit.writer_step)
-        if pair in self.pairs or self.lost_run(commit) is not None:
-            # a duplicate commit of a pair is never a second step; a run below a bound a
-            # cleaner recorded first may be gone. The index remembers the refusal, so a
-            # step read back from the log later is numbered as now.
+        self.dedup.tick(commit.timestamp_ms)
+        if self.refusal(commit) is not None:
+            # a duplicate commit of a pair is never a second step, nor is one too old to
+            # judge (dedup.py); a run below a bound a cleaner recorded first may be gone.
+            # The index remembers the refusal: a step read back later is numbered as now.
             self.index.note_refused(offset)
             return
         commit.step, commit.commit_offset = self.next_step, offset
@@ -243,12 +255,27 @@ class NamespaceState:
             commit.first_sequences.setdefault(run.key, first)
             self.next_sequences[run.key] = first + run.entries
         self.index.append(commit)
-        self.pairs[pair] = self.next_step
-        self.note_writer(commit.writer_id, commit.writer_step)
+        self.dedup.accept(commit.writer_id, commit.writer_step, self.next_step, commit.started_ms)
         self.next_step += 1
 
+    def refusal(self, commit: StepCommit) -> str | None:
+        """Why replay would not make ``commit`` a step now (None: it would)."""
+        done = self.dedup.committed(commit.writer_id, commit.writer_step)
+        if done is not None:
+            return f"a duplicate of step {done}"
+        too_old = self.dedup.too_old(commit.writer_id, commit.writer_step, commit.started_ms)
+        if too_old is not None:
+            return too_old
+        run = self.lost_run(commit)
+        if run is not None:
+            return f"its run from region {run.region_id} offset {run.start} may be cleaned"
+        return None
+
     def _apply_writer(self, r: WriterRecord, offset: int) -> None:
-        self.note_writer(r.writer_id, r.writer_step)
+        self.dedup.note(r.writer_id, r.writer_step)
+
+    def _apply_dedup(self, r: DedupRecord, offset: int) -> None:
+        self.dedup.set_policy(r.window_ms, r.steps)
 
     def _apply_expire(self, r: ExpireRecord, offset: int) -> None:
         self.expired_before = max(self.expired_before, r.before)
@@ -265,6 +292,7 @@ class NamespaceState:
         for region_id, bound in r.bounds.items():
             self.clean_bounds[region_id] = max(self.clean_bounds.get(region_id, 0), bound)
         self.last_clean_ms = max(self.last_clean_ms, r.timestamp_ms)
+        self.dedup.tick(r.timestamp_ms)
 
     def _apply_reader(self, r: ReaderRecord, offset: int) -> None:
         if r.drop:
@@ -274,9 +302,6 @@ class NamespaceState:
 
     def _apply_retention(self, r: RetentionRecord, offset: int) -> None:
         self.retention = dict(r.policy)
-
-    def note_writer(self, writer_id: str, writer_step: int) -> None:
-        self.writer_last[writer_id] = max(self.writer_last.get(writer_id, -1), writer_step)
 
     def lost_run(self, commit: StepCommit) -> Run | None:
         """A run of ``commit`` starting below its region's clean bound, if any."""
@@ -343,13 +368,6 @@ class NamespaceState:
         """
         self.index.fold(self.first_needed_step())
         at = self.next_offset
-        pairs: dict[str, list[list[int]]] = {}
-        for (writer, wstep), step in sorted(self.pairs.items(), key=lambda kv: kv[1]):
-            runs = pairs.setdefault(writer, [])
-            if runs and runs[-1][0] + runs[-1][2] == wstep and runs[-1][1] + runs[-1][2] == step:
-                runs[-1][2] += 1
-            else:
-                runs.append([wstep, step, 1])
         chunks = self.index.chunks
         doc = {
             "v": SNAPSHOT_VERSION, "namespace_id": self.namespace_id, "at": at,
@@ -358,12 +376,11 @@ class NamespaceState:
             "tables": [t.snapshot_json() for t in self.tables.values()],
             "next_sequences": [[r, t, n] for (r, t), n in self.next_sequences.items()],
             "marks": [[r, t, n] for (r, t), n in self.marks.items()],
-            "pairs": pairs,
+            "dedup": self.dedup.to_json(),
             "bounds": {str(k): v for k, v in self.clean_bounds.items()},
             "last_clean_ms": self.last_clean_ms,
             "readers": {r: [p.next_step, p.hold] for r, p in self.readers.items()},
             "retention": self.retention,
-            "writer_last": self.writer_last,
             # the steps it covers, read back from the commits log from keep_from on
             "index": [c.to_json() for c in chunks],
             "keep_from": chunks[0].start if chunks else at,
@@ -399,7 +416,6 @@ class NamespaceState:
                                   snapshot=SNAPSHOT_NAME, version=version)
             state = cls(namespace, namespace_id=doc["namespace_id"],
                         incarnation=doc["incarnation"])
-            state.writer_last = dict(doc["writer_last"])
             state.tables = {t["id"]: TableInfo.from_json(t) for t in doc["tables"]}
             state.next_step = doc["next_step"]
             chunks = [Chunk.from_json(c) for c in doc.get("index", [])]
@@ -410,10 +426,8 @@ class NamespaceState:
             state.expired_before = doc["expired_before"]
             state.next_sequences = {(r, t): n for r, t, n in doc["next_sequences"]}
             state.marks = {(r, t): n for r, t, n in doc["marks"]}
-            for writer, runs in doc["pairs"].items():
-                for wstep, step, count in runs:
-                    for i in range(count):
-                        state.pairs[(writer, wstep + i)] = step + i
+            state.dedup = Dedup.from_json(doc["dedup"]) if "dedup" in doc else \
+                Dedup.from_pairs(doc["pairs"], doc["writer_last"])
             state.next_offset = state.snapshot_offset = doc["at"]
             state.clean_bounds = {int(k): v for k, v in doc["bounds"].items()}
             state.last_clean_ms = doc["last_clean_ms"]
@@ -440,6 +454,7 @@ _APPLY: dict[type, Callable[[NamespaceState, Any, int], None]] = {
     SchemaRecord: NamespaceState._apply_schema,
     StepCommit: NamespaceState._apply_step,
     WriterRecord: NamespaceState._apply_writer,
+    DedupRecord: NamespaceState._apply_dedup,
     ExpireRecord: NamespaceState._apply_expire,
     MarkRecord: NamespaceState._apply_mark,
     CleanRecord: NamespaceState._apply_clean,

@@ -36,7 +36,8 @@ from pyspark_durable.log import Log
 from pyspark_durable.wal.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.namespace import COMMITS_LOG, Namespace
 from pyspark_durable.wal.records import CleanRecord, DedupRecord
-from pyspark_durable.wal.state import SNAPSHOT_NAME, NamespaceState
+from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME
+from pyspark_durable.wal.state import NamespaceState
 
 log = logging.getLogger(__name__)
 

@@ -46,6 +46,7 @@ ROWS_PER_STEP = 10
 CHUNK = 5_000  # generated steps per log append
 SHAPES = ("writer", "per-step", "writer+retention")
 RETAINED_STEPS = 1_000
+BATCH_EVERY_MS = 60_000  # per-step histories: one batch df.write a minute
 
 
 def rows(n: int, start: int = 0) -> pa.Table:
@@ -72,21 +73,26 @@ def build(path: str, shape: str, steps: int, real: bool) -> float:
             from pyspark_durable.wal.retention import RetentionPolicy
             ns.set_retention(RetentionPolicy(max_steps=RETAINED_STEPS))
         first = rows(ROWS_PER_STEP)
-        w, ws = writer_of(shape, 0)
-        attempt = ns.begin(w, ws)
-        attempt.write("t", first)
-        attempt.commit()  # defines the table, as a real first step does
         if real:
-            for i in range(1, steps):
+            for i in range(steps):
                 w, ws = writer_of(shape, i)
                 attempt = ns.begin(w, ws)
                 attempt.write("t", rows(ROWS_PER_STEP, i * ROWS_PER_STEP))
-                attempt.commit()
+                attempt.commit(started_ms=int(time.time() * 1000) if shape == "per-step"
+                               else None)
+        elif shape == "per-step":
+            # batch writes a minute apart, the newest one now: the table defined first
+            ns.define_table("t", first.schema)
+            generate(ns, shape, 0, steps, first)
         else:
+            attempt = ns.begin(*writer_of(shape, 0))
+            attempt.write("t", first)
+            attempt.commit()  # defines the table, as a real first step does
             generate(ns, shape, 1, steps, first)
-        if shape == "writer+retention":  # as the writer's driver would have, every minute
-            from pyspark_durable.wal.cleaner import Cleaner
-            Cleaner(ns, grace_ms=0).run_once()
+        # as the writer's driver does every cleanIntervalMs (autoClean), with or
+        # without a retention policy: the pass writes the snapshot an open starts from
+        from pyspark_durable.wal.cleaner import Cleaner
+        Cleaner(ns, grace_ms=0).run_once()
     finally:
         ns.close()
     return time.perf_counter() - t0
@@ -119,9 +125,14 @@ def generate(ns, shape: str, start: int, end: int, data: pa.Table) -> None:
         offsets = region.append(entries)
         now = int(time.time() * 1000)
         records = []
-        for (w, ws, att), off in zip(attempts, offsets, strict=True):
+        for i, ((w, ws, att), off) in enumerate(zip(attempts, offsets, strict=True), lo):
+            ts = now
+            if shape == "per-step":  # a batch write a minute, the newest one now
+                ts = now - (end - 1 - i) * BATCH_EVERY_MS
             step = StepCommit(w, ws, (att,), (Run(0, info.table_id, off, off + 1,
-                                                  data.num_rows, len(value), 0),), now)
+                                                  data.num_rows, len(value), 0),), ts,
+                              # a batch write's writer is one-off, as the Spark sink marks it
+                              started_ms=ts if shape == "per-step" else None)
             doc = step.to_json()
             if incarnation is not None:
                 doc["i"] = incarnation
@@ -156,7 +167,7 @@ def measure(path: str, shape: str) -> dict:
         attempt = ns.begin(w, ws)
         attempt.write("t", rows(ROWS_PER_STEP))
         t1 = time.perf_counter()
-        attempt.commit()
+        attempt.commit(started_ms=int(time.time() * 1000) if shape == "per-step" else None)
         commit_ms.append((time.perf_counter() - t1) * 1000)
     t2 = time.perf_counter()
     Cleaner(ns, grace_ms=0).run_once()

@@ -92,6 +92,12 @@ class StepNotCommitted(DurableWalError):
     """A step beyond the committed range was asked for."""
 
 
+class WriterStepExpired(DurableWalError):
+    """A commit of a writer step older than the namespace's deduplication window: the WAL
+    no longer remembers whether that step was committed, so it commits nothing rather
+    than risk a duplicate. Not retriable: write the rows under a new writer id."""
+
+
 class AttemptLost(DurableWalError):
     """Entries of a writer attempt are gone (cleaned) before its step could commit."""
 

@@ -24,7 +24,8 @@ from pyspark_durable.wal import Cleaner, Namespace
 from pyspark_durable.wal.check import Checker
 from pyspark_durable.wal.records import encode_meta
 from pyspark_durable.wal.schemas import common_type, union_by_name
-from pyspark_durable.wal.state import SNAPSHOT_NAME, NamespaceState, seal_snapshot
+from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME, seal_snapshot
+from pyspark_durable.wal.state import NamespaceState
 from pyspark_durable.wal.tables import table_id_for_name
 
 

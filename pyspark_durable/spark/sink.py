@@ -180,8 +180,10 @@ def route(keys: pa.Table, payload: pa.RecordBatch
 
 
 def commit_receipts(opts: WalOptions, messages: list, writer_id: str | None,
-                    writer_step: int, consecutive: bool) -> int | None:
-    """Commit a job's receipts as one step; a streaming writer's batches are consecutive."""
+                    writer_step: int, consecutive: bool,
+                    started_ms: int | None = None) -> int | None:
+    """Commit a job's receipts as one step; a streaming writer's batches are consecutive,
+    a batch write's writer is one-off (``started_ms``: when the job began)."""
     receipts = [m.receipt for m in messages if isinstance(m, WalCommitMessage)]
     if writer_id is None:
         writer_id = next((r.writer_id for r in receipts), None)
@@ -192,7 +194,8 @@ def commit_receipts(opts: WalOptions, messages: list, writer_id: str | None,
         if consecutive:  # no step, but the WAL remembers the batch for the next one's check
             ns.note_writer_step(writer_id, writer_step)
         return None
-    step = ns.commit(writer_id, writer_step, receipts, consecutive=consecutive)
+    step = ns.commit(writer_id, writer_step, receipts, consecutive=consecutive,
+                     started_ms=started_ms)
     log.info("namespace=%s writer=%s writer_step=%d committed as step %d (%d rows)",
              opts.namespace, writer_id, writer_step, step, sum(r.rows for r in receipts))
     return step
@@ -259,6 +262,8 @@ class WalBatchWriter(DataSourceArrowWriter):
         self.opts = opts
         self.schema = schema
         self.writer_id = f"batch-{uuid.uuid4().hex}"
+        # one-off: the WAL forgets this writer after its dedup window (wal/dedup.py)
+        self.started_ms = int(time.time() * 1000)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WalCommitMessage:
         _, _, attempt_id = _task_identity()
@@ -266,7 +271,8 @@ class WalBatchWriter(DataSourceArrowWriter):
                                               attempt_id, self.schema))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        commit_receipts(self.opts, messages, self.writer_id, 0, consecutive=False)
+        commit_receipts(self.opts, messages, self.writer_id, 0, consecutive=False,
+                        started_ms=self.started_ms)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         log.warning("namespace=%s: batch write %s aborted; its rows stay invisible",

@@ -213,6 +213,8 @@ class Attempt:
         the step records the span of all its attempts (Spark's ``eventTimeColumn``)."""
         self._event_time = event_time_span([self._event_time, (low_us, high_us)])
 
-    def commit(self) -> int:
-        """Commit this attempt alone as the step of (writer_id, writer_step)."""
-        return self.ns.commit(self.writer_id, self.writer_step, [self.receipt()])
+    def commit(self, started_ms: int | None = None) -> int:
+        """Commit this attempt alone as the step of (writer_id, writer_step)
+        (``started_ms``: a one-off writer's start, see ``Namespace.commit``)."""
+        return self.ns.commit(self.writer_id, self.writer_step, [self.receipt()],
+                              started_ms=started_ms)

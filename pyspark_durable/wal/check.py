@@ -37,7 +37,8 @@ from pyspark_durable.wal.check_report import CheckReport, Problem
 from pyspark_durable.wal.namespace import COMMITS_LOG
 from pyspark_durable.wal.reading import foreign_attempt, foreign_table, table_name
 from pyspark_durable.wal.records import DIGEST_HEX, Run, StepCommit, decode_record, entry_digest
-from pyspark_durable.wal.state import SNAPSHOT_NAME, NamespaceState
+from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME
+from pyspark_durable.wal.state import NamespaceState
 
 
 @dataclass
@@ -91,6 +92,14 @@ class Checker:
         self.state: NamespaceState | None = None
         self._full_replay: NamespaceState | None = None  # set while the log is whole
         self._regions_seen: set[int] = set()
+        self._steps_of: dict[int, list[StepCommit]] = {}
+
+    def _steps(self, state: NamespaceState) -> list[StepCommit]:
+        """The state's indexed steps, read back from the commits log once for all checks."""
+        steps = self._steps_of.get(id(state))
+        if steps is None:
+            steps = self._steps_of[id(state)] = list(state.index)
+        return steps
 
     # -- problems -----------------------------------------------------------------
 
@@ -242,7 +251,8 @@ class Checker:
             "readers": lambda s: dict(sorted(s.readers.items())),
             "retention policy": lambda s: s.retention,
             "indexed steps": lambda s: [(c.step, c.writer_id, c.writer_step, c.runs)
-                                        for c in s.index if c.step >= recovered.base_step],
+                                        for c in self._steps(s)
+                                        if c.step >= recovered.base_step],
         }
         for name, fact in facts.items():
             a, b = fact(recovered), fact(full)
@@ -256,7 +266,7 @@ class Checker:
         """Per (region, table), indexed steps hold consecutive sequence ranges up to the
         next sequence."""
         running: dict[tuple[int, int], int] = {}
-        for commit in state.index:
+        for commit in self._steps(state):
             for key in sorted({r.key for r in commit.runs}):
                 region_id, table_id = key
                 first = commit.first_sequences.get(key)
@@ -286,7 +296,7 @@ class Checker:
     def _needed_runs(self, state: NamespaceState) -> dict[int, list[_RunCheck]]:
         """Runs of the steps still needed (retained, or claimed by a table), by region."""
         by_region: dict[int, list[_RunCheck]] = defaultdict(list)
-        for commit in state.index:
+        for commit in self._steps(state):
             if not state.needed(commit):
                 continue  # expired and claimed by no table: the cleaner may delete it
             self.report.steps += 1

@@ -31,11 +31,13 @@ import time
 from dataclasses import dataclass, field
 
 import pyspark_durable.wal.failpoints as failpoints  # the module: tests swap its hooks
-from pyspark_durable.errors import OffsetOutOfRange
+from pyspark_durable.errors import DecodeError, OffsetOutOfRange
 from pyspark_durable.log import Log
+from pyspark_durable.wal.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.namespace import COMMITS_LOG, Namespace
-from pyspark_durable.wal.records import CleanRecord
-from pyspark_durable.wal.state import SNAPSHOT_NAME
+from pyspark_durable.wal.records import CleanRecord, DedupRecord
+from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME
+from pyspark_durable.wal.state import NamespaceState
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,26 @@ def _recent_bound(region: Log, grace_ms: float, low: int, high: int) -> int:
     return lo
 
 
+def _commits_needed_from(ns: Namespace, versions: list[int], low: int) -> int:
+    """Where the commits log must start: the older of the kept snapshots is replayed from
+    its offset if the newest is damaged (the redundant copy), and each kept snapshot
+    reads its steps back from its ``keep_from`` on. Nothing is trimmed while a kept
+    snapshot cannot be read (``low``)."""
+    kept = versions[-SNAPSHOTS_KEPT:]
+    if len(kept) < SNAPSHOTS_KEPT:
+        return low
+    upto = kept[0]
+    for version in kept:
+        raw = ns.store.read_snapshot_version(SNAPSHOT_NAME, version)
+        if raw is None:
+            return low  # pruned meanwhile by another cleaner: its successor decides
+        try:
+            upto = min(upto, NamespaceState.snapshot_keep_from(ns.name, raw, version))
+        except DecodeError:
+            return low
+    return upto
+
+
 class Cleaner:
     """Runs cleaner passes on one namespace, on demand or in a background thread."""
 
@@ -95,6 +117,9 @@ class Cleaner:
         ns = self.ns
         with ns.exclusive():
             state = ns.refresh()
+            if state.dedup.window_ms is None:  # a WAL an older version made: bound it now
+                ns.append_record(DedupRecord(DEDUP_WINDOW_MS, DEDUP_STEPS))
+                state = ns.refresh()
             expired = state.expired_before
             target = ns.retention().expire_target(state, int(time.time() * 1000))
             if target > expired:
@@ -120,8 +145,7 @@ class Cleaner:
             failpoints.reached("clean.recorded")
             state = ns.refresh()  # every step ordered before our bound is in this replay
             needed = state.needed_starts()
-            pos = state.first_needed_position()
-            first_step = state.index[pos].step if pos < len(state.index) else state.next_step
+            first_step = state.first_needed_step()
             report = CleanReport(0, first_step, expired_before=(expired, state.expired_before))
             for region_id, (region, low, _) in regions.items():
                 bound = min(state.clean_bounds.get(region_id, 0), needed.get(region_id, 1 << 64))
@@ -129,7 +153,7 @@ class Cleaner:
                     region.delete_before(bound)
                 report.regions[region_id] = (low, max(low, bound))
             failpoints.reached("clean.deleted")
-            at, raw = state.snapshot()
+            at, raw = state.snapshot()  # folds the index: this handle now holds chunks
             report.snapshot_at = at
             failpoints.reached("clean.snapshot")
             versions = ns.store.snapshot_versions(SNAPSHOT_NAME)
@@ -139,14 +163,11 @@ class Cleaner:
             failpoints.reached("clean.snapshotted")
             commits = ns.store.open_log(COMMITS_LOG)
             before = commits.low_watermark()
-            # keep the log from the older kept snapshot on: if the newest one is damaged,
-            # recovery replays from its predecessor (the redundant copy)
-            upto = versions[-SNAPSHOTS_KEPT] if len(versions) >= SNAPSHOTS_KEPT else before
+            upto = _commits_needed_from(ns, versions, before)
             if upto > before:
                 commits.delete_before(upto)
             report.commits_low = (before, max(before, upto))
             ns.store.prune_snapshots(SNAPSHOT_NAME, SNAPSHOTS_KEPT)
-            state.trim(pos, at)
         log.info("namespace=%s: cleaned; snapshot at commits offset %d, first retained step %d, "
                  "%d region entries freed", ns.name, at, first_step, report.freed_entries)
         return report

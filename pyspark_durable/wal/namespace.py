@@ -57,14 +57,17 @@ from pyspark_durable.errors import (
     RoutingError,
     StepExpired,
     StepNotCommitted,
+    WriterStepExpired,
 )
 from pyspark_durable.log import LogStore, Record
 from pyspark_durable.wal.attempt import Attempt
+from pyspark_durable.wal.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.queries import NamespaceQueries
 from pyspark_durable.wal.reading import NamespaceReads
 from pyspark_durable.wal.records import (
     AttemptReceipt,
     CommitRecord,
+    DedupRecord,
     ExpireRecord,
     MarkRecord,
     NsRecord,
@@ -149,6 +152,9 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
             self._append_meta({**NsRecord(self.name, namespace_id, incarnation).to_json(),
                                "i": incarnation})
             self.refresh()
+            if self.state.dedup.window_ms is None:  # a new WAL bounds deduplication
+                self.append_record(DedupRecord(DEDUP_WINDOW_MS, DEDUP_STEPS))
+                self.refresh()
         if self.state.namespace_id != namespace_id:
             raise ConfigError(
                 f"namespace was created with id {self.state.namespace_id}, opened with "
@@ -213,10 +219,10 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
     def committed_step(self, writer_id: str, writer_step: int) -> int | None:
         """The step that committed ``(writer_id, writer_step)``, or None."""
         check_writer(writer_id, writer_step, self.name)
-        return self.refresh().pairs.get((writer_id, writer_step))
+        return self.refresh().dedup.committed(writer_id, writer_step)
 
     def commit(self, writer_id: str, writer_step: int, receipts: list[AttemptReceipt],
-               consecutive: bool = False) -> int:
+               consecutive: bool = False, started_ms: int | None = None) -> int:
         """Commit the attempts' entries as one step; idempotent per (writer, step).
 
         Raises :class:`AttemptLost` (retriable) when a cleaner's bound was ordered
@@ -224,7 +230,10 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
         With ``consecutive`` (a writer that numbers its steps 0, 1, 2, ... like a Spark
         query), a writer step whose predecessor this WAL never saw is
         :class:`IncarnationMismatch`: the writer wrote into a WAL that was lost,
-        recreated or restored from an older copy.
+        recreated or restored from an older copy. ``started_ms`` marks a one-off writer
+        (a batch write): when its writer step began, the same for every retry of this
+        commit; the WAL forgets such writers after its deduplication window
+        (:mod:`.dedup`). A pair too old to judge is :class:`WriterStepExpired`.
         """
         done = self.committed_step(writer_id, writer_step)
         if done is not None:
@@ -240,15 +249,16 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
                     f"not ({writer_id}, {writer_step})", namespace=self.name)
         commit = StepCommit(writer_id, writer_step, tuple(r.attempt_id for r in receipts),
                             build_runs(receipts), int(time.time() * 1000),
-                            event_time=event_time_span([r.event_time for r in receipts]))
-        self._raise_if_lost(commit)  # cheap early answer; the replay below decides
+                            event_time=event_time_span([r.event_time for r in receipts]),
+                            started_ms=started_ms)
+        self._raise_if_refused(commit)  # cheap early answer; the replay below decides
         failpoints.reached("commit.checked", writer_step=writer_step)
         offset = self.append_record(commit)
         failpoints.reached("commit.appended")
         step = self.committed_step(writer_id, writer_step)
-        if step is None:  # replay refused our record: a clean bound was ordered before it
-            self._raise_if_lost(commit)
-            raise AttemptLost(  # pragma: no cover - only a bound can refuse a new pair
+        if step is None:  # replay refused our record: too old to judge, or a bound before it
+            self._raise_if_refused(commit)
+            raise AttemptLost(  # pragma: no cover - only age or a bound refuse a new pair
                 f"step record at commits offset {offset} was refused", namespace=self.name,
                 writer=writer_id, writer_step=writer_step)
         return step
@@ -256,12 +266,13 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
     def note_writer_step(self, writer_id: str, writer_step: int) -> None:
         """Record that a consecutive writer finished ``writer_step`` without rows."""
         check_writer(writer_id, writer_step, self.name)
-        if self.refresh().writer_last.get(writer_id, -1) < writer_step:
+        last = self.refresh().dedup.last(writer_id)
+        if last is None or last < writer_step:
             self.check_consecutive(writer_id, writer_step)
             self.append_record(WriterRecord(writer_id, writer_step))
 
     def check_consecutive(self, writer_id: str, writer_step: int) -> None:
-        last = self.state.writer_last.get(writer_id)
+        last = self.state.dedup.last(writer_id)
         if writer_step > 0 and (last is None or last < writer_step - 1):
             known = "none of its steps" if last is None else f"its steps up to {last}"
             raise IncarnationMismatch(
@@ -271,7 +282,16 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
                 "writer from a new checkpoint to write into this WAL",
                 namespace=self.name, writer=writer_id)
 
-    def _raise_if_lost(self, commit: StepCommit) -> None:
+    def _raise_if_refused(self, commit: StepCommit) -> None:
+        """The typed error for a record replay refuses (a duplicate is not refused here:
+        the committer asked before, and returns the step replay found)."""
+        too_old = self.state.dedup.too_old(commit.writer_id, commit.writer_step,
+                                           commit.started_ms)
+        if too_old is not None:
+            raise WriterStepExpired(
+                f"{too_old}: the WAL no longer knows whether it was committed, so it commits "
+                "nothing; write the rows under a new writer id", namespace=self.name,
+                writer=commit.writer_id, writer_step=commit.writer_step)
         run = self.state.lost_run(commit)
         if run is not None:
             raise AttemptLost(
@@ -377,6 +397,17 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
         """Keep ``policy`` with the namespace (every cleaner applies it); no-op if unchanged."""
         if self.refresh().retention != policy.to_json():
             self.append_record(RetentionRecord(policy.to_json()))
+            self.refresh()
+
+    def set_dedup_window(self, window_ms: int, steps: int = DEDUP_STEPS) -> None:
+        """Bound deduplication from here on (:mod:`.dedup`): one-off writers are remembered
+        ``window_ms``, every writer's newest ``steps`` writer steps; no-op if unchanged."""
+        for name, value in (("dedup window", window_ms), ("dedup steps", steps)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{name} {value!r} is not an integer > 0", namespace=self.name)
+        d = self.refresh().dedup
+        if (d.window_ms, d.steps) != (window_ms, steps):
+            self.append_record(DedupRecord(window_ms, steps))
             self.refresh()
 
     def retention(self) -> RetentionPolicy:

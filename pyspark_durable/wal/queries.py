@@ -12,7 +12,6 @@ trips, so a caller that needs what other processes appended since calls
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -87,20 +86,11 @@ class NamespaceQueries:
         A commit time is the committing process's clock when it appended its record, so
         times are not ordered by step (writers race between clock and append, machines'
         clocks differ). Their running maximum is ordered, and first reaches ``t`` at the
-        first step committed at or after ``t``: that is what the bisect searches. Steps
-        folded into a snapshot (below :meth:`first_indexed_step`) have no known time.
+        first step committed at or after ``t``: that is what is searched, chunk by chunk
+        (a snapshot keeps each chunk's newest time, so one chunk is read). Steps no
+        longer indexed (below :meth:`first_indexed_step`) have no known time.
         """
-        index, base = self.state.index, self.state.base_step
-        cached = getattr(self, "_commit_time_max", None)
-        if cached is None or cached[0] != base or len(cached[1]) > len(index):
-            cached = (base, [])
-        running = cached[1]  # extended in place as steps are appended to the index
-        top = running[-1] if running else -1
-        for commit in index[len(running):]:
-            top = max(top, commit.timestamp_ms)
-            running.append(top)
-        self._commit_time_max = cached
-        return base + bisect_left(running, timestamp_ms)
+        return self.state.first_step_committed_at(timestamp_ms)
 
     def region_entries(self) -> tuple[RegionEntries, ...]:
         """Every region's entries by who refers to them (:class:`RegionEntries`): the
@@ -123,4 +113,5 @@ class NamespaceQueries:
 
     def newest_committed_writer_step(self, writer_id: str) -> int | None:
         """The highest writer step ``writer_id`` committed as a step, or None."""
-        return max((ws for (w, ws) in self.state.pairs if w == writer_id), default=None)
+        w = self.state.dedup.writers.get(writer_id)
+        return None if w is None else max(w.pairs, default=None)

@@ -18,6 +18,8 @@ kind           class                meaning
 ``step``       ``StepCommit``       one committed step: writer id, writer step,
                                     attempts, and its *runs*
 ``writer``     ``WriterRecord``     a consecutive writer finished a step without rows
+``dedup``      ``DedupRecord``      from here on, remember each writer's newest
+                                    ``steps`` steps, one-off writers ``window_ms``
 ``expire``     ``ExpireRecord``     steps below ``before`` are no longer needed by
                                     step readers
 ``mark``       ``MarkRecord``       entries of ``table`` in ``region`` below sequence
@@ -446,6 +448,9 @@ class StepCommit(CommitRecord):
     # (min, max) of the writer's event-time column over the step's rows, in microseconds
     # since the epoch (Spark's eventTimeColumn); None: not recorded
     event_time: tuple[int, int] | None = None
+    # a one-off writer (a batch write): when its writer step began; replay forgets the
+    # writer after the dedup window and refuses a commit that began before it
+    started_ms: int | None = None
 
     @property
     def rows(self) -> int:
@@ -469,13 +474,36 @@ class StepCommit(CommitRecord):
             "att": list(self.attempts), "ts": self.timestamp_ms,
             "runs": encode_runs(self.runs),
             **({"et": list(self.event_time)} if self.event_time else {}),
+            **({"sm": self.started_ms} if self.started_ms is not None else {}),
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> StepCommit:
         # runs stored as JSON lists (before the compact form) still decode: decode_runs
         return cls(d["w"], d["ws"], tuple(d["att"]), decode_runs(d["runs"]), d["ts"],
-                   event_time=tuple(d["et"]) if d.get("et") else None)
+                   event_time=tuple(d["et"]) if d.get("et") else None,
+                   started_ms=d.get("sm"))
+
+
+@record_kind("dedup")
+@dataclass(frozen=True, slots=True)
+class DedupRecord(CommitRecord):
+    """From here on, deduplication is bounded: each writer's newest ``steps`` writer
+    steps are remembered, and one-off writers for ``window_ms`` (the latest one wins)."""
+
+    window_ms: int
+    steps: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"k": self.kind, "window_ms": self.window_ms, "steps": self.steps}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> DedupRecord:
+        window_ms, steps = d["window_ms"], d["steps"]
+        if not (isinstance(window_ms, int) and isinstance(steps, int) and window_ms > 0
+                and steps > 0):
+            raise ValueError(f"dedup window {window_ms!r} ms, {steps!r} steps")
+        return cls(window_ms, steps)
 
 
 @record_kind("writer")

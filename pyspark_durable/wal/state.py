@@ -5,8 +5,11 @@ Per (region, table) it holds HoraeDB's table metadata inside a region:
 sequence -> offset mapping; per table its schema versions; per namespace the step
 index, the committed (writer, writer_step) pairs, the expiry point, the clean bound
 of every region, reader positions and the retention policy. A snapshot is this state
-*as of a commits-log offset*, so recovery is: load the newest snapshot, replay the
-commits log from that offset.
+*as of a commits-log offset* (the log's end when the cleaner wrote it), so recovery is:
+load the newest snapshot, replay the commits log from that offset. The steps a
+snapshot covers are not in it: it holds their :class:`~.step_index.Chunk` s, and a step
+is read back from the commits log when someone asks for it, so opening costs what the
+snapshot holds, not what was ever committed.
 
 Replay is a pure function of the records in log order: whether a ``step`` record
 becomes a step depends only on records before it (the pairs committed so far and
@@ -17,11 +20,8 @@ its offset*, not the newest ones.
 
 from __future__ import annotations
 
-import bisect
 import json
 import logging
-import struct
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,10 +33,12 @@ from pyspark_durable.errors import (
     OffsetOutOfRange,
 )
 from pyspark_durable.log import Log, LogStore
+from pyspark_durable.wal.dedup import Dedup
 from pyspark_durable.wal.records import (
     RECORD_KINDS,
     CleanRecord,
     CommitRecord,
+    DedupRecord,
     ExpireRecord,
     MarkRecord,
     NsRecord,
@@ -51,40 +53,12 @@ from pyspark_durable.wal.records import (
     WriterRecord,
     decode_record,
 )
+from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME, open_snapshot, seal_snapshot
+from pyspark_durable.wal.step_index import Chunk, StepIndex, chunk_loader
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_NAME = "wal"
-SNAPSHOT_VERSION = 3  # 3: sequences per (region, table), schema versions
-SNAPSHOT_HEAD = struct.Struct(">4sII")  # magic | crc32 of the payload | payload length
-SNAPSHOT_MAGIC = b"DWS2"
-
-
-def seal_snapshot(payload: bytes) -> bytes:
-    """A snapshot as stored: a header with the payload's CRC and length, then the payload."""
-    return SNAPSHOT_HEAD.pack(SNAPSHOT_MAGIC, zlib.crc32(payload), len(payload)) + payload
-
-
-def open_snapshot(raw: bytes, namespace: str, version: int | None) -> bytes:
-    """The payload of a stored snapshot, checked; every byte is covered by the CRC."""
-    where = {"namespace": namespace, "snapshot": SNAPSHOT_NAME, "version": version}
-    if len(raw) < SNAPSHOT_HEAD.size:
-        raise CorruptEntryError(f"snapshot is {len(raw)} bytes, shorter than its header",
-                                **where)
-    magic, crc, length = SNAPSHOT_HEAD.unpack_from(raw)
-    payload = raw[SNAPSHOT_HEAD.size:]
-    if magic != SNAPSHOT_MAGIC:
-        raise CorruptEntryError(f"snapshot starts with {magic!r}, expected {SNAPSHOT_MAGIC!r} "
-                                "(bytes 0-3)", **where)
-    if length != len(payload):
-        raise CorruptEntryError(f"snapshot header says {length} payload bytes, the snapshot "
-                                f"holds {len(payload)} (bytes 8-11; truncated or damaged)",
-                                **where)
-    if zlib.crc32(payload) != crc:
-        raise CorruptEntryError(f"snapshot payload fails its CRC (stored {crc:08x}, computed "
-                                f"{zlib.crc32(payload):08x}; bytes 4-7 or 12-{len(raw) - 1})",
-                                **where)
-    return payload
+SNAPSHOT_VERSION = 4  # 4: as of the log's end, with the step index's chunks
 RECOVER_ATTEMPTS = 8  # snapshot then replay, retried while cleaners race ahead of us
 
 
@@ -101,24 +75,36 @@ class NamespaceState:
     namespace: str
     namespace_id: int | None = None
     tables: dict[int, TableInfo] = field(default_factory=dict)
-    index: list[StepCommit] = field(default_factory=list)  # steps base_step .. next_step-1
-    base_step: int = 0
+    index: StepIndex = field(default_factory=lambda: StepIndex(0))  # steps base_step ..
     next_step: int = 0
     expired_before: int = 0
-    pairs: dict[tuple[str, int], int] = field(default_factory=dict)
+    dedup: Dedup = field(default_factory=Dedup)  # the (writer, writer_step) pairs remembered
     # (region, table) -> next sequence number / latest marked deleted
     next_sequences: dict[tuple[int, int], int] = field(default_factory=dict)
     marks: dict[tuple[int, int], int] = field(default_factory=dict)
     next_offset: int = 0  # where replay of the commits log continues
     snapshot_offset: int = 0  # the commits-log offset the loaded snapshot describes
     clean_bounds: dict[int, int] = field(default_factory=dict)  # region -> bound, newest
-    base_bounds: dict[int, int] = field(default_factory=dict)  # as of snapshot_offset
-    bound_history: list[tuple[int, dict[int, int]]] = field(default_factory=list)
     last_clean_ms: int = 0
     readers: dict[str, ReaderPosition] = field(default_factory=dict)
     retention: dict[str, Any] = field(default_factory=dict)
     incarnation: str | None = None  # made when the namespace is created
-    writer_last: dict[str, int] = field(default_factory=dict)  # newest writer step seen
+
+    @property
+    def pairs(self) -> dict[tuple[str, int], int]:
+        """The remembered (writer, writer_step) pairs and their steps (a copy)."""
+        return {(w, ws): step for w, state in self.dedup.writers.items()
+                for ws, step in state.pairs.items()}
+
+    @property
+    def writer_last(self) -> dict[str, int]:
+        """Each remembered writer's highest writer step (a copy)."""
+        return {w: state.last for w, state in self.dedup.writers.items() if state.last >= 0}
+
+    @property
+    def base_step(self) -> int:
+        """The first step still indexed (readable); steps below it are not needed."""
+        return self.index.base
 
     # -- replay -----------------------------------------------------------------
 
@@ -147,6 +133,7 @@ class NamespaceState:
                 for problem in damage:
                     log.warning("namespace=%s: %s; recovered from snapshot version %s",
                                 store.namespace, problem, version)
+                state.attach(commits)
                 return state
         low = commits.low_watermark()
         raise CorruptEntryError(
@@ -168,6 +155,12 @@ class NamespaceState:
         except DecodeError as exc:
             damage.append(str(exc))
             return None
+
+    def attach(self, commits: Log) -> None:
+        """Read the steps the snapshot's chunks cover from ``commits`` when asked."""
+        def decode(value: bytes, offset: int) -> CommitRecord:
+            return decode_record(value, namespace=self.namespace, offset=offset)[0]
+        self.index.attach(chunk_loader(commits.read, decode, self.namespace))
 
     def replay(self, commits: Log) -> None:
         """Apply the records after ``next_offset``; OffsetOutOfRange if they were cleaned.
@@ -225,23 +218,40 @@ class NamespaceState:
             self.apply(each, offset)
 
     def _apply_step(self, commit: StepCommit, offset: int) -> None:
-        pair = (commit.writer_id, commit.writer_step)
-        if pair in self.pairs:
-            return  # a duplicate commit of a pair: never a second step
-        if self.lost_run(commit) is not None:
-            return  # a cleaner recorded its bound first: the entries may be gone
+        self.dedup.tick(commit.timestamp_ms)
+        if self.refusal(commit) is not None:
+            # a duplicate commit of a pair is never a second step, nor is one too old to
+            # judge (dedup.py); a run below a bound a cleaner recorded first may be gone.
+            # The index remembers the refusal: a step read back later is numbered as now.
+            self.index.note_refused(offset)
+            return
         commit.step, commit.commit_offset = self.next_step, offset
         for run in commit.runs:  # sequences count per (region, table), in run order
             first = self.next_sequences.get(run.key, 0)
             commit.first_sequences.setdefault(run.key, first)
             self.next_sequences[run.key] = first + run.entries
         self.index.append(commit)
-        self.pairs[pair] = self.next_step
-        self.note_writer(commit.writer_id, commit.writer_step)
+        self.dedup.accept(commit.writer_id, commit.writer_step, self.next_step, commit.started_ms)
         self.next_step += 1
 
+    def refusal(self, commit: StepCommit) -> str | None:
+        """Why replay would not make ``commit`` a step now (None: it would)."""
+        done = self.dedup.committed(commit.writer_id, commit.writer_step)
+        if done is not None:
+            return f"a duplicate of step {done}"
+        too_old = self.dedup.too_old(commit.writer_id, commit.writer_step, commit.started_ms)
+        if too_old is not None:
+            return too_old
+        run = self.lost_run(commit)
+        if run is not None:
+            return f"its run from region {run.region_id} offset {run.start} may be cleaned"
+        return None
+
     def _apply_writer(self, r: WriterRecord, offset: int) -> None:
-        self.note_writer(r.writer_id, r.writer_step)
+        self.dedup.note(r.writer_id, r.writer_step)
+
+    def _apply_dedup(self, r: DedupRecord, offset: int) -> None:
+        self.dedup.set_policy(r.window_ms, r.steps)
 
     def _apply_expire(self, r: ExpireRecord, offset: int) -> None:
         self.expired_before = max(self.expired_before, r.before)
@@ -257,9 +267,8 @@ class NamespaceState:
     def _apply_clean(self, r: CleanRecord, offset: int) -> None:
         for region_id, bound in r.bounds.items():
             self.clean_bounds[region_id] = max(self.clean_bounds.get(region_id, 0), bound)
-        if r.bounds:
-            self.bound_history.append((offset, dict(r.bounds)))
         self.last_clean_ms = max(self.last_clean_ms, r.timestamp_ms)
+        self.dedup.tick(r.timestamp_ms)
 
     def _apply_reader(self, r: ReaderRecord, offset: int) -> None:
         if r.drop:
@@ -270,9 +279,6 @@ class NamespaceState:
     def _apply_retention(self, r: RetentionRecord, offset: int) -> None:
         self.retention = dict(r.policy)
 
-    def note_writer(self, writer_id: str, writer_step: int) -> None:
-        self.writer_last[writer_id] = max(self.writer_last.get(writer_id, -1), writer_step)
-
     def lost_run(self, commit: StepCommit) -> Run | None:
         """A run of ``commit`` starting below its region's clean bound, if any."""
         for run in commit.runs:
@@ -281,11 +287,15 @@ class NamespaceState:
         return None
 
     def step(self, step: int) -> StepCommit:
+        """An indexed step (read back from the commits log if a snapshot covers it)."""
         if step < self.base_step:
             raise OffsetOutOfRange(f"step {step} is no longer indexed (first is {self.base_step})",
                                    namespace=self.namespace, step=step)
         commit = self.index[step - self.base_step]
-        assert commit.step == step, (commit.step, step)
+        if commit.step != step:
+            raise CorruptEntryError(f"the step index holds step {commit.step} where step {step} "
+                                    "belongs", namespace=self.namespace, log="commits",
+                                    offset=commit.commit_offset)
         return commit
 
     # -- retention ----------------------------------------------------------------
@@ -304,30 +314,16 @@ class NamespaceState:
         return False
 
     def needed_starts(self) -> dict[int, int]:
-        """Per region, the first offset a needed step refers to."""
-        starts: dict[int, int] = {}
-        for commit in self.index:
-            if self.needed(commit):
-                for run in commit.runs:
-                    starts[run.region_id] = min(starts.get(run.region_id, run.start), run.start)
-        return starts
+        """Per region, the first offset a needed step refers to (or a little below)."""
+        return self.index.needed_starts(self.needed, self.expired_before, self.marks)
 
-    def bounds_at(self, offset: int) -> dict[int, int]:
-        """The clean bounds as replay knew them just before commits-log ``offset``."""
-        bounds = dict(self.base_bounds)
-        for at, recorded in self.bound_history:
-            if at >= offset:
-                break
-            for region_id, bound in recorded.items():
-                bounds[region_id] = max(bounds.get(region_id, 0), bound)
-        return bounds
+    def first_needed_step(self) -> int:
+        """The first step still needed (``next_step`` if none)."""
+        return self.index.first_needed_step(self.needed, self.expired_before, self.marks)
 
-    def first_needed_position(self) -> int:
-        """Index position of the first step still needed (len(index) if none)."""
-        for i, commit in enumerate(self.index):
-            if self.needed(commit):
-                return i
-        return len(self.index)
+    def first_step_committed_at(self, timestamp_ms: int) -> int:
+        """The first step whose running maximum of commit times reaches ``timestamp_ms``."""
+        return max(self.base_step, self.index.first_committed_at(timestamp_ms))
 
     def regions(self) -> list[int]:
         """Regions that hold committed entries (sequences never go back, nor does this)."""
@@ -337,79 +333,79 @@ class NamespaceState:
         """Region -> next sequence number, for the regions holding entries of a table."""
         return {r: n for (r, t), n in sorted(self.next_sequences.items()) if t == table_id}
 
-    def sequence_step(self, region_id: int, table_id: int, sequence: int) -> StepCommit | None:
-        """The indexed step holding ``sequence`` of a (region, table) (sequence -> offset)."""
-        key = (region_id, table_id)
-        firsts = [(c.first_sequences[key], c) for c in self.index if key in c.first_sequences]
-        pos = bisect.bisect_right([f for f, _ in firsts], sequence) - 1
-        return firsts[pos][1] if pos >= 0 else None
-
     # -- snapshots --------------------------------------------------------------
 
     def snapshot(self) -> tuple[int, bytes]:
-        """Encode the state as of the first needed step's commit offset."""
-        pos = self.first_needed_position()
-        later = self.index[pos:]
-        at = later[0].commit_offset if later else self.next_offset
-        next_step = later[0].step if later else self.next_step
-        next_seq = dict(self.next_sequences)
-        for commit in later:
-            for run in commit.runs:
-                next_seq[run.key] -= run.entries
-        pairs: dict[str, list[list[int]]] = {}
-        for (writer, wstep), step in sorted(self.pairs.items(), key=lambda kv: kv[1]):
-            if step >= next_step:
-                continue
-            runs = pairs.setdefault(writer, [])
-            if runs and runs[-1][0] + runs[-1][2] == wstep and runs[-1][1] + runs[-1][2] == step:
-                runs[-1][2] += 1
-            else:
-                runs.append([wstep, step, 1])
+        """Fold the steps still needed into chunks; encode the state as of ``next_offset``.
+
+        Steps before the first needed one leave the index (no snapshot needs them
+        again). The state is exact as of the log's end, so a replay after it decides
+        every record as a replay of the whole log does.
+        """
+        self.index.fold(self.first_needed_step())
+        at = self.next_offset
+        chunks = self.index.chunks
         doc = {
             "v": SNAPSHOT_VERSION, "namespace_id": self.namespace_id, "at": at,
             "incarnation": self.incarnation,
-            "next_step": next_step, "expired_before": self.expired_before,
+            "next_step": self.next_step, "expired_before": self.expired_before,
             "tables": [t.snapshot_json() for t in self.tables.values()],
-            "next_sequences": [[r, t, n] for (r, t), n in next_seq.items()],
+            "next_sequences": [[r, t, n] for (r, t), n in self.next_sequences.items()],
             "marks": [[r, t, n] for (r, t), n in self.marks.items()],
-            "pairs": pairs,
-            # what replay after `at` must see exactly as the first replay did
-            "bounds": {str(k): v for k, v in self.bounds_at(at).items()},
-            # latest-wins facts: replaying their older records after `at` ends the same
+            "dedup": self.dedup.to_json(),
+            "bounds": {str(k): v for k, v in self.clean_bounds.items()},
             "last_clean_ms": self.last_clean_ms,
             "readers": {r: [p.next_step, p.hold] for r, p in self.readers.items()},
             "retention": self.retention,
-            "writer_last": self.writer_last,  # a max: replaying later records ends the same
+            # the steps it covers, read back from the commits log from keep_from on
+            "index": [c.to_json() for c in chunks],
+            "keep_from": chunks[0].start if chunks else at,
         }
+        self.snapshot_offset = at
         return at, seal_snapshot(json.dumps(doc, separators=(",", ":")).encode())
+
+    @staticmethod
+    def snapshot_keep_from(namespace: str, raw: bytes, version: int) -> int:
+        """The commits offset from which a stored snapshot's steps are read back."""
+        try:
+            doc = json.loads(open_snapshot(raw, namespace, version))
+            return int(doc.get("keep_from", doc["at"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DecodeError(f"snapshot is unreadable: {exc!r}", namespace=namespace,
+                              snapshot=SNAPSHOT_NAME, version=version) from exc
 
     @classmethod
     def from_snapshot(cls, namespace: str, raw: bytes, version: int | None = None) -> NamespaceState:
-        """Decode a snapshot; damage is a :class:`CorruptEntryError` naming its version."""
+        """Decode a snapshot; damage is a :class:`CorruptEntryError` naming its version.
+
+        Format 3 (as of the first needed step, without chunks) still loads: replay after
+        it rebuilds the steps it did not cover, as before.
+        """
         payload = open_snapshot(raw, namespace, version)
         try:
             doc = json.loads(payload)
             if doc.get("v") == 2:
                 doc = _upgrade_v2(doc)
-            if doc.get("v") != SNAPSHOT_VERSION:
+            if doc.get("v") not in (3, SNAPSHOT_VERSION):
                 raise DecodeError(f"snapshot format: expected {SNAPSHOT_VERSION}, "
                                   f"given {doc.get('v')}", namespace=namespace,
                                   snapshot=SNAPSHOT_NAME, version=version)
             state = cls(namespace, namespace_id=doc["namespace_id"],
                         incarnation=doc["incarnation"])
-            state.writer_last = dict(doc["writer_last"])
             state.tables = {t["id"]: TableInfo.from_json(t) for t in doc["tables"]}
-            state.base_step = state.next_step = doc["next_step"]
+            state.next_step = doc["next_step"]
+            chunks = [Chunk.from_json(c) for c in doc.get("index", [])]
+            if chunks and chunks[-1].next_step != state.next_step:
+                raise ValueError(f"its step index ends at step {chunks[-1].next_step}, "
+                                 f"its next step is {state.next_step}")
+            state.index = StepIndex(state.next_step, chunks)
             state.expired_before = doc["expired_before"]
             state.next_sequences = {(r, t): n for r, t, n in doc["next_sequences"]}
             state.marks = {(r, t): n for r, t, n in doc["marks"]}
-            for writer, runs in doc["pairs"].items():
-                for wstep, step, count in runs:
-                    for i in range(count):
-                        state.pairs[(writer, wstep + i)] = step + i
+            state.dedup = Dedup.from_json(doc["dedup"]) if "dedup" in doc else \
+                Dedup.from_pairs(doc["pairs"], doc["writer_last"])
             state.next_offset = state.snapshot_offset = doc["at"]
-            state.base_bounds = {int(k): v for k, v in doc["bounds"].items()}
-            state.clean_bounds = dict(state.base_bounds)
+            state.clean_bounds = {int(k): v for k, v in doc["bounds"].items()}
             state.last_clean_ms = doc["last_clean_ms"]
             state.readers = {r: ReaderPosition(n, bool(h)) for r, (n, h) in doc["readers"].items()}
             state.retention = dict(doc["retention"])
@@ -417,16 +413,6 @@ class NamespaceState:
         except (ValueError, KeyError, TypeError) as exc:
             raise DecodeError(f"snapshot is unreadable: {exc!r}", namespace=namespace,
                               snapshot=SNAPSHOT_NAME, version=version) from exc
-
-    def trim(self, pos: int, at: int) -> None:
-        """Forget indexed steps before ``pos`` (after a snapshot at ``at`` made them unneeded)."""
-        if pos > 0:
-            self.base_step = self.index[pos].step if pos < len(self.index) else self.next_step
-            del self.index[:pos]
-        if at > self.snapshot_offset:
-            self.base_bounds = self.bounds_at(at)
-            self.bound_history = [(o, b) for o, b in self.bound_history if o >= at]
-            self.snapshot_offset = at
 
 
 def _upgrade_v2(doc: dict[str, Any]) -> dict[str, Any]:
@@ -445,6 +431,7 @@ _APPLY: dict[type, Callable[[NamespaceState, Any, int], None]] = {
     TablesRecord: NamespaceState._apply_tables,
     StepCommit: NamespaceState._apply_step,
     WriterRecord: NamespaceState._apply_writer,
+    DedupRecord: NamespaceState._apply_dedup,
     ExpireRecord: NamespaceState._apply_expire,
     MarkRecord: NamespaceState._apply_mark,
     CleanRecord: NamespaceState._apply_clean,

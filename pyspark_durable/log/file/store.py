@@ -9,11 +9,19 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_durable.errors import ConfigError, LogNotFound
-from pyspark_durable.log.base import Log, LogStore, check_name, check_version, is_decimal
+from pyspark_durable.log.base import (
+    REGION_PREFIX,
+    Log,
+    LogStore,
+    check_name,
+    check_version,
+    is_decimal,
+)
 from pyspark_durable.log.file.disk import fsync_dir, make_dirs, storage_errors, write_atomic
 from pyspark_durable.log.file.log import FileLog
 
 SNAPSHOTS = "snapshots"
+NAMED_SEGMENT_BYTES = 4 << 20  # segments of logs that are not regions (an open scans one)
 
 
 class FileLogStore(LogStore):
@@ -87,8 +95,11 @@ class FileLogStore(LogStore):
             with storage_errors("opening the log", path, namespace=self.namespace, log=name):
                 if not path.is_dir():
                     make_dirs(path)
-                log_ = FileLog(self.namespace, name, path, self.segment_size_bytes,
-                               self.group_commit_interval_ms)
+                # a log that is not a region holds small records that an open scans
+                # (the tail segment): its segments stay small whatever regions use
+                size = self.segment_size_bytes if name.startswith(REGION_PREFIX) else \
+                    min(self.segment_size_bytes, NAMED_SEGMENT_BYTES)
+                log_ = FileLog(self.namespace, name, path, size, self.group_commit_interval_ms)
             self._logs[name] = log_
             return log_
 

@@ -1,0 +1,173 @@
+"""Bounded deduplication: what replay remembers of committed ``(writer, writer_step)`` pairs.
+
+Committing a pair twice must never make two steps (rule 3 of the protocol in
+:mod:`pyspark_durable.wal.namespace`). Remembering every pair ever committed makes
+every open and every snapshot grow with history, so after a ``dedup`` record replay
+remembers, in the spirit of Kafka's ``transactional.id.expiration.ms`` and Delta's
+``setTransactionRetentionDuration``:
+
+- per writer, its newest ``steps`` committed writer steps and its highest writer step
+  (a streaming query replays only its last micro-batch); and
+- a *one-off* writer (a batch write, whose step record carries ``started_ms``, the time
+  its writer step began) until the WAL's clock is ``window_ms`` past that start.
+
+The rule that keeps this exact: a step record replay cannot judge is refused, never
+taken for new. A record of a writer step older than the writer's remembered ones
+(``writer_step <= forgot``), or of a one-off writer step that began more than the
+window before the clock, is refused in every process alike, and its committer gets
+:class:`~pyspark_durable.errors.WriterStepExpired`. A one-off writer is forgotten only
+once its newest start is past the window, so a recommit of its pair (which carries the
+same start) is refused by that second test: never a silent duplicate.
+
+The clock is the newest commit or cleaner-pass time replay has seen (times written by
+the processes that appended them), so every process decides the same at the same
+record, whatever the time is where it runs. Before the first ``dedup`` record (a WAL
+written by an older version) every pair is remembered, as that version did.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Any
+
+DEDUP_WINDOW_MS = 7 * 24 * 3600 * 1000  # Kafka's transactional.id.expiration.ms default
+DEDUP_STEPS = 64  # writer steps remembered per writer (Spark replays one micro-batch)
+
+
+@dataclass(slots=True)
+class WriterState:
+    """What replay remembers of one writer."""
+
+    last: int = -1  # highest writer step seen (a step, or a `writer` record)
+    pairs: dict[int, int] = field(default_factory=dict)  # remembered writer step -> step
+    forgot: int = -1  # the highest committed writer step no longer remembered
+    started_ms: int | None = None  # a one-off writer's newest start
+
+
+@dataclass
+class Dedup:
+    """The writers replay remembers, and the policy and clock that bound them."""
+
+    writers: dict[str, WriterState] = field(default_factory=dict)
+    window_ms: int | None = None  # None: before any `dedup` record, remember everything
+    steps: int | None = None
+    clock_ms: int = 0
+    _starts: list[tuple[int, str]] = field(default_factory=list)  # heap of one-off starts
+
+    # -- questions -------------------------------------------------------------------
+
+    def committed(self, writer_id: str, writer_step: int) -> int | None:
+        """The step that committed the pair, if it is remembered."""
+        w = self.writers.get(writer_id)
+        return None if w is None else w.pairs.get(writer_step)
+
+    def last(self, writer_id: str) -> int | None:
+        """The writer's highest writer step seen, or None if it is not remembered."""
+        w = self.writers.get(writer_id)
+        return None if w is None or w.last < 0 else w.last
+
+    def too_old(self, writer_id: str, writer_step: int, started_ms: int | None) -> str | None:
+        """Why a new record of this pair cannot be judged (None: it can)."""
+        if self.window_ms is None:
+            return None
+        if started_ms is not None and started_ms < self.clock_ms - self.window_ms:
+            return (f"writer step {writer_step} of writer {writer_id!r} began at {started_ms} ms, "
+                    f"more than the deduplication window ({self.window_ms} ms) before the "
+                    f"WAL's clock ({self.clock_ms} ms)")
+        w = self.writers.get(writer_id)
+        if w is not None and writer_step <= w.forgot and writer_step not in w.pairs:
+            return (f"writer step {writer_step} of writer {writer_id!r} is older than the "
+                    f"{self.steps} newest writer steps the WAL remembers of it (it remembers "
+                    f"{min(w.pairs, default=w.last)}..{w.last})")
+        return None
+
+    def pair_count(self) -> int:
+        return sum(len(w.pairs) for w in self.writers.values())
+
+    # -- what replay applies ---------------------------------------------------------
+
+    def tick(self, timestamp_ms: int) -> None:
+        """Move the clock to a record's time; forget one-off writers past the window."""
+        if timestamp_ms <= self.clock_ms:
+            return
+        self.clock_ms = timestamp_ms
+        if self.window_ms is None:
+            return
+        cutoff = self.clock_ms - self.window_ms
+        while self._starts and self._starts[0][0] < cutoff:
+            started, writer_id = heapq.heappop(self._starts)
+            w = self.writers.get(writer_id)
+            if w is not None and w.started_ms == started:  # no newer start since
+                del self.writers[writer_id]
+
+    def accept(self, writer_id: str, writer_step: int, step: int,
+               started_ms: int | None) -> None:
+        w = self.writers.setdefault(writer_id, WriterState())
+        w.pairs[writer_step] = step
+        w.last = max(w.last, writer_step)
+        self._bound(w)
+        if started_ms is not None and self.window_ms is not None and \
+                (w.started_ms is None or started_ms > w.started_ms):
+            w.started_ms = started_ms
+            heapq.heappush(self._starts, (started_ms, writer_id))
+
+    def note(self, writer_id: str, writer_step: int) -> None:
+        """A writer finished ``writer_step`` without rows (a ``writer`` record)."""
+        w = self.writers.setdefault(writer_id, WriterState())
+        w.last = max(w.last, writer_step)
+
+    def set_policy(self, window_ms: int, steps: int) -> None:
+        """A ``dedup`` record: bound what is remembered from here on (the latest wins)."""
+        self.window_ms, self.steps = window_ms, steps
+        for w in self.writers.values():
+            self._bound(w)
+
+    def _bound(self, w: WriterState) -> None:
+        if self.steps is None:
+            return
+        while len(w.pairs) > self.steps:  # keep the newest: drop the lowest writer step
+            lowest = min(w.pairs)
+            del w.pairs[lowest]
+            w.forgot = max(w.forgot, lowest)
+
+    # -- snapshots -------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        writers = {}
+        for writer_id, w in self.writers.items():
+            runs: list[list[int]] = []  # [writer step, step, count]: a streaming writer is 1
+            for wstep, step in sorted(w.pairs.items()):
+                if runs and runs[-1][0] + runs[-1][2] == wstep and runs[-1][1] + runs[-1][2] == step:
+                    runs[-1][2] += 1
+                else:
+                    runs.append([wstep, step, 1])
+            writers[writer_id] = [w.last, w.forgot, w.started_ms, runs]
+        return {"writers": writers, "window_ms": self.window_ms, "steps": self.steps,
+                "clock_ms": self.clock_ms}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Dedup:
+        dedup = cls(window_ms=d["window_ms"], steps=d["steps"], clock_ms=d["clock_ms"])
+        for writer_id, (last, forgot, started_ms, runs) in d["writers"].items():
+            pairs = {wstep + i: step + i for wstep, step, count in runs for i in range(count)}
+            dedup.writers[writer_id] = WriterState(last, pairs, forgot, started_ms)
+            if started_ms is not None:
+                dedup._starts.append((started_ms, writer_id))
+        heapq.heapify(dedup._starts)
+        return dedup
+
+    @classmethod
+    def from_pairs(cls, pairs: dict[str, list[list[int]]], last: dict[str, int]) -> Dedup:
+        """A format 3 snapshot's pairs (every pair, as versions without a window kept)."""
+        dedup = cls()
+        for writer_id, runs in pairs.items():
+            w = dedup.writers.setdefault(writer_id, WriterState())
+            for wstep, step, count in runs:
+                for i in range(count):
+                    w.pairs[wstep + i] = step + i
+        for writer_id, step in last.items():
+            dedup.note(writer_id, step)
+        for w in dedup.writers.values():
+            w.last = max(w.last, max(w.pairs, default=-1))
+        return dedup

@@ -1,0 +1,316 @@
+"""The step index: which commits-log record is step *n*, without holding every step.
+
+A namespace that committed a million steps must open like a new one, so no process
+holds the steps a snapshot already covers. A snapshot keeps them as *chunks*: a few
+numbers per :data:`CHUNK_STEPS` steps (where their records lie in the commits log,
+which step records in that range replay refused, the sequence numbers they start and
+end at per (region, table), their lowest offset per region and their newest commit
+time). A step of a chunk is read back on demand from the commits log, the records in
+its range decoded again and numbered as replay numbered them, and checked against the
+chunk's counts. Steps committed since the snapshot are the in-memory *tail*.
+
+Why this is exact: replay numbers steps by their order in the log, and a chunk
+records every step record of its range that replay refused, so the accepted ones are
+the rest, in order; their sequence numbers follow from the chunk's first sequence per
+(region, table), as they did in replay. The commits log is kept from the first
+chunk's start on (the cleaner trims it only below that, see
+:mod:`pyspark_durable.wal.cleaner`), so every chunk can be read back.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+from pyspark_durable.errors import CorruptEntryError, OffsetOutOfRange
+from pyspark_durable.wal.records import StepCommit
+
+CHUNK_STEPS = 512  # steps per chunk: a chunk read decodes this many records at most
+CACHED_CHUNKS = 4  # chunks kept decoded per handle (a reader moves forward through them)
+
+Key = tuple[int, int]  # (region, table)
+
+
+def _step_ends(commit: StepCommit) -> dict[Key, int]:
+    """Per (region, table), the sequence after the step's last entry there."""
+    ends = dict(commit.first_sequences)
+    for run in commit.runs:
+        ends[run.key] += run.entries
+    return ends
+
+
+@dataclass
+class Chunk:
+    """Steps ``[first_step, first_step + steps)``, whose records lie in commits offsets
+    ``[start, end)``; ``refused`` lists the step records in that range replay refused."""
+
+    first_step: int
+    steps: int
+    start: int
+    end: int
+    refused: tuple[int, ...] = ()
+    first_seq: dict[Key, int] = field(default_factory=dict)
+    end_seq: dict[Key, int] = field(default_factory=dict)
+    min_start: dict[int, int] = field(default_factory=dict)  # region -> lowest run start
+    max_ts: int = 0  # the newest commit time of its steps
+
+    @property
+    def next_step(self) -> int:
+        return self.first_step + self.steps
+
+    @classmethod
+    def of(cls, commits: Sequence[StepCommit], refused: Sequence[int]) -> Chunk:
+        """The chunk of consecutive replayed steps (``step``, ``commit_offset`` and
+        ``first_sequences`` set); ``refused`` may hold offsets outside its range."""
+        start, end = commits[0].commit_offset, commits[-1].commit_offset + 1
+        chunk = cls(commits[0].step, len(commits), start, end,
+                     tuple(o for o in refused if start <= o < end))
+        for commit in commits:
+            for key, first in commit.first_sequences.items():
+                chunk.first_seq.setdefault(key, first)
+            chunk.end_seq.update(_step_ends(commit))
+            for run in commit.runs:
+                low = chunk.min_start.get(run.region_id)
+                chunk.min_start[run.region_id] = run.start if low is None else min(low, run.start)
+            chunk.max_ts = max(chunk.max_ts, commit.timestamp_ms)
+        return chunk
+
+    def merged(self, nxt: Chunk, refused: Sequence[int]) -> Chunk:
+        """This chunk followed by ``nxt`` as one (``refused``: refused offsets between)."""
+        gap = tuple(o for o in refused if self.end <= o < nxt.start)
+        min_start = dict(self.min_start)
+        for region, low in nxt.min_start.items():
+            min_start[region] = min(min_start.get(region, low), low)
+        return Chunk(self.first_step, self.steps + nxt.steps, self.start, nxt.end,
+                     self.refused + gap + nxt.refused, {**nxt.first_seq, **self.first_seq},
+                     {**self.end_seq, **nxt.end_seq}, min_start, max(self.max_ts, nxt.max_ts))
+
+    def needed(self, expired_before: int, marks: dict[Key, int]) -> bool:
+        """Does any of its steps stay needed (``NamespaceState.needed``, per chunk)?"""
+        if self.next_step > expired_before:
+            return True
+        return any(key in marks and end > marks[key] for key, end in self.end_seq.items())
+
+    def to_json(self) -> list[Any]:
+        return [self.first_step, self.steps, self.start, self.end, list(self.refused),
+                [[r, t, f, self.end_seq[(r, t)]] for (r, t), f in self.first_seq.items()],
+                [[r, s] for r, s in self.min_start.items()], self.max_ts]
+
+    @classmethod
+    def from_json(cls, d: list[Any]) -> Chunk:
+        first_step, steps, start, end, refused, seqs, starts, max_ts = d
+        return cls(first_step, steps, start, end, tuple(refused),
+                   {(r, t): f for r, t, f, _ in seqs}, {(r, t): e for r, t, _, e in seqs},
+                   {r: s for r, s in starts}, max_ts)
+
+
+Loader = Callable[[Chunk], list[StepCommit]]
+
+
+class StepIndex(Sequence[StepCommit]):
+    """Steps ``[base, next)``: folded :class:`Chunk` s read on demand, then the tail.
+
+    Indexing and iterating read the chunks they reach (a few decoded chunks are
+    cached), so callers see one sequence of steps however it is held.
+    """
+
+    def __init__(self, base: int, chunks: Sequence[Chunk] = (),
+                 loader: Loader | None = None) -> None:
+        self._chunks: list[Chunk] = list(chunks)
+        self._firsts = [c.first_step for c in self._chunks]
+        self.tail: list[StepCommit] = []
+        self.refused: list[int] = []  # tail offsets of step records replay refused
+        self.tail_base = self._chunks[-1].next_step if self._chunks else base
+        self.base = self._chunks[0].first_step if self._chunks else base
+        self._loader = loader
+        self._cache: OrderedDict[int, list[StepCommit]] = OrderedDict()
+        self._cache_lock = threading.Lock()
+
+    # -- what replay adds --------------------------------------------------------
+
+    def attach(self, loader: Loader) -> None:
+        self._loader = loader
+
+    def append(self, commit: StepCommit) -> None:
+        if not self.tail and not self._chunks:
+            self.base = self.tail_base = commit.step
+        self.tail.append(commit)
+
+    def note_refused(self, offset: int) -> None:
+        self.refused.append(offset)
+
+    @property
+    def chunks(self) -> tuple[Chunk, ...]:
+        return tuple(self._chunks)
+
+    # -- the sequence ----------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self.tail_base - self.base + len(self.tail)
+
+    @overload
+    def __getitem__(self, i: int) -> StepCommit: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[StepCommit]: ...
+
+    def __getitem__(self, i: int | slice) -> StepCommit | list[StepCommit]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
+        step = self.base + i
+        if step >= self.tail_base:
+            return self.tail[step - self.tail_base]
+        pos = bisect.bisect_right(self._firsts, step) - 1
+        chunk = self._chunks[pos]
+        return self.load(chunk)[step - chunk.first_step]
+
+    def __iter__(self) -> Iterator[StepCommit]:
+        for chunk in list(self._chunks):
+            yield from self.load(chunk)
+        yield from self.tail
+
+    def load(self, chunk: Chunk) -> list[StepCommit]:
+        """The steps of ``chunk``, decoded from the commits log (cached)."""
+        with self._cache_lock:
+            cached = self._cache.get(chunk.first_step)
+            if cached is not None and len(cached) == chunk.steps:
+                self._cache.move_to_end(chunk.first_step)
+                return cached
+        if self._loader is None:
+            raise OffsetOutOfRange(f"steps {chunk.first_step}..{chunk.next_step - 1} are not "
+                                   "loaded (a snapshot read without its commits log)")
+        commits = self._loader(chunk)
+        with self._cache_lock:
+            self._cache[chunk.first_step] = commits
+            while len(self._cache) > CACHED_CHUNKS:
+                self._cache.popitem(last=False)
+        return commits
+
+    # -- folding -------------------------------------------------------------------
+
+    def fold(self, keep_from: int) -> None:
+        """Drop steps below ``keep_from`` and turn the tail into chunks.
+
+        The cleaner folds before it writes a snapshot: afterwards the handle holds only
+        chunks, as a process that recovers from that snapshot will.
+        """
+        chunks = [c for c in self._chunks if c.next_step > keep_from]
+        tail = [c for c in self.tail if c.step >= keep_from]
+        if chunks and chunks[0].first_step < keep_from:  # split the first chunk exactly
+            first = chunks[0]
+            kept = self.load(first)[keep_from - first.first_step:]
+            chunks[0] = Chunk.of(kept, first.refused)
+        refused = self.refused
+        for i in range(0, len(tail), CHUNK_STEPS):
+            piece = Chunk.of(tail[i:i + CHUNK_STEPS], refused)
+            if chunks and chunks[-1].steps + piece.steps <= CHUNK_STEPS \
+                    and chunks[-1].next_step == piece.first_step:
+                chunks[-1] = chunks[-1].merged(piece, refused)
+            else:
+                chunks.append(piece)
+        with self._cache_lock:
+            self._cache.clear()
+        next_step = self.tail_base + len(self.tail)
+        self._chunks = chunks
+        self._firsts = [c.first_step for c in chunks]
+        self.base = chunks[0].first_step if chunks else next_step
+        self.tail_base = chunks[-1].next_step if chunks else next_step
+        self.tail, self.refused = [], []
+
+    # -- questions answered from the chunks' numbers ---------------------------------
+
+    def needed_starts(self, needed: Callable[[StepCommit], bool], expired_before: int,
+                      marks: dict[Key, int]) -> dict[int, int]:
+        """Per region, the first offset a needed step refers to. A chunk of retained steps
+        counts by its numbers; one holding expired steps is read and judged step by step
+        (the one retention cuts through, and those a table's mark still claims)."""
+        starts: dict[int, int] = {}
+        for chunk in self._chunks:
+            if not chunk.needed(expired_before, marks):
+                continue
+            if chunk.first_step >= expired_before:
+                for region, low in chunk.min_start.items():
+                    starts[region] = min(starts.get(region, low), low)
+                continue
+            for commit in self.load(chunk):
+                if needed(commit):
+                    for run in commit.runs:
+                        starts[run.region_id] = min(starts.get(run.region_id, run.start),
+                                                    run.start)
+        for commit in self.tail:
+            if needed(commit):
+                for run in commit.runs:
+                    starts[run.region_id] = min(starts.get(run.region_id, run.start), run.start)
+        return starts
+
+    def first_needed_step(self, needed: Callable[[StepCommit], bool], expired_before: int,
+                          marks: dict[Key, int]) -> int:
+        """The first step still needed (the next step if none): reads one chunk at most."""
+        for chunk in self._chunks:
+            if chunk.needed(expired_before, marks):
+                for commit in self.load(chunk):
+                    if needed(commit):
+                        return commit.step
+        for commit in self.tail:
+            if needed(commit):
+                return commit.step
+        return self.tail_base + len(self.tail)
+
+    def first_committed_at(self, timestamp_ms: int) -> int:
+        """The first step whose running maximum of commit times reaches ``timestamp_ms``."""
+        top = -1
+        for chunk in self._chunks:
+            if max(top, chunk.max_ts) >= timestamp_ms:
+                for commit in self.load(chunk):
+                    top = max(top, commit.timestamp_ms)
+                    if top >= timestamp_ms:
+                        return commit.step
+            top = max(top, chunk.max_ts)
+        for commit in self.tail:
+            top = max(top, commit.timestamp_ms)
+            if top >= timestamp_ms:
+                return commit.step
+        return self.tail_base + len(self.tail)
+
+
+def chunk_loader(read: Callable[[int, int], Any], decode: Callable[[bytes, int], Any],
+                 namespace: str) -> Loader:
+    """A loader reading a chunk's records from the commits log (``read(start, end)``)
+    and numbering its steps as replay did; a mismatch with the chunk's numbers is
+    :class:`CorruptEntryError`."""
+
+    def load(chunk: Chunk) -> list[StepCommit]:
+        refused = set(chunk.refused)
+        nxt = dict(chunk.first_seq)
+        out: list[StepCommit] = []
+        for entry in read(chunk.start, chunk.end):
+            if entry.offset in refused:
+                continue
+            record = decode(entry.value, entry.offset)
+            if not isinstance(record, StepCommit):
+                continue
+            record.step, record.commit_offset = chunk.first_step + len(out), entry.offset
+            for run in record.runs:
+                first = nxt.get(run.key)
+                if first is None:
+                    break
+                record.first_sequences.setdefault(run.key, first)
+                nxt[run.key] = first + run.entries
+            out.append(record)
+        if len(out) != chunk.steps or nxt != chunk.end_seq:
+            raise CorruptEntryError(
+                f"commits offsets [{chunk.start}, {chunk.end}) hold {len(out)} steps, the "
+                f"snapshot's step index says {chunk.steps} (steps {chunk.first_step}.."
+                f"{chunk.next_step - 1}) with other sequence numbers", namespace=namespace,
+                log="commits", offset=chunk.start)
+        return out
+
+    return load

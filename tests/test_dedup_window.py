@@ -1,0 +1,163 @@
+"""A bounded deduplication window (wal/dedup.py): what replay remembers of committed pairs
+stays small, and a commit it can no longer judge is a typed error in every process,
+never a silent second step. Races at the window's edge are forced with failpoints."""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pytest
+
+from pyspark_durable.errors import ConfigError, WriterStepExpired
+from pyspark_durable.log import Record
+from pyspark_durable.wal import Cleaner, Namespace, failpoints
+from pyspark_durable.wal.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
+from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.records import CleanRecord, NsRecord, encode_meta
+from pyspark_durable.wal.state import NamespaceState
+
+WINDOW = 10_000
+
+
+def rows(i: int) -> pa.Table:
+    return pa.table({"id": pa.array([i], pa.int64())})
+
+
+def write(ns: Namespace, writer: str, wstep: int, started_ms: int | None = None) -> int:
+    a = ns.begin(writer, wstep)
+    a.write("t", rows(wstep))
+    return a.commit(started_ms=started_ms)
+
+
+def full_replay(ns: Namespace) -> NamespaceState:
+    state = NamespaceState(ns.name)
+    state.replay(ns.store.open_log(COMMITS_LOG))
+    return state
+
+
+def agree(ns: Namespace, store) -> None:
+    """A full replay, a recovery from the newest snapshot and this handle decide alike."""
+    full, recovered = full_replay(ns), Namespace(store).state
+    for s in (full, recovered):
+        assert (s.next_step, s.pairs, s.writer_last) == \
+            (ns.state.next_step, ns.state.pairs, ns.state.writer_last)
+
+
+def test_a_new_wal_remembers_a_writers_newest_steps_and_refuses_older_ones(make_store):
+    """This tests that a streaming writer's recommits of remembered writer steps return
+    their step (no new step), that only its newest DEDUP_STEPS pairs are kept (a
+    snapshot holds that many, not its whole history), and that a recommit of an older,
+    forgotten writer step is WriterStepExpired with nothing committed, alike in a full
+    replay, a recovery and the committing handle."""
+    ns = Namespace(make_store())
+    assert (ns.state.dedup.window_ms, ns.state.dedup.steps) == (DEDUP_WINDOW_MS, DEDUP_STEPS)
+    n = DEDUP_STEPS + 36
+    steps = [write(ns, "q", i) for i in range(n)]
+    assert steps == list(range(n))
+    assert sorted(ws for (w, ws) in ns.state.pairs if w == "q") == list(range(36, n))
+    assert write(ns, "q", n - 1) == n - 1 and write(ns, "q", 40) == 40  # duplicates
+    with pytest.raises(WriterStepExpired, match=r"writer step 7 of writer 'q' is older than "
+                       rf"the {DEDUP_STEPS} newest writer steps the WAL remembers of it"):
+        write(ns, "q", 7)
+    assert ns.steps() == range(0, n)
+    Cleaner(ns, grace_ms=0).run_once()
+    agree(ns, make_store())
+    assert write(ns, "q", n) == n  # the next micro-batch
+
+
+def test_a_one_off_writer_is_forgotten_after_the_window_and_its_recommit_refused(make_store):
+    """This tests one-off writers (batch writes: started_ms): remembered while the WAL's
+    clock (the newest commit or cleaner-pass time) is within the window of their start,
+    forgotten after it, and a recommit of a forgotten pair, which carries the same
+    start, is WriterStepExpired, never a second step; a newer batch writer commits."""
+    ns = Namespace(make_store())
+    ns.set_dedup_window(WINDOW)
+    t0 = int(time.time() * 1000)  # the commits' own times move the clock too
+    assert write(ns, "batch-a", 0, started_ms=t0) == 0
+    ns.append_record(CleanRecord(t0 + WINDOW - 1, {}))  # a pass inside the window
+    assert write(ns, "batch-a", 0, started_ms=t0) == 0  # still remembered: its step
+    ns.append_record(CleanRecord(t0 + WINDOW + 1, {}))  # the clock passes the window
+    ns.refresh()
+    assert "batch-a" not in ns.state.dedup.writers
+    with pytest.raises(WriterStepExpired, match=rf"began at {t0} ms, more than the "
+                       rf"deduplication window \({WINDOW} ms\)"):
+        write(ns, "batch-a", 0, started_ms=t0)
+    assert ns.steps() == range(0, 1)
+    assert write(ns, "batch-b", 0, started_ms=t0 + WINDOW + 2) == 1
+    Cleaner(ns, grace_ms=0).run_once()
+    agree(ns, make_store())
+
+
+@pytest.mark.parametrize(("racing", "past"), [(True, False), (True, True), (False, True)])
+def test_recommit_racing_a_cleaner_at_the_edge_of_the_window(make_store, racing, past):
+    """This tests the forced interleaving at the window's edge: a committer checked its
+    pair (young enough, not committed yet) and is paused before it appends; meanwhile a
+    racing committer of the same pair commits it (``racing``), and a cleaner pass moves
+    the WAL's clock to just inside the window or just past it (``past``); then the paused
+    one appends. Inside, it gets the racing committer's step (the duplicate is found);
+    past, its record is refused in every process (WriterStepExpired), whether or not the
+    pair was committed: never a second step, never a step replay cannot judge."""
+    ns = Namespace(make_store())
+    ns.set_dedup_window(WINDOW)
+    t0 = int(time.time() * 1000)  # the commits' own times move the clock too
+    other, cleaner = Namespace(make_store()), Namespace(make_store())
+    a = ns.begin("batch-x", 0)
+    a.write("t", rows(1))
+    receipt = a.receipt()
+
+    def at_point(point: str) -> None:
+        if point != "commit.checked":
+            return
+        failpoints.install(None)
+        if racing:
+            assert write(other, "batch-x", 0, started_ms=t0) == 0
+        cleaner.append_record(CleanRecord(t0 + WINDOW + (1 if past else -1), {}))
+
+    failpoints.install(at_point)
+    try:
+        if past:
+            with pytest.raises(WriterStepExpired, match=rf"began at {t0} ms"):
+                ns.commit("batch-x", 0, [receipt], started_ms=t0)
+        else:
+            assert ns.commit("batch-x", 0, [receipt], started_ms=t0) == 0
+    finally:
+        failpoints.install(None)
+    assert ns.steps() == range(0, 1 if racing else 0)
+    assert other.steps() == ns.steps() == Namespace(make_store()).steps()
+    agree(ns, make_store())
+
+
+def test_a_wal_without_a_dedup_record_keeps_every_pair_until_a_cleaner_bounds_it(make_store):
+    """This tests a WAL an older version wrote (no `dedup` record): its step records are
+    judged as that version did, every pair remembered, so their step numbers never
+    change; a cleaner pass then bounds it, and a recommit of a forgotten writer step is
+    refused."""
+    store = make_store()
+    commits = store.open_log(COMMITS_LOG, create=True)
+    commits.append([Record(b"", encode_meta({**NsRecord("old", 0, "inc0").to_json(),
+                                             "i": "inc0"}))])
+    ns = Namespace(store)
+    assert ns.state.dedup.window_ms is None
+    n = DEDUP_STEPS + 10
+    assert [write(ns, "q", i) for i in range(n)] == list(range(n))
+    assert write(ns, "q", 3) == 3  # every pair is remembered
+    Cleaner(ns, grace_ms=0).run_once()
+    assert ns.state.dedup.window_ms == DEDUP_WINDOW_MS
+    assert len(ns.state.pairs) == DEDUP_STEPS
+    with pytest.raises(WriterStepExpired):
+        write(ns, "q", 3)
+    agree(ns, make_store())
+
+
+def test_dedup_window_arguments_are_checked(make_store):
+    """This tests that a window or step count that is not a positive integer is a
+    ConfigError naming it, and nothing is appended."""
+    ns = Namespace(make_store())
+    high = ns.store.open_log(COMMITS_LOG).high_watermark()
+    for bad in (0, -5, 1.5, True):
+        with pytest.raises(ConfigError, match="dedup window"):
+            ns.set_dedup_window(bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="dedup steps 0"):
+        ns.set_dedup_window(WINDOW, 0)
+    assert ns.store.open_log(COMMITS_LOG).high_watermark() == high

@@ -1,0 +1,186 @@
+"""Recovery whose cost is what is live: a snapshot covers its steps as chunks, read back
+from the commits log on demand, numbered exactly as a replay of the whole log numbers
+them (refused records included), across reopen, retention, and a cleaner killed while
+it snapshots."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from pyspark_durable.errors import CorruptEntryError
+from pyspark_durable.log import open_store
+from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy, step_index
+from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.records import CleanRecord, Run, StepCommit
+from pyspark_durable.wal.state import NamespaceState
+from pyspark_durable.wal.step_index import Chunk, chunk_loader
+
+CHUNK = 8  # steps per chunk in these tests: a few dozen steps make several chunks
+
+
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch):
+    monkeypatch.setattr(step_index, "CHUNK_STEPS", CHUNK)
+
+
+def rows(n: int, start: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + n), pa.int64())})
+
+
+def commit_steps(ns: Namespace, first: int, count: int) -> None:
+    """Steps over two regions and two tables, with refused records between them: a
+    duplicate of a committed pair, and a step below a bound a cleaner recorded first."""
+    for i in range(first, first + count):
+        a = ns.begin("w", i)
+        a.write("t", rows(2, i * 10), region_id=i % 2)
+        if i % 3 == 0:
+            a.write("u", rows(1, i * 10), region_id=1)
+        a.commit()
+        if i % 5 == 0:  # a racing committer's record of the same pair: refused
+            ns.append_record(ns.step_commit(ns.steps().stop - 1))
+    # a step whose run starts below a recorded bound: refused in every replay
+    ns.append_record(CleanRecord(0, {7: 5}))
+    info = ns.table("t")
+    ns.append_record(StepCommit("late", 0, ("x",), (Run(7, info.table_id, 1, 2, 1, 8),), 0))
+    ns.refresh()
+
+
+def full_replay(ns: Namespace) -> dict[int, tuple]:
+    """Every step as a replay of the whole commits log from offset 0 numbers it."""
+    state = NamespaceState(ns.name)
+    state.replay(ns.store.open_log(COMMITS_LOG))
+    return {c.step: described(c) for c in state.index}
+
+
+def described(c: StepCommit) -> tuple:
+    return (c.step, c.commit_offset, c.writer_id, c.writer_step, c.runs,
+            dict(c.first_sequences), c.timestamp_ms)
+
+
+def test_a_snapshot_holds_chunks_and_every_step_reads_back_as_a_full_replay(make_store):
+    """This tests that after a cleaner pass (no retention: every step is needed) a new
+    handle holds no step in memory, only chunks, and that every step it reads back from
+    the commits log (through refused duplicates and lost runs) is the step a full replay
+    numbers, with the same sequences; then steps committed after the snapshot, and a
+    second snapshot, keep it so."""
+    ns = Namespace(make_store())
+    commit_steps(ns, 0, 30)
+    reference = full_replay(ns)
+    assert len(reference) == 30
+    Cleaner(ns, grace_ms=0).run_once()
+
+    opened = Namespace(make_store())
+    index = opened.state.index
+    assert index.tail == [] and len(index.chunks) == 4  # 30 steps in chunks of 8
+    assert [c.steps for c in index.chunks] == [8, 8, 8, 6]
+    assert any(c.refused for c in index.chunks)
+    assert {s: described(opened.state.step(s)) for s in range(30)} == reference
+    got = pa.Table.from_batches([b for sb in opened.read_step(29) for b in sb.batches])
+    assert got.column("id").to_pylist() == [290, 291]
+
+    commit_steps(opened, 30, 13)  # a tail after the snapshot, then a second snapshot
+    reference = full_replay(opened)
+    Cleaner(opened, grace_ms=0).run_once()
+    again = Namespace(make_store())
+    assert again.state.index.tail == []
+    assert {s: described(again.state.step(s)) for s in range(43)} == reference
+    got = pa.Table.from_batches([b for sb in again.read_step(36) for b in sb.batches])
+    assert sorted(got.column("id").to_pylist()) == [360, 360, 361]
+
+
+def test_retention_cuts_the_first_chunk_exactly(make_store):
+    """This tests that a retention point inside a chunk frees the entries of the steps
+    before it (the chunk is split at the first needed step, not kept whole) and that the
+    steps after it still read back as a full replay numbers them."""
+    ns = Namespace(make_store())
+    commit_steps(ns, 0, 20)
+    reference = full_replay(ns)
+    Cleaner(ns, grace_ms=0).run_once()  # everything folded into chunks
+    ns.set_retention(RetentionPolicy(max_steps=7))
+    report = Cleaner(ns, grace_ms=0).run_once()
+    assert report.first_retained_step == 13
+    reopened = Namespace(make_store())
+    assert reopened.state.base_step == 13 and reopened.steps() == range(13, 20)
+    assert {s: described(reopened.state.step(s)) for s in range(13, 20)} == \
+        {s: reference[s] for s in range(13, 20)}
+    for region_id in (0, 1):  # freed up to the first entry a retained step refers to
+        assert reopened.store.open_region(region_id).low_watermark() == min(
+            r.start for s in range(13, 20) for r in reference[s][4] if r.region_id == region_id)
+
+
+def test_a_chunk_that_does_not_match_its_records_is_corrupt(make_store):
+    """This tests that a chunk read back from a commits log that holds other steps than
+    the snapshot says (a log restored from elsewhere, a damaged snapshot that kept its
+    CRC) is a typed CorruptEntryError naming the range, never steps numbered wrongly."""
+    ns = Namespace(make_store())
+    commit_steps(ns, 0, 10)
+    Cleaner(ns, grace_ms=0).run_once()
+    chunk = Namespace(make_store()).state.index.chunks[0]
+    commits = ns.store.open_log(COMMITS_LOG)
+
+    def decode(value: bytes, offset: int):
+        from pyspark_durable.wal.records import decode_record
+        return decode_record(value, namespace=ns.name, offset=offset)[0]
+
+    load = chunk_loader(commits.read, decode, ns.name)
+    assert len(load(chunk)) == chunk.steps
+    for wrong in (Chunk(chunk.first_step, chunk.steps + 1, chunk.start, chunk.end, chunk.refused,
+                        chunk.first_seq, chunk.end_seq),
+                  Chunk(chunk.first_step, chunk.steps, chunk.start, chunk.end, (),
+                        chunk.first_seq, chunk.end_seq),
+                  Chunk(chunk.first_step, chunk.steps, chunk.start, chunk.end, chunk.refused,
+                        {k: v + 1 for k, v in chunk.first_seq.items()}, chunk.end_seq)):
+        with pytest.raises(CorruptEntryError, match=rf"commits offsets \[{chunk.start}, "):
+            load(wrong)
+
+
+CHILD = """
+import os, sys
+os.environ["DURABLEWAL_FAILPOINT"] = sys.argv[4] + ":kill-group=" + str(os.getpgid(0))
+from pyspark_durable.log import open_store
+from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy, step_index
+step_index.CHUNK_STEPS = 8
+ns = Namespace(open_store("file", sys.argv[2], path=sys.argv[1]))
+ns.set_retention(RetentionPolicy(max_steps=int(sys.argv[3])))
+Cleaner(ns, grace_ms=0).run_once()
+print("pass ended", flush=True)
+"""
+
+
+@pytest.mark.crash
+@pytest.mark.parametrize("point", ["clean.snapshot", "clean.snapshotted"])
+def test_cleaner_killed_mid_snapshot_leaves_a_namespace_that_reads_every_step(
+        tmp_path: Path, namespace: str, point: str):
+    """This tests a cleaner SIGKILLed after it folded its index but before the snapshot
+    was written (``clean.snapshot``), and after it was written but before the commits
+    log was cut (``clean.snapshotted``): a new handle recovers, holds every retained step
+    exactly as a full replay numbered it, reads its rows, and the next pass finishes."""
+    path = tmp_path / "wal"
+    ns = Namespace(open_store("file", namespace, path=str(path)))
+    commit_steps(ns, 0, 20)
+    Cleaner(ns, grace_ms=0).run_once()  # an earlier snapshot, with chunks
+    commit_steps(ns, 20, 11)
+    reference = full_replay(ns)
+    ns.close()
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), namespace, "12", point],
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    out, _ = child.communicate(timeout=120)
+    assert child.returncode == -signal.SIGKILL and "pass ended" not in out
+
+    opened = Namespace(open_store("file", namespace, path=str(path)))
+    steps = opened.steps()
+    assert steps == range(19, 31)  # the killed pass's expire record is in the log
+    for s in steps:
+        assert described(opened.state.step(s)) == reference[s]
+        assert sum(b.num_rows for sb in opened.read_step(s) for b in sb.batches) == \
+            sum(r.rows for r in reference[s][4])
+    Cleaner(opened, grace_ms=0).run_once()
+    last = Namespace(open_store("file", namespace, path=str(path)))
+    assert {s: described(last.state.step(s)) for s in range(19, 31)} == \
+        {s: reference[s] for s in range(19, 31)}

@@ -8,8 +8,10 @@ from pyspark_durable.wal.attempt import Attempt
 from pyspark_durable.wal.cleaner import Cleaner, CleanReport
 from pyspark_durable.wal.namespace import DEFAULT_TABLE, Namespace
 from pyspark_durable.wal.reading import StepBatch
-from pyspark_durable.wal.records import AttemptReceipt, Run, StepCommit, TableInfo, WrittenEntry
+from pyspark_durable.wal.receipts import AttemptReceipt, WrittenEntry
+from pyspark_durable.wal.records import StepCommit, TableInfo
 from pyspark_durable.wal.retention import RetentionPolicy
+from pyspark_durable.wal.runs import Run
 from pyspark_durable.wal.tables import table_id_for_name
 
 __all__ = [

@@ -36,7 +36,8 @@ from pyspark_durable.log import Entry, Log, LogStore
 from pyspark_durable.wal.check_report import CheckReport, Problem
 from pyspark_durable.wal.namespace import COMMITS_LOG
 from pyspark_durable.wal.reading import foreign_attempt, foreign_table, table_name
-from pyspark_durable.wal.records import DIGEST_HEX, Run, StepCommit, decode_record, entry_digest
+from pyspark_durable.wal.records import StepCommit, decode_record
+from pyspark_durable.wal.runs import DIGEST_HEX, Run, entry_digest
 from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME
 from pyspark_durable.wal.state import NamespaceState
 

@@ -64,8 +64,8 @@ from pyspark_durable.wal.attempt import Attempt
 from pyspark_durable.wal.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.queries import NamespaceQueries
 from pyspark_durable.wal.reading import NamespaceReads
+from pyspark_durable.wal.receipts import AttemptReceipt, build_runs, event_time_span
 from pyspark_durable.wal.records import (
-    AttemptReceipt,
     CommitRecord,
     DedupRecord,
     ExpireRecord,
@@ -75,9 +75,7 @@ from pyspark_durable.wal.records import (
     RetentionRecord,
     StepCommit,
     WriterRecord,
-    build_runs,
     encode_meta,
-    event_time_span,
 )
 from pyspark_durable.wal.retention import RetentionPolicy
 from pyspark_durable.wal.state import NamespaceState, ReaderPosition

@@ -20,7 +20,8 @@ from pyspark_durable.codec import codec_for, decode_key, decode_value
 from pyspark_durable.codec.payload import PayloadCodec
 from pyspark_durable.errors import ContentMismatch, CorruptEntryError, OffsetOutOfRange
 from pyspark_durable.log import Entry
-from pyspark_durable.wal.records import DIGEST_HEX, Run, StepCommit, TableInfo, entry_digest
+from pyspark_durable.wal.records import StepCommit, TableInfo
+from pyspark_durable.wal.runs import DIGEST_HEX, Run, entry_digest
 from pyspark_durable.wal.schemas import conform
 
 if TYPE_CHECKING:

@@ -152,8 +152,9 @@ def main() -> None:
             if "4" in pairs:
                 say(f"[{label}] pair 4: log layer")
                 if backend == "file":
-                    results.append(file_append_pair(scale["log_entries"], scale["log_threads"],
-                                                    args.reps, say))
+                    for threads in (1, scale["log_threads"]):  # a lone appender, and many
+                        results.append(file_append_pair(scale["log_entries"], threads,
+                                                        args.reps, say))
                 else:
                     results += kafka_log_pairs(broker.bootstrap, str(client),
                                                scale["kafka_entries"], 20, args.reps, say)

@@ -1,7 +1,7 @@
 """A spark-submit job for the standalone-cluster tests: JSON -> durablewal -> parquet.
 
 Usage: spark-submit --master spark://HOST:PORT --py-files ... cluster_job.py
-       stream WAL_OPTIONS_JSON IN_DIR OUT_DIR CHECKPOINT_ROOT
+       stream|read WAL_OPTIONS_JSON IN_DIR OUT_DIR CHECKPOINT_ROOT
 
 It imports nothing from the test suite: the package arrives with ``--py-files``.
 Both queries run at once with a processing-time trigger, one input file and one step
@@ -11,14 +11,24 @@ then the reader is idle).
 Prints (flushed) ``BATCH <sink|source> <batch id> <rows>`` after each micro-batch,
 ``APP <application id>``, ``DRIVER_MODULE`` / ``EXECUTOR_MODULE`` (where
 pyspark_durable was imported from), ``RESULT <json>`` (a batch read of the WAL and of
-the parquet output) and ``DONE``."""
+the parquet output) and ``DONE``.
+
+Mode ``read`` (IN_DIR and CHECKPOINT_ROOT unused) is one batch read of the WAL (its
+options may hold ``minPartitions``): each row is written to parquet in OUT_DIR with the
+Spark partition that read it and the executor JVM it ran under (``executor_of_worker``),
+and ``RESULT`` holds the read's partition count."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 
+import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
@@ -85,6 +95,51 @@ def reader_query(spark, wal: dict, out_dir: str, ckpt: str):
             .trigger(processingTime=TRIGGER).start(out_dir))
 
 
+def executor_of_worker() -> tuple[str, int, str]:
+    """(executor id, pid, work dir) of the executor JVM this Python worker runs under.
+
+    The ancestor process that is a ``CoarseGrainedExecutorBackend`` (above the
+    pyspark daemon, if any): its ``--executor-id`` and its working directory, which
+    its worker made as ``<worker work dir>/<app id>/<executor id>``. (Both workers run
+    on 127.0.0.1, so a host name tells them apart no better than nothing.)"""
+    pid = os.getpid()
+    while pid > 1:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the parent
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        if "org.apache.spark.executor.CoarseGrainedExecutorBackend" in argv:
+            return argv[argv.index("--executor-id") + 1], pid, os.readlink(f"/proc/{pid}/cwd")
+    raise RuntimeError(f"no executor JVM above the Python worker {os.getpid()}")
+
+
+def tag_reader(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Rows of a read as they come out of the scan, tagged with the Spark partition and
+    the executor of the task that read them (the same stage: no shuffle in between)."""
+    executor, pid, work_dir = executor_of_worker()
+    context = TaskContext.get()
+    assert context is not None
+    partition = context.partitionId()
+    for batch in batches:
+        n = batch.num_rows
+        yield pa.RecordBatch.from_arrays(
+            [batch.column("id"), batch.column("payload"), pa.array([partition] * n, pa.int32()),
+             pa.array([executor] * n, pa.string()), pa.array([pid] * n, pa.int64()),
+             pa.array([work_dir] * n, pa.string())],
+            names=["id", "payload", "partition", "executor", "executor_pid", "work_dir"])
+
+
+def read_job(spark, wal: dict, out_dir: str) -> dict:
+    """One batch read of the WAL, each row written with the partition and executor that
+    read it; the read's partitions are its tasks (the parquet write is the same stage)."""
+    rows = spark.read.format("durablewal").options(**wal).load().select("id", "payload")
+    partitions = rows.rdd.getNumPartitions()
+    schema = ("id long, payload string, partition int, executor string, executor_pid long, "
+              "work_dir string")
+    rows.mapInArrow(tag_reader, schema).write.parquet(out_dir)
+    executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1  # not the driver
+    return {"partitions": partitions, "executors": executors}
+
+
 def check(query) -> None:
     if query.exception() is not None:
         raise SystemExit(f"query {query.name} failed: {query.exception()}")
@@ -119,6 +174,11 @@ def main() -> None:
         for query in (sink, source):
             query.stop()
             check(query)
+    elif mode == "read":
+        print(f"RESULT {json.dumps(read_job(spark, wal, out_dir))}", flush=True)
+        print("DONE", flush=True)
+        spark.stop()
+        return
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     wal_rows = spark.read.format("durablewal").options(**wal).load()

@@ -5,7 +5,7 @@ pyspark_durable installed: every test ships the package with the job, the way a 
 deploys it (a wheel on the file backend, a zip on Kafka, each in ``--py-files``). The
 exactly-once test spark-submits ``cluster_job.py``, kills an executor JVM and then the
 whole driver with SIGKILL, restarts from the same checkpoints and checks every row by
-content.
+content. The split-read test has one large step read by the executors of both workers.
 """
 
 from __future__ import annotations
@@ -22,12 +22,15 @@ import uuid
 import zlib
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from cluster_harness import MAIN_PYTHON, Cluster
 from helpers import package_zip as make_package_zip
 
 from pyspark_durable.endpoint import open_namespace, read_steps
+from pyspark_durable.log import open_store
+from pyspark_durable.wal import Namespace
 
 pytestmark = pytest.mark.spark
 HERE = Path(__file__).parent
@@ -277,3 +280,78 @@ def test_exactly_once_across_executor_and_driver_kills(cluster, backend, recipe,
     print(f"{backend}: executor {executor_killed} killed after sink batch {killed_at} while running "
           f"task(s) {sorted(killed_in_task)}, driver killed after sink batch {driver_killed}; "
           f"{total} rows once", file=sys.stderr)
+
+
+# ---------------------------------------------------------------- a split read on both workers
+
+SPLIT_ROWS = 200_000
+SPLIT_TASKS = 6  # minPartitions: three tasks per 1-core executor
+SPLIT_ENTRY_BYTES = 64 * 1024  # ~2,400 rows an entry: windows fine enough for 6 tasks
+
+
+def test_a_split_read_is_read_by_both_workers(cluster, package_wheel, tmp_path):
+    """This tests that one large step in one region, read in a batch on the cluster with
+    minPartitions=6, is split into at least 6 tasks that the executors of both workers
+    run, each reading a good share of the rows (the executor is the JVM above each
+    task's Python worker, told apart by its work dir under its worker's), and that the
+    tasks together read every row once, by content."""
+    wal, _ = wal_options("file", tmp_path, None)
+    ns = Namespace(open_store("file", wal["namespace"], path=wal["path"]),
+                   entry_max_bytes=SPLIT_ENTRY_BYTES)
+    try:
+        attempt = ns.begin("bulk", 0)
+        attempt.write("default", pa.table({
+            "id": pa.array(range(SPLIT_ROWS), pa.int64()),
+            "payload": pa.array([payload(i) for i in range(SPLIT_ROWS)], pa.string())}),
+            region_id=0)
+        attempt.commit()
+        commit = ns.step_commit(0)
+    finally:
+        ns.close()
+    assert {r.region_id for r in commit.runs} == {0}
+    assert sum(r.entries for r in commit.runs) >= 4 * SPLIT_TASKS
+
+    # both 1-core executors registered before the read is planned, so that a slow
+    # second executor cannot leave the whole read to the first
+    conf = {"spark.executorEnv.PYTHONPATH": str(package_wheel), "spark.cores.max": "2",
+            "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+            "spark.scheduler.maxRegisteredResourcesWaitingTime": "180s"}
+    started = time.monotonic()
+    job = run_to_end(cluster, "read", {**wal, "minPartitions": str(SPLIT_TASKS)}, tmp_path,
+                     [package_wheel], conf, "split_read")
+    took = time.monotonic() - started
+    check_origin(job, package_wheel)
+    result = job.result()
+    assert result["partitions"] >= SPLIT_TASKS and result["executors"] == 2, result
+
+    got = pq.read_table(tmp_path / "out").to_pylist()
+    ids = sorted(r["id"] for r in got)
+    assert ids == list(range(SPLIT_ROWS)), "lost or duplicated rows"
+    assert all(r["payload"] == payload(r["id"]) for r in got)
+
+    app = job.value("APP")
+    workers = {(cluster.root / w.name).resolve() for w in cluster.workers}
+    assert len(workers) == 2
+    worker_of: dict[str, Path] = {}  # executor id -> its worker's work dir
+    executor_of: dict[int, str] = {}  # partition -> the executor whose task read it
+    for r in got:
+        work_dir = Path(r["work_dir"])
+        assert work_dir.parent.name == app and work_dir.name == r["executor"], r
+        assert worker_of.setdefault(r["executor"], work_dir.parent.parent) == \
+            work_dir.parent.parent
+        assert executor_of.setdefault(r["partition"], r["executor"]) == r["executor"], \
+            f"partition {r['partition']} read by two executors"
+    assert len(executor_of) >= SPLIT_TASKS, f"{len(executor_of)} tasks read rows"
+    rows_of: dict[Path, int] = dict.fromkeys(workers, 0)
+    tasks_of: dict[Path, int] = dict.fromkeys(workers, 0)
+    for r in got:
+        rows_of[worker_of[r["executor"]]] += 1
+    for executor in executor_of.values():
+        tasks_of[worker_of[executor]] += 1
+    assert set(worker_of.values()) == workers, f"read only on {set(worker_of.values())}"
+    assert len(worker_of) == 2, worker_of
+    assert min(rows_of.values()) >= SPLIT_ROWS // 10, rows_of  # not one task's crumbs
+    print(f"split read: {result['partitions']} partitions; per worker (executor): "
+          + ", ".join(f"{w.name} ({e}): {tasks_of[w]} tasks, {rows_of[w]} rows"
+                      for e, w in sorted(worker_of.items()))
+          + f"; {took:.1f} s", file=sys.stderr)

@@ -101,6 +101,17 @@ def open_namespace(config: EndpointConfig | Mapping[str, Any], create: bool = Tr
         raise
 
 
+def namespaces_beside(config: EndpointConfig | Mapping[str, Any]) -> tuple[list[str], str]:
+    """The namespaces stored where a config's namespace would be, and where that is (a
+    folder, a broker): what a message about an unknown namespace names. Creates nothing."""
+    cfg = _config(config)
+    store = open_store(cfg.backend, cfg.namespace, **dict(cfg.options))
+    try:
+        return store.sibling_namespaces(), store.location()
+    finally:
+        store.close()
+
+
 def input_endpoint(config: EndpointConfig | Mapping[str, Any]):  # -> DurableInputEndpoint
     from pyspark_durable.endpoint.endpoints import DurableInputEndpoint
 

@@ -7,8 +7,8 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from pyspark_durable.codec import codec_for
+from pyspark_durable.endpoint.config import EndpointConfig, namespaces_beside
 from pyspark_durable.errors import ConfigError, LogNotFound, SchemaMismatch
-from pyspark_durable.log import open_store
 from pyspark_durable.spark.arrow_types import (
     check_writable,
     normalize_schema,
@@ -41,11 +41,8 @@ def _open_for_read(opts: WalOptions) -> Namespace:
     try:
         return namespace_for(opts, create=False)
     except LogNotFound:
-        store = open_store(opts.backend, opts.namespace, **dict(opts.store))
-        try:
-            names, where = store.sibling_namespaces(), store.location()
-        finally:
-            store.close()
+        names, where = namespaces_beside(EndpointConfig(
+            backend=opts.backend, namespace=opts.namespace, options=dict(opts.store)))
         if opts.namespace in names:
             raise  # it exists: another problem (an empty namespace), named by the WAL
         default = (' (the default: no .option("namespace", ...) was given)'

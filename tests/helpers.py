@@ -31,3 +31,17 @@ def package_zip(dest: Path) -> Path:
 def hashed_payload(i: int) -> str:
     """Row ``i``'s payload in the crash tests: its content proves which row it is."""
     return f"row-{i}-" + hashlib.sha1(str(i).encode()).hexdigest()
+
+
+def wal_namespace(wal: dict, create: bool = True):
+    """The Namespace behind Spark options of conftest's ``wal`` shape (the file log, or
+    Kafka with its ``kafka.client``), opened with the Python API."""
+    from pyspark_durable.endpoint import open_namespace
+
+    if wal.get("backend") == "kafka":
+        options = {"bootstrap_servers": wal["kafka.bootstrap.servers"],
+                   "client": wal.get("kafka.client", "confluent")}
+    else:
+        options = {"path": wal["path"]}
+    return open_namespace({"backend": wal.get("backend", "file"), "namespace": wal["namespace"],
+                           "options": options}, create=create)

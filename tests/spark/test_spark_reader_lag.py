@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
 from pathlib import Path
 
 import pytest
+from helpers import wal_namespace
 from progress_events import WAIT_S
 from spark_io import reader
 
-from pyspark_durable.endpoint import open_namespace, write_step
+from pyspark_durable.endpoint import write_step
 from pyspark_durable.endpoint.lag import ReaderLag
 from pyspark_durable.spark.lag import LagListener
 
@@ -20,14 +20,13 @@ pytestmark = pytest.mark.spark
 STEPS = 5
 
 
-def test_lag_listener_reports_a_reader_behind_a_writer(spark, tmp_path: Path):
+def test_lag_listener_reports_a_reader_behind_a_writer(spark, wal, tmp_path: Path):
     """This tests that with a writer ahead of a running reader (one step per batch), the
     listener reports the reader's steps, rows, bytes and seconds behind on progress
-    events, shrinking as it catches up; sources' progress keeps the WAL's end."""
-    namespace = f"l{uuid.uuid4().hex[:10]}"
-    opts = {"namespace": namespace, "path": str(tmp_path / "wal")}
-    ns = open_namespace({"backend": "file", "namespace": namespace,
-                         "options": {"path": opts["path"]}})
+    events, shrinking as it catches up; sources' progress keeps the WAL's end (file log
+    and Kafka)."""
+    opts, namespace = wal, wal["namespace"]
+    ns = wal_namespace(wal)
     for step in range(STEPS):
         write_step(ns, "loader", step, {"t": [{"id": step * 10 + i} for i in range(10)]})
     seen: list[ReaderLag] = []

@@ -4,33 +4,32 @@ maxTriggerDelay, as Spark's Kafka source has minOffsetsPerTrigger with maxTrigge
 from __future__ import annotations
 
 import time
-import uuid
 from pathlib import Path
 
 import pytest
+from helpers import wal_namespace
 from progress_events import ProgressEvents
 from spark_io import reader
 
-from pyspark_durable.endpoint import open_namespace, write_step
+from pyspark_durable.endpoint import write_step
 
 pytestmark = pytest.mark.spark
 DELAY_S = 2.0
 
 
-def test_min_rows_runs_a_smaller_batch_after_max_trigger_delay(spark, tmp_path: Path):
+def test_min_rows_runs_a_smaller_batch_after_max_trigger_delay(spark, wal, tmp_path: Path):
     """This tests that a running query whose minRowsPerTrigger is more than was written
     reads the rows there are once maxTriggerDelay passed, not before, and that after that
-    batch the next small one waits the delay again."""
-    namespace = f"d{uuid.uuid4().hex[:10]}"
-    path = str(tmp_path / "wal")
-    ns = open_namespace({"backend": "file", "namespace": namespace, "options": {"path": path}})
+    batch the next small one waits the delay again (file log and Kafka)."""
+    namespace = wal["namespace"]
+    ns = wal_namespace(wal)
     write_step(ns, "loader", 0, {"t": [{"id": i} for i in range(3)]})
     events = ProgressEvents()
     spark.streams.addListener(events)
     query = None
     try:
         started = time.monotonic()
-        query = (reader(spark, {"namespace": namespace, "path": path}, stream=True,
+        query = (reader(spark, wal, stream=True,
                         minRowsPerTrigger="1000", maxTriggerDelay=f"{DELAY_S:g}s")
                  .writeStream.format("noop").queryName(f"delay_{namespace}")
                  .option("checkpointLocation", str(tmp_path / "ckpt"))

@@ -4,34 +4,32 @@ endingTimestamp, with the meaning of Spark's Kafka source, over steps' commit ti
 from __future__ import annotations
 
 import types
-import uuid
-from pathlib import Path
 
 import pytest
+from helpers import wal_namespace
 from pyspark.errors import PySparkException
 from spark_io import reader
 
-from pyspark_durable.endpoint import open_namespace, write_step
+from pyspark_durable.endpoint import write_step
 
 pytestmark = pytest.mark.spark
 TIMES_MS = (1_000_000, 2_000_000, 3_000_000)  # commit times of steps 0, 1, 2
 
 
 @pytest.fixture
-def timed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
-    """Steps 0..2 of table t, one row each (id = step), committed at TIMES_MS."""
+def timed(wal: dict, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """Steps 0..2 of table t, one row each (id = step), committed at TIMES_MS, on the
+    file log and on Kafka (conftest's ``wal``)."""
     import pyspark_durable.wal.namespace as namespace_module
 
-    opts = {"namespace": f"t{uuid.uuid4().hex[:10]}", "path": str(tmp_path / "wal")}
-    ns = open_namespace({"backend": "file", "namespace": opts["namespace"],
-                         "options": {"path": opts["path"]}})
+    ns = wal_namespace(wal)
     for step, millis in enumerate(TIMES_MS):
         monkeypatch.setattr(namespace_module, "time",
                             types.SimpleNamespace(time=lambda m=millis: m / 1000))
         write_step(ns, "loader", step, {"t": [{"id": step}]})
     monkeypatch.undo()
     ns.close()
-    return opts
+    return wal
 
 
 def ids(df) -> list[int]:

@@ -641,3 +641,49 @@ def test_idle_readers_are_bounded_per_store_whatever_the_regions(make_kafka):
     for _ in range(2 * IDLE_READERS):
         assert [e.value for e in regions[-1].read(0)] == [b"v11"]
     assert regions[-1]._idle == [kept]
+
+
+def test_a_handle_follows_a_recreated_wal_whose_old_snapshots_are_gone(kafka_broker, namespace,
+                                                                       client):
+    """This tests a long-lived handle on a Kafka WAL whose topics were all deleted and made
+    again (a new incarnation) after a cleaner pass had written a snapshot: the handle
+    raises IncarnationMismatch naming both incarnations once, then follows the new WAL,
+    its steps and rows, and never recovers from the old incarnation's snapshot (its
+    store's reset forgets the registry it had read)."""
+    from pyspark_durable.endpoint import open_namespace, read_steps, write_step
+    from pyspark_durable.errors import IncarnationMismatch
+    from pyspark_durable.wal import Cleaner
+
+    cfg = {"backend": "kafka", "namespace": namespace,
+           "options": {"bootstrap_servers": kafka_broker, "client": client}}
+    ns = open_namespace(cfg)
+    for ws in range(3):
+        write_step(ns, "w", ws, {"t": [{"id": ws}]})
+    Cleaner(ns, grace_ms=0).run_once()  # a snapshot as of the old log's end
+    old = ns.incarnation
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker)
+    try:
+        topics = [t for t in admin.list_topics() if t.startswith(f"{namespace}_")]
+        assert len(topics) >= 3
+        admin.delete_topics(topics)
+    finally:
+        admin.close()
+    fresh = None
+    for _ in range(5):  # a stale client may auto-create a deleted topic meanwhile
+        try:
+            fresh = open_namespace(cfg)
+            break
+        except ConfigError as exc:
+            assert "partitions" in str(exc), exc
+    assert fresh is not None
+    write_step(fresh, "x", 0, {"t": [{"id": 100}]})
+    try:
+        with pytest.raises(IncarnationMismatch, match=f"this handle knew incarnation {old}; "
+                                                      f"the WAL now is incarnation "
+                                                      f"{fresh.incarnation}"):
+            ns.steps()
+        assert ns.steps() == range(0, 1)
+        assert read_steps(ns, "t").column("id").to_pylist() == [100]
+    finally:
+        fresh.close()
+        ns.close()

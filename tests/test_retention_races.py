@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from helpers import assert_acknowledged
 
 from pyspark_durable.errors import AttemptLost
 from pyspark_durable.wal import Cleaner, Namespace
@@ -80,7 +81,7 @@ def verify(make_store, acked: dict[tuple[str, int], int]) -> Namespace:
     ns = Namespace(make_store())
     steps = ns.steps()
     for (writer, ws), step in acked.items():
-        assert ns.committed_step(writer, ws) == step, (writer, ws, step)
+        assert_acknowledged(ns, writer, ws, step)
         if step < steps.start:
             continue  # expired: the cleaner may have deleted it
         got = {ns.state.tables[sb.table_id].name: pa.Table.from_batches(sb.batches)

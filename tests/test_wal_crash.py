@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from helpers import assert_acknowledged
 
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
@@ -82,7 +83,7 @@ def check_namespace(ns: Namespace, acked: dict[int, int], retained_only: bool) -
                 continue
             assert pa.Table.from_batches(got[table]).equals(expect), (step, ws, table)
     for ws, step in acked.items():
-        assert ns.committed_step(WRITER, ws) == step, f"acknowledged ws={ws} as step {step}"
+        assert_acknowledged(ns, WRITER, ws, step)
         if not retained_only or step >= steps.start:
             assert seen_ws.get(ws) == step, f"acknowledged ws={ws} step={step} is missing"
     for key, got_seqs in seqs.items():
@@ -90,9 +91,9 @@ def check_namespace(ns: Namespace, acked: dict[int, int], retained_only: bool) -
         assert got_seqs == list(range(expect_end - len(got_seqs), expect_end)), key
 
 
-# each Kafka client gets one of the two modes (kafka: confluent-kafka)
+# each Kafka client gets one of the two modes
 @pytest.mark.parametrize("store_config,mode", [("file", "write"), ("file", "clean"),
-                                               ("kafka", "write"), ("kafka-python", "clean")],
+                                               ("confluent", "write"), ("kafka-python", "clean")],
                          indirect=["store_config"])
 def test_writer_killed_at_random_points(make_store, store_config, namespace, mode):
     """This tests that a writer (and cleaner) killed by SIGKILL ≥ 20 times loses and duplicates nothing."""

@@ -252,7 +252,7 @@ class KafkaLogStore(LogStore):
         with self._registry_lock:
             if self._registry_topic is not None:
                 logs.append(self._registry_topic)
-            self._registry_topic, self._meta, self._registry_pos = None, {}, 0
+            self._registry_topic, self._registry, self._registry_pos = None, {}, 0
         for log_ in logs:
             log_.close()
 

@@ -28,12 +28,12 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from pyspark_durable.codec import codec_for, decode_key, decode_value
 from pyspark_durable.errors import DurableWalError, coordinates
 from pyspark_durable.log import Entry, Log, LogStore
-from pyspark_durable.wal.check_report import CheckReport, Problem
+from pyspark_durable.wal.check_report import CheckProgress, CheckReport, Problem, Silent
 from pyspark_durable.wal.namespace import COMMITS_LOG
 from pyspark_durable.wal.reading import foreign_attempt, foreign_table, table_name
 from pyspark_durable.wal.records import StepCommit, decode_record
@@ -60,25 +60,6 @@ def _strip_prefix(exc: DurableWalError) -> str:
     return text[len(prefix):] if exc.where and text.startswith(prefix) else text
 
 
-class CheckProgress(Protocol):
-    """What the checker tells of its progress (the CLI draws bars from it)."""
-
-    def task(self, description: str, total: int, unit: str) -> Any: ...
-
-    def advance(self, task: Any, n: int = 1) -> None: ...
-
-    def update(self, task: Any, **fields: Any) -> None: ...
-
-
-class _Silent:
-    def task(self, description: str, total: int, unit: str) -> None:
-        return None
-
-    def advance(self, task: Any, n: int = 1) -> None:
-        pass
-
-    def update(self, task: Any, **fields: Any) -> None:
-        pass
 
 
 class Checker:
@@ -88,7 +69,7 @@ class Checker:
                  deep: bool = False) -> None:
         self.store = store
         self.deep = deep  # also re-hash every needed entry against its step's digest
-        self.progress: CheckProgress = progress or _Silent()
+        self.progress: CheckProgress = progress or Silent()
         self.report = CheckReport(store.namespace)
         self.state: NamespaceState | None = None
         self._full_replay: NamespaceState | None = None  # set while the log is whole

@@ -15,7 +15,7 @@ import pytest
 
 from pyspark_durable.errors import CorruptEntryError
 from pyspark_durable.log import open_store
-from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy, step_index
+from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy, cleaner, step_index
 from pyspark_durable.wal.namespace import COMMITS_LOG
 from pyspark_durable.wal.records import CleanRecord, Run, StepCommit
 from pyspark_durable.wal.state import NamespaceState
@@ -27,6 +27,7 @@ CHUNK = 8  # steps per chunk in these tests: a few dozen steps make several chun
 @pytest.fixture(autouse=True)
 def small_chunks(monkeypatch):
     monkeypatch.setattr(step_index, "CHUNK_STEPS", CHUNK)
+    monkeypatch.setattr(cleaner, "SNAPSHOT_EVERY_RECORDS", 1)  # a snapshot every pass
 
 
 def rows(n: int, start: int) -> pa.Table:
@@ -140,11 +141,34 @@ def test_a_chunk_that_does_not_match_its_records_is_corrupt(make_store):
             load(wrong)
 
 
+def test_a_pass_snapshots_only_when_the_replay_after_the_newest_grew(make_store, monkeypatch):
+    """This tests that a cleaner pass writes no new snapshot while fewer than
+    SNAPSHOT_EVERY_RECORDS records came since the newest one (each snapshot is a stored
+    copy of the state), writes one once they did, and that an open in between replays
+    only those records on top of the newest snapshot, reading every step as before."""
+    monkeypatch.setattr(cleaner, "SNAPSHOT_EVERY_RECORDS", 25)
+    ns = Namespace(make_store())
+    commit_steps(ns, 0, 10)
+    Cleaner(ns, grace_ms=0).run_once()
+    first = ns.store.snapshot_versions("wal")
+    commit_steps(ns, 10, 4)  # fewer than 25 records
+    Cleaner(ns, grace_ms=0).run_once()
+    assert ns.store.snapshot_versions("wal") == first
+    reference = full_replay(ns)
+    opened = Namespace(make_store())
+    assert [c.step for c in opened.state.index.tail] == list(range(10, 14))
+    assert {s: described(opened.state.step(s)) for s in range(14)} == reference
+    commit_steps(ns, 14, 20)
+    Cleaner(ns, grace_ms=0).run_once()
+    newest = ns.store.snapshot_versions("wal")[-1]
+    assert newest > first[-1] and Namespace(make_store()).state.index.tail == []
+
+
 CHILD = """
 import os, sys
 os.environ["DURABLEWAL_FAILPOINT"] = sys.argv[4] + ":kill-group=" + str(os.getpgid(0))
 from pyspark_durable.log import open_store
-from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy, step_index
+from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy, cleaner, step_index
 step_index.CHUNK_STEPS = 8
 ns = Namespace(open_store("file", sys.argv[2], path=sys.argv[1]))
 ns.set_retention(RetentionPolicy(max_steps=int(sys.argv[3])))

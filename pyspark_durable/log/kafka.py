@@ -95,8 +95,10 @@ END_BACKOFF_MAX_S = 0.5
 MAX_MESSAGE_BYTES = str((16 << 20) + (64 << 10))
 LOG_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete",
                     "max.message.bytes": MAX_MESSAGE_BYTES}
+# compacted within the hour (a snapshot per cleaner pass must not pile up in the active
+# segment for the broker's default 7 days: every open reads the topic)
 SNAPSHOTS_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "compact",
-                     "max.message.bytes": MAX_MESSAGE_BYTES}
+                          "max.message.bytes": MAX_MESSAGE_BYTES, "segment.ms": "3600000"}
 
 
 class KafkaLog(Log):

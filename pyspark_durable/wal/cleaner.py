@@ -9,7 +9,8 @@ A pass, in this order (rules 5-8 of the protocol in :mod:`pyspark_durable.wal.na
    pass that moves no bound skips it if the last one is younger than a second);
 4. replay to the end of the log, then delete each region below
    ``min(bound, first offset a needed step refers to)``;
-5. write a snapshot versioned by its commits-log offset, then delete the commits
+5. write a snapshot versioned by its commits-log offset (when retention moved, or
+   :data:`SNAPSHOT_EVERY_RECORDS` records came since the newest), then delete the commits
    log below the *older* of the two newest snapshots (so a damaged newest snapshot
    is repaired by replaying from the one before it), then prune all but the newest
    :data:`SNAPSHOTS_KEPT` snapshots.
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 SNAPSHOTS_KEPT = 2  # the newest, and one before it while a reader may still load it
 DEFAULT_GRACE_MS = 300_000
 RECORD_INTERVAL_MS = 1_000
+SNAPSHOT_EVERY_RECORDS = 1_000  # commits records a replay after the newest snapshot may need
 
 
 @dataclass
@@ -157,7 +159,12 @@ class Cleaner:
             report.snapshot_at = at
             failpoints.reached("clean.snapshot")
             versions = ns.store.snapshot_versions(SNAPSHOT_NAME)
-            if not versions or versions[-1] < at:
+            # a snapshot when the replay after the newest one grew, or retention moved:
+            # not every pass (each is a stored copy of the state; on Kafka a record of
+            # the compacted snapshots topic that every open reads until compaction)
+            moved = report.freed_entries > 0 or state.expired_before > expired
+            if not versions or (versions[-1] < at and (
+                    moved or at - versions[-1] >= SNAPSHOT_EVERY_RECORDS)):
                 ns.store.write_snapshot(SNAPSHOT_NAME, at, raw)
                 versions.append(at)
             failpoints.reached("clean.snapshotted")

@@ -3,7 +3,8 @@
 Usage: spark-submit --master spark://HOST:PORT --py-files ... cluster_job.py
        stream|read WAL_OPTIONS_JSON IN_DIR OUT_DIR CHECKPOINT_ROOT
 
-It imports nothing from the test suite: the package arrives with ``--py-files``.
+It imports nothing from the test suite: the package arrives with ``--py-files`` (in
+mode ``installed`` it is installed where the job runs).
 Both queries run at once with a processing-time trigger, one input file and one step
 per micro-batch; the job stops both when the input is used up (the writer is idle,
 then the reader is idle).
@@ -16,7 +17,17 @@ the parquet output) and ``DONE``.
 Mode ``read`` (IN_DIR and CHECKPOINT_ROOT unused) is one batch read of the WAL (its
 options may hold ``minPartitions``): each row is written to parquet in OUT_DIR with the
 Spark partition that read it and the executor JVM it ran under (``executor_of_worker``),
-and ``RESULT`` holds the read's partition count."""
+and ``RESULT`` holds the read's partition count.
+
+Mode ``installed`` (``cluster_job.py installed WAL_OPTIONS_JSON OUT_DIR ROWS PARTITIONS``)
+runs where pyspark_durable is installed on the driver and the executors, shipped with
+nothing and never registered: the job does not import the package (it is imported only
+by the other modes), prints ``IMPORTED_BEFORE_WRITE <json bool>`` (whether anything had
+imported it into the driver before its first ``format("durablewal")``), writes ROWS rows
+made by a DataFrame of PARTITIONS partitions, each tagged with the partition and the
+executor of the task that wrote it, with ``df.write.format("durablewal")``, reads them
+back with ``spark.read.format("durablewal")`` in a new session into parquet in OUT_DIR,
+and prints ``EXECUTOR_MODULE`` and ``RESULT`` (the write's partition count)."""
 
 from __future__ import annotations
 
@@ -31,8 +42,6 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
-
-import pyspark_durable
 
 TRIGGER = "500 milliseconds"
 
@@ -113,8 +122,9 @@ def executor_of_worker() -> tuple[str, int, str]:
 
 
 def tag_reader(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Rows of a read as they come out of the scan, tagged with the Spark partition and
-    the executor of the task that read them (the same stage: no shuffle in between)."""
+    """Rows as they come out of the scan (or go into a write), tagged with the Spark
+    partition and the executor of the task that reads (writes) them (the same stage: no
+    shuffle in between)."""
     executor, pid, work_dir = executor_of_worker()
     context = TaskContext.get()
     assert context is not None
@@ -140,12 +150,43 @@ def read_job(spark, wal: dict, out_dir: str) -> dict:
     return {"partitions": partitions, "executors": executors}
 
 
+def installed_job(wal_json: str, out_dir: str, rows: int, partitions: int) -> None:
+    """Mode ``installed``: a write and a read of durablewal that never name the package."""
+    spark = (SparkSession.builder.appName("durablewal-cluster-installed")
+             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    sc = spark.sparkContext
+    print(f"APP {sc.applicationId}", flush=True)
+    wal = json.loads(wal_json)
+    made = spark.range(0, rows, 1, partitions).selectExpr(
+        "id", "concat('row-', id, '-', repeat('p', CAST(id % 13 AS INT))) AS payload")
+    schema = ("id long, payload string, partition int, executor string, executor_pid long, "
+              "work_dir string")
+    tagged = made.mapInArrow(tag_reader, schema)  # the same stage (tasks) as the write
+    print(f"IMPORTED_BEFORE_WRITE {json.dumps('pyspark_durable' in sys.modules)}", flush=True)
+    tagged.write.format("durablewal").options(**wal).mode("append").save()
+    fresh = spark.newSession()  # its own data sources: nothing registered in it
+    fresh.read.format("durablewal").options(**wal).load().select(
+        "id", "payload", "partition", "executor", "work_dir").write.parquet(out_dir)
+    files = sc.parallelize(range(2), 2).map(lambda _: __import__("pyspark_durable").__file__)
+    print(f"EXECUTOR_MODULE {json.dumps(sorted(set(files.collect())))}", flush=True)
+    print(f"RESULT {json.dumps({'partitions': tagged.rdd.getNumPartitions()})}", flush=True)
+    print("DONE", flush=True)
+    spark.stop()
+
+
 def check(query) -> None:
     if query.exception() is not None:
         raise SystemExit(f"query {query.name} failed: {query.exception()}")
 
 
 def main() -> None:
+    if sys.argv[1] == "installed":
+        wal_json, out_dir, rows, partitions = sys.argv[2:6]
+        installed_job(wal_json, out_dir, int(rows), int(partitions))
+        return
+    import pyspark_durable  # (not at the top: mode installed must not import it)
+
     mode, wal_json, in_dir, out_dir, ckpt = sys.argv[1:6]
     wal = json.loads(wal_json)
     spark = (SparkSession.builder.appName(f"durablewal-cluster-{mode}")

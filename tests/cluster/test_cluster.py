@@ -6,6 +6,8 @@ deploys it (a wheel on the file backend, a zip on Kafka, each in ``--py-files``)
 exactly-once test spark-submits ``cluster_job.py``, kills an executor JVM and then the
 whole driver with SIGKILL, restarts from the same checkpoints and checks every row by
 content. The split-read test has one large step read by the executors of both workers.
+The no-register test is the other deployment: the package installed (from its wheel)
+in the Python of the driver and of the executors, nothing shipped, nothing registered.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from cluster_harness import MAIN_PYTHON, Cluster
+from cluster_harness import MAIN_PYTHON, Cluster, make_exec_python
 from helpers import package_zip as make_package_zip
 
 from pyspark_durable.endpoint import open_namespace, read_steps
@@ -355,3 +357,90 @@ def test_a_split_read_is_read_by_both_workers(cluster, package_wheel, tmp_path):
           + ", ".join(f"{w.name} ({e}): {tasks_of[w]} tasks, {rows_of[w]} rows"
                       for e, w in sorted(worker_of.items()))
           + f"; {took:.1f} s", file=sys.stderr)
+
+
+# ---------------------------------------------------------------- installed: no register
+
+INSTALLED_ROWS = 6_000
+INSTALLED_PARTITIONS = 4  # the write's tasks: two per 1-core executor
+
+
+@pytest.fixture(scope="module")
+def installed_python(tmp_path_factory, package_wheel) -> Path:
+    """A Python with pyspark_durable installed from its wheel, as ``pip install
+    pyspark_durable`` installs it, and the main venv's other packages (the executor
+    Python's recipe). Not the main venv's Python itself: the suite installs the package
+    editable, whose import hook Spark's lookup of pyspark_* packages does not see."""
+    python = make_exec_python(tmp_path_factory.mktemp("installed_python"))
+    done = subprocess.run([str(MAIN_PYTHON), "-m", "pip", "--python", str(python), "install", "-q",
+                           "--no-deps", "--no-index", str(package_wheel)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return python
+
+
+def test_an_installed_package_needs_no_register_on_the_cluster(cluster, installed_python,
+                                                               tmp_path):
+    """This tests that a spark-submit on the cluster whose driver and executors run a
+    Python with pyspark_durable installed, with no --py-files and no register call,
+    writes a DataFrame of 4 partitions with df.write.format("durablewal") (its tasks run
+    by the executors of both workers) and reads it back with spark.read.format("durablewal")
+    in a new session, every row once by content: Spark found the DataSource by itself,
+    as nothing had imported the package into the driver before the write."""
+    wal, config = wal_options("file", tmp_path, None)
+    python = str(installed_python)
+    # the driver JVM looks the data sources up with PYSPARK_(DRIVER_)PYTHON of its
+    # environment; the Python driver and the executors' workers take the confs
+    env = {**cluster.env(), "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
+    conf = {"spark.pyspark.python": python, "spark.pyspark.driver.python": python,
+            "spark.cores.max": "2", "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+            "spark.scheduler.maxRegisteredResourcesWaitingTime": "180s"}
+    argv = cluster.submit_argv(JOB, ["installed", json.dumps(wal), str(tmp_path / "out"),
+                                     str(INSTALLED_ROWS), str(INSTALLED_PARTITIONS)], conf=conf)
+    assert "--py-files" not in argv and "PYTHONPATH" not in env
+    assert not any("PYTHONPATH" in arg for arg in argv), argv
+    started = time.monotonic()
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=SUBMIT_TIMEOUT_S)
+    took = time.monotonic() - started
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, f"exit {done.returncode}\n{lines}\n{done.stderr[-5000:]}"
+
+    def value(key: str) -> str:
+        found = [ln.split(" ", 1)[1] for ln in lines if ln.startswith(key + " ")]
+        assert found, f"no {key} line in {lines}\n{done.stderr[-3000:]}"
+        return found[-1]
+
+    assert json.loads(value("IMPORTED_BEFORE_WRITE")) is False, "the job imported pyspark_durable"
+    site = str(installed_python.parent.parent)  # the package came from the installed one
+    executor_modules = json.loads(value("EXECUTOR_MODULE"))
+    assert executor_modules and all(m.startswith(site) for m in executor_modules), executor_modules
+    assert json.loads(value("RESULT")) == {"partitions": INSTALLED_PARTITIONS}
+
+    # the new session's read, by content, with the task that wrote each row
+    got = pq.read_table(tmp_path / "out").to_pylist()
+    assert sorted(r["id"] for r in got) == list(range(INSTALLED_ROWS)), "lost or duplicated rows"
+    assert all(r["payload"] == payload(r["id"]) for r in got)
+    app = value("APP")
+    workers = {(cluster.root / w.name).resolve() for w in cluster.workers}
+    executor_of: dict[int, str] = {}  # partition -> the executor whose task wrote it
+    worker_of: dict[str, Path] = {}  # executor id -> its worker's work dir
+    for r in got:
+        work_dir = Path(r["work_dir"])  # <worker work dir>/<app id>/<executor id>
+        assert work_dir.parent.name == app and work_dir.name == r["executor"], r
+        assert work_dir.parent.parent in workers, r
+        assert executor_of.setdefault(r["partition"], r["executor"]) == r["executor"], r
+        worker_of[r["executor"]] = work_dir.parent.parent
+    assert sorted(executor_of) == list(range(INSTALLED_PARTITIONS)), executor_of
+    assert set(worker_of.values()) == workers, f"written only on {set(worker_of.values())}"
+
+    # and the WAL itself, read with the Python API
+    ns = open_namespace(config)
+    try:
+        wal_rows = read_steps(ns, "default").select(["id", "payload"]).to_pylist()
+    finally:
+        ns.close()
+    assert sorted(r["id"] for r in wal_rows) == list(range(INSTALLED_ROWS))
+    assert all(r["payload"] == payload(r["id"]) for r in wal_rows)
+    print(f"installed: {INSTALLED_ROWS} rows written by {INSTALLED_PARTITIONS} tasks on executors "
+          f"{sorted(worker_of)}, read back in a new session; {took:.1f} s", file=sys.stderr)

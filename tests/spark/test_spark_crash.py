@@ -69,7 +69,7 @@ def spark_wal(wal_opts: dict) -> dict:
     return dict(wal_opts)
 
 
-@pytest.fixture(params=["file", "confluent"])
+@pytest.fixture(params=["file", pytest.param("confluent", marks=pytest.mark.kafka)])
 def crash_wal(request, tmp_path) -> tuple[dict, dict]:
     """(Spark options, endpoint config) of a fresh namespace: the file log, or Kafka on
     the confluent client (the product's default)."""
@@ -122,11 +122,11 @@ def test_sink_exactly_once_across_kills(crash_wal, tmp_path):
     assert writer_steps == sorted(writer_steps)
 
 
-@pytest.mark.parametrize("crash_wal", ["file"], indirect=True)  # Kafka: tests/cluster kills a reader
 def test_source_exactly_once_across_kills(spark, crash_wal, tmp_path):
     """This tests that durablewal -> parquet, killed mid-batch ≥3 times, outputs every row
     once, and that every row's key (_region, _table, _sequence, _row) is unique and the
-    one a fresh batch read of the WAL gives that row (stable across kills and replays)."""
+    one a fresh batch read of the WAL gives that row (stable across kills and replays),
+    on the file log and on Kafka."""
     spark_opts, config = crash_wal
     ns = open_namespace(config)
     for step in range(FILES):

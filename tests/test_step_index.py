@@ -132,11 +132,11 @@ def test_a_chunk_that_does_not_match_its_records_is_corrupt(make_store):
     load = chunk_loader(commits.read, decode, ns.name)
     assert len(load(chunk)) == chunk.steps
     for wrong in (Chunk(chunk.first_step, chunk.steps + 1, chunk.start, chunk.end, chunk.refused,
-                        chunk.first_seq, chunk.end_seq),
+                        chunk.seqs, chunk.starts),
                   Chunk(chunk.first_step, chunk.steps, chunk.start, chunk.end, (),
-                        chunk.first_seq, chunk.end_seq),
+                        chunk.seqs, chunk.starts),
                   Chunk(chunk.first_step, chunk.steps, chunk.start, chunk.end, chunk.refused,
-                        {k: v + 1 for k, v in chunk.first_seq.items()}, chunk.end_seq)):
+                        tuple((r, t, f + 1, e) for r, t, f, e in chunk.seqs), chunk.starts)):
         with pytest.raises(CorruptEntryError, match=rf"commits offsets \[{chunk.start}, "):
             load(wrong)
 

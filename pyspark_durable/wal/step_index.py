@@ -23,13 +23,13 @@ import bisect
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, overload
 
 from pyspark_durable.errors import CorruptEntryError, OffsetOutOfRange
 from pyspark_durable.wal.records import StepCommit
 
-CHUNK_STEPS = 512  # steps per chunk: a chunk read decodes this many records at most
+CHUNK_STEPS = 1024  # steps per chunk: a chunk read decodes this many records at most
 CACHED_CHUNKS = 4  # chunks kept decoded per handle (a reader moves forward through them)
 
 Key = tuple[int, int]  # (region, table)
@@ -43,69 +43,87 @@ def _step_ends(commit: StepCommit) -> dict[Key, int]:
     return ends
 
 
-@dataclass
+@dataclass(slots=True)
 class Chunk:
     """Steps ``[first_step, first_step + steps)``, whose records lie in commits offsets
-    ``[start, end)``; ``refused`` lists the step records in that range replay refused."""
+    ``[start, end)``; ``refused`` lists the step records in that range replay refused.
+
+    ``seqs`` holds per (region, table) the sequence of the chunk's first entry there and
+    the one after its last, ``starts`` per region its lowest run start: tuples, since a
+    namespace of a million steps holds two thousand chunks in every process."""
 
     first_step: int
     steps: int
     start: int
     end: int
     refused: tuple[int, ...] = ()
-    first_seq: dict[Key, int] = field(default_factory=dict)
-    end_seq: dict[Key, int] = field(default_factory=dict)
-    min_start: dict[int, int] = field(default_factory=dict)  # region -> lowest run start
+    seqs: tuple[tuple[int, int, int, int], ...] = ()  # (region, table, first, end)
+    starts: tuple[tuple[int, int], ...] = ()  # (region, lowest run start)
     max_ts: int = 0  # the newest commit time of its steps
 
     @property
     def next_step(self) -> int:
         return self.first_step + self.steps
 
+    @property
+    def first_seq(self) -> dict[Key, int]:
+        return {(r, t): f for r, t, f, _ in self.seqs}
+
+    @property
+    def end_seq(self) -> dict[Key, int]:
+        return {(r, t): e for r, t, _, e in self.seqs}
+
     @classmethod
     def of(cls, commits: Sequence[StepCommit], refused: Sequence[int]) -> Chunk:
         """The chunk of consecutive replayed steps (``step``, ``commit_offset`` and
         ``first_sequences`` set); ``refused`` may hold offsets outside its range."""
         start, end = commits[0].commit_offset, commits[-1].commit_offset + 1
-        chunk = cls(commits[0].step, len(commits), start, end,
-                     tuple(o for o in refused if start <= o < end))
+        first: dict[Key, int] = {}
+        ends: dict[Key, int] = {}
+        lows: dict[int, int] = {}
+        max_ts = 0
         for commit in commits:
-            for key, first in commit.first_sequences.items():
-                chunk.first_seq.setdefault(key, first)
-            chunk.end_seq.update(_step_ends(commit))
+            for key, seq in commit.first_sequences.items():
+                first.setdefault(key, seq)
+            ends.update(_step_ends(commit))
             for run in commit.runs:
-                low = chunk.min_start.get(run.region_id)
-                chunk.min_start[run.region_id] = run.start if low is None else min(low, run.start)
-            chunk.max_ts = max(chunk.max_ts, commit.timestamp_ms)
-        return chunk
+                lows[run.region_id] = min(lows.get(run.region_id, run.start), run.start)
+            max_ts = max(max_ts, commit.timestamp_ms)
+        return cls(commits[0].step, len(commits), start, end,
+                   tuple(o for o in refused if start <= o < end), _seqs(first, ends),
+                   tuple(lows.items()), max_ts)
 
     def merged(self, nxt: Chunk, refused: Sequence[int]) -> Chunk:
         """This chunk followed by ``nxt`` as one (``refused``: refused offsets between)."""
         gap = tuple(o for o in refused if self.end <= o < nxt.start)
-        min_start = dict(self.min_start)
-        for region, low in nxt.min_start.items():
-            min_start[region] = min(min_start.get(region, low), low)
+        lows = dict(self.starts)
+        for region, low in nxt.starts:
+            lows[region] = min(lows.get(region, low), low)
         return Chunk(self.first_step, self.steps + nxt.steps, self.start, nxt.end,
-                     self.refused + gap + nxt.refused, {**nxt.first_seq, **self.first_seq},
-                     {**self.end_seq, **nxt.end_seq}, min_start, max(self.max_ts, nxt.max_ts))
+                     self.refused + gap + nxt.refused,
+                     _seqs({**nxt.first_seq, **self.first_seq}, {**self.end_seq, **nxt.end_seq}),
+                     tuple(lows.items()), max(self.max_ts, nxt.max_ts))
 
     def needed(self, expired_before: int, marks: dict[Key, int]) -> bool:
         """Does any of its steps stay needed (``NamespaceState.needed``, per chunk)?"""
         if self.next_step > expired_before:
             return True
-        return any(key in marks and end > marks[key] for key, end in self.end_seq.items())
+        return any((r, t) in marks and e > marks[(r, t)] for r, t, _, e in self.seqs)
 
     def to_json(self) -> list[Any]:
         return [self.first_step, self.steps, self.start, self.end, list(self.refused),
-                [[r, t, f, self.end_seq[(r, t)]] for (r, t), f in self.first_seq.items()],
-                [[r, s] for r, s in self.min_start.items()], self.max_ts]
+                [list(q) for q in self.seqs], [list(q) for q in self.starts], self.max_ts]
 
     @classmethod
     def from_json(cls, d: list[Any]) -> Chunk:
         first_step, steps, start, end, refused, seqs, starts, max_ts = d
         return cls(first_step, steps, start, end, tuple(refused),
-                   {(r, t): f for r, t, f, _ in seqs}, {(r, t): e for r, t, _, e in seqs},
-                   {r: s for r, s in starts}, max_ts)
+                   tuple((r, t, f, e) for r, t, f, e in seqs),
+                   tuple((r, s) for r, s in starts), max_ts)
+
+
+def _seqs(first: dict[Key, int], ends: dict[Key, int]) -> tuple[tuple[int, int, int, int], ...]:
+    return tuple((r, t, f, ends[(r, t)]) for (r, t), f in first.items())
 
 
 Loader = Callable[[Chunk], list[StepCommit]]
@@ -237,7 +255,7 @@ class StepIndex(Sequence[StepCommit]):
             if not chunk.needed(expired_before, marks):
                 continue
             if chunk.first_step >= expired_before:
-                for region, low in chunk.min_start.items():
+                for region, low in chunk.starts:
                     starts[region] = min(starts.get(region, low), low)
                 continue
             for commit in self.load(chunk):

@@ -208,3 +208,30 @@ def test_cleaner_killed_mid_snapshot_leaves_a_namespace_that_reads_every_step(
     last = Namespace(open_store("file", namespace, path=str(path)))
     assert {s: described(last.state.step(s)) for s in range(19, 31)} == \
         {s: reference[s] for s in range(19, 31)}
+
+
+def test_a_pass_over_a_namespace_whose_every_step_is_needed_reads_no_entry(tmp_path, namespace,
+                                                                           monkeypatch):
+    """This tests that a cleaner pass with the default grace on a namespace without
+    retention (every step needed) reads no region entry: the grace's cutoff is searched
+    only below the first offset a needed step refers to (on a long history that search
+    read, and CRC-checked, whole region segments for a bound it then threw away)."""
+    from pyspark_durable.log.file.log import FileLog
+
+    ns = Namespace(open_store("file", namespace, path=str(tmp_path / "wal")))
+    commit_steps(ns, 0, 12)
+    reads: list[str] = []
+    real = FileLog.read
+
+    def counted(self, start, end=None):
+        reads.append(self.name)
+        return real(self, start, end)
+
+    monkeypatch.setattr(FileLog, "read", counted)
+    report = Cleaner(ns).run_once()  # the default grace: 5 minutes
+    assert report.freed_entries == 0
+    assert [name for name in reads if name.startswith("region_")] == []
+    ns.set_retention(RetentionPolicy(max_steps=4))
+    reads.clear()
+    Cleaner(ns).run_once()  # now steps are expired: the cutoff is searched below them
+    assert any(name.startswith("region_") for name in reads)

@@ -134,8 +134,13 @@ class Cleaner:
                 region = ns.store.open_region(region_id)
                 low, high = region.low_watermark(), region.high_watermark()
                 regions[region_id] = (region, low, high)
-                bound = min(needed.get(region_id, high),
-                            _recent_bound(region, self.grace_ms, low, high))
+                # the first offset a needed step refers to caps the bound: search for the
+                # grace's cutoff only below it (a region whose every step is needed costs
+                # no entry read, however long its history)
+                limit = min(needed.get(region_id, high), high)
+                if limit <= max(low, state.clean_bounds.get(region_id, 0)):
+                    continue
+                bound = _recent_bound(region, self.grace_ms, low, limit)
                 if bound > state.clean_bounds.get(region_id, 0):
                     proposed[region_id] = bound
             failpoints.reached("clean.proposed")

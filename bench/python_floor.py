@@ -2,7 +2,9 @@
 
 ``pyfloor`` is a Python data source that does no I/O at all: its stream reader yields
 the same prebuilt ``pyarrow.RecordBatch`` (the durablewal read schema, 10,000 rows
-of ~100 bytes plus the five metadata columns) from memory, and its stream writer
+of ~100 bytes plus the five metadata columns) from memory, its batch reader
+(``spark.read``) yields the same batches from as many partitions as the driver has
+cores (``partitions`` overrides), and its stream writer
 (``DataSourceStreamArrowWriter``) counts the Arrow batches Spark hands it and keeps
 nothing. Measured side by side with ``rate`` → ``noop`` it shows how much of the JVM
 floor PySpark's Python data source path (Arrow IPC over a socket to a Python worker,
@@ -13,6 +15,7 @@ on their ``PYTHONPATH`` (``bench/run.py`` sets it before starting Spark).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -20,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
@@ -96,6 +100,25 @@ class FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass
 
 
+class FloorBatchReader(DataSourceReader):
+    """``spark.read``: ``rows`` rows (a multiple of ``BATCH_ROWS``) split evenly over
+    ``parts`` partitions (by default the driver's cores), each yielding its share of
+    the prebuilt batches."""
+
+    def __init__(self, rows: int, parts: int) -> None:
+        self.rows = rows
+        self.parts = parts
+
+    def partitions(self) -> list[FloorPartition]:
+        per, extra = divmod(self.rows // BATCH_ROWS, self.parts)
+        return [FloorPartition(p, per + (p < extra)) for p in range(self.parts)]
+
+    def read(self, partition: FloorPartition) -> Iterator[pa.RecordBatch]:
+        batch = floor_batch(partition.region)
+        for _ in range(partition.batches):
+            yield batch
+
+
 class DiscardWriter(DataSourceStreamArrowWriter):
     """Takes every Arrow batch Spark hands a Python sink and keeps nothing."""
 
@@ -123,6 +146,10 @@ class PythonFloor(DataSource):
 
     def streamReader(self, schema: object) -> FloorReader:
         return FloorReader(int(self.options.get("rows", "1000000")))
+
+    def reader(self, schema: object) -> FloorBatchReader:
+        parts = int(self.options.get("partitions", "0")) or os.cpu_count() or 1
+        return FloorBatchReader(int(self.options.get("rows", "1000000")), parts)
 
     def streamWriter(self, schema: object, overwrite: bool) -> DiscardWriter:
         return DiscardWriter()

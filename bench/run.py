@@ -65,6 +65,20 @@ def say(msg: str) -> None:
     print(msg, flush=True)
 
 
+LOADS: list[tuple[str, tuple[float, float, float]]] = []  # (when, os.getloadavg())
+
+
+def note_load(when: str) -> None:
+    LOADS.append((when, os.getloadavg()))
+
+
+def load_line() -> str:
+    """The machine's load averages during the run (other jobs share this machine)."""
+    seen = "; ".join(f"{when} {a:.2f} / {b:.2f} / {c:.2f}" for when, (a, b, c) in LOADS)
+    return (f"Machine load (1 / 5 / 15-minute load averages, {os.cpu_count()} cores, other "
+            f"users' jobs included): {seen}.")
+
+
 def backend_order(names: list[str]) -> list[str]:
     """The file backend first (the parquet peers and the Kafka goal rows use its run),
     the others in the order given, each once."""
@@ -97,6 +111,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix=f"run-{args.scale}-", dir=OUT))
     SCRATCH[0] = work  # checkpoints and parquet folders: deleted with the run
     began = time.perf_counter()
+    note_load("start")
     results: list[Result] = []
     broker = None
     spark = None
@@ -142,15 +157,18 @@ def main() -> None:
             n = scale["rows"]
             if pairs & {"1", "2"}:
                 say(f"[{label}] pairs 1, 2: source / sink, {n:,} rows")
+                note_load(f"[{label}] pairs 1, 2")
                 results += source_sink_pairs(spark, base, n, args.reps, say, shared)
                 if backend == "kafka":
                     results += backend_goal_rows(shared, label, n)
             if "3" in pairs:
                 say(f"[{label}] pair 3: per-batch latency")
+                note_load(f"[{label}] pair 3")
                 results += latency_pairs(spark, base, scale["latency_batches"], args.reps,
                                          waiter, say)
             if "4" in pairs:
                 say(f"[{label}] pair 4: log layer")
+                note_load(f"[{label}] pair 4")
                 if backend == "file":
                     for threads in (1, scale["log_threads"]):  # a lone appender, and many
                         results.append(file_append_pair(scale["log_entries"], threads,
@@ -177,7 +195,10 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     elapsed = time.perf_counter() - began
     argv = " ".join(sys.argv[1:]) or "(defaults)"
+    note_load("end")
     md = report.write(results, argv, elapsed, args.tag)
+    title, header, rest = md.read_text().split("\n\n", 2)
+    md.write_text("\n\n".join([title, header, load_line(), rest]))
     say("")
     say(report.table(results))
     say(f"\nwrote {md} and its chart in {elapsed / 60:.1f} min")

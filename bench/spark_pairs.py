@@ -10,6 +10,7 @@ and stop excluded, the same for both sides of a pair); the wall time from
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
@@ -39,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAYLOAD_EXPR = ("cast(concat(lpad(cast(value as string), 20, '0'), repeat('x', 72)) "
                 "as binary) as payload")
 QUERY_TIMEOUT_S = 1800
+CORES = os.cpu_count() or 1  # the Python floor's batch partitions (pair 1d)
 
 
 class ProgressWaiter(StreamingQueryListener):
@@ -226,6 +228,23 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
             return n / secs
         return run
 
+    def batch_into_noop(make: Callable[[], DataFrame]) -> Callable[[], float]:
+        """Pair 1d: a batch ``spark.read`` written to ``noop``, wall clock (planning
+        included, the same for both sides: a batch query has no progress events)."""
+        def run() -> float:
+            start = time.perf_counter()
+            make().write.format("noop").mode("overwrite").save()
+            return n / (time.perf_counter() - start)
+        return run
+
+    def wal_batch() -> DataFrame:
+        return spark.read.format("durablewal").options(**one.spark_options()).load()
+
+    def floor_batch() -> DataFrame:
+        return spark.read.format("pyfloor").option("rows", n).load()
+
+    for make in (wal_batch, floor_batch):  # the same rows on both sides, checked once
+        assert make().count() == n, (make.__name__, n)
     payload_only = "id long, payload binary"
     fns = {
         "ours": read_into_noop("durablewal→noop", lambda: wal_df(spark, src)),
@@ -235,6 +254,8 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
         "onestep": read_into_noop("durablewal(one step, one region)→noop",
                                   lambda: wal_df(spark, one)),
         "pyfloor": read_into_noop("pyfloor→noop", lambda: floor_df(spark, n)),
+        "batch": batch_into_noop(wal_batch),
+        "pyfloor batch": batch_into_noop(floor_batch),
         "peer": rate_fn(spark, n, "noop")}
     if measure_parquet:
         fns["parquet"] = read_into_noop(
@@ -288,6 +309,12 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
         higher_is_better(f"1c source [{b}]: one step in one region→noop vs Python floor "
                          "(2 partitions)→noop", runs["onestep"], runs["pyfloor"], "rows/s",
                          0.9, f"{note} in one step of one region, split over tasks "
+                         "(minPartitions default: the driver's cores)"),
+        higher_is_better(f"1d source [{b}]: batch read of one step in one region→noop vs "
+                         f"Python floor batch read ({CORES} partitions)→noop", runs["batch"],
+                         runs["pyfloor batch"], "rows/s", 0.9,
+                         f"{note} in one step of one region, spark.read→write.format(noop), "
+                         "wall clock per repetition, planning included on both sides "
                          "(minPartitions default: the driver's cores)"),
         reported(f"1 source peer [{b}]: durablewal→noop vs parquet file source→noop",
                  runs["ours"], shared.parquet_source, "rows/s", pq_note),

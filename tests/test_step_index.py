@@ -95,6 +95,34 @@ def test_a_snapshot_holds_chunks_and_every_step_reads_back_as_a_full_replay(make
     assert sorted(got.column("id").to_pylist()) == [360, 360, 361]
 
 
+def test_a_refusal_after_a_snapshots_last_step_is_kept_for_the_next_fold(make_store):
+    """This tests the steps of one chunk folded by two processes: a record refused after
+    the last step a snapshot covers (a duplicate here), then, in another handle that
+    recovered from that snapshot, more steps folded into the same chunk. The chunk's
+    range now spans the refused record, which that handle never replayed: the snapshot
+    keeps it pending, so every step still reads back as a full replay numbers it."""
+    ns = Namespace(make_store())
+    for i in range(3):
+        write_one(ns, i)
+    ns.append_record(ns.step_commit(2))  # refused: a duplicate of (w, 2)
+    Cleaner(ns, grace_ms=0).run_once()
+    other = Namespace(make_store())
+    assert other.state.index.tail == [] and other.state.index.refused
+    for i in range(3, 5):
+        write_one(other, i)
+    reference = full_replay(other)
+    Cleaner(other, grace_ms=0).run_once()
+    opened = Namespace(make_store())
+    assert [c.steps for c in opened.state.index.chunks] == [5]  # one chunk, merged
+    assert {s: described(opened.state.step(s)) for s in range(5)} == reference
+
+
+def write_one(ns: Namespace, i: int) -> None:
+    a = ns.begin("w", i)
+    a.write("t", rows(1, i))
+    a.commit()
+
+
 def test_retention_cuts_the_first_chunk_exactly(make_store):
     """This tests that a retention point inside a chunk frees the entries of the steps
     before it (the chunk is split at the first needed step, not kept whole) and that the

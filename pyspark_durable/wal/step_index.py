@@ -137,11 +137,13 @@ class StepIndex(Sequence[StepCommit]):
     """
 
     def __init__(self, base: int, chunks: Sequence[Chunk] = (),
-                 loader: Loader | None = None) -> None:
+                 loader: Loader | None = None, refused: Sequence[int] = ()) -> None:
         self._chunks: list[Chunk] = list(chunks)
         self._firsts = [c.first_step for c in self._chunks]
         self.tail: list[StepCommit] = []
-        self.refused: list[int] = []  # tail offsets of step records replay refused
+        # offsets of step records replay refused after the last chunk's end: the next
+        # fold puts them in the chunk whose range grows over them (a snapshot keeps them)
+        self.refused: list[int] = list(refused)
         self.tail_base = self._chunks[-1].next_step if self._chunks else base
         self.base = self._chunks[0].first_step if self._chunks else base
         self._loader = loader
@@ -241,7 +243,10 @@ class StepIndex(Sequence[StepCommit]):
         self._firsts = [c.first_step for c in chunks]
         self.base = chunks[0].first_step if chunks else next_step
         self.tail_base = chunks[-1].next_step if chunks else next_step
-        self.tail, self.refused = [], []
+        # refusals after the last step stay pending: a later fold may merge the next steps
+        # into the last chunk, whose range then covers them (in another process, too)
+        self.tail = []
+        self.refused = [o for o in refused if o >= chunks[-1].end] if chunks else []
 
     # -- questions answered from the chunks' numbers ---------------------------------
 

@@ -117,6 +117,33 @@ def test_a_refusal_after_a_snapshots_last_step_is_kept_for_the_next_fold(make_st
     assert {s: described(opened.state.step(s)) for s in range(5)} == reference
 
 
+def test_a_long_lived_handle_reads_its_chunks_after_another_cleaner_trimmed(make_store):
+    """This tests two cleaners in two long-lived handles: one folded its index while
+    step 5 was the first needed, the other expired further, snapshotted twice and trimmed
+    the commits log below its snapshots' first chunk. Chunks are aligned on step
+    numbers, so the trim point is never inside a chunk the first handle still needs: it
+    refreshes, runs its own pass and reads every retained step as a full replay did."""
+    p = Namespace(make_store())
+    for i in range(20):
+        write_one(p, i)
+    reference = full_replay(p)
+    p.expire(5)
+    Cleaner(p, grace_ms=0).run_once()
+    q = Namespace(make_store())
+    q.expire(14)
+    Cleaner(q, grace_ms=0).run_once()
+    write_one(q, 20)
+    reference[20] = described(q.step_commit(20))
+    q.expire(15)
+    Cleaner(q, grace_ms=0).run_once()
+    assert q.store.open_log(COMMITS_LOG).low_watermark() > 0  # the log was trimmed
+    assert p.steps() == range(15, 21)
+    Cleaner(p, grace_ms=0).run_once()
+    for s in range(15, 21):
+        assert described(p.step_commit(s)) == reference[s]
+        assert sum(b.num_rows for sb in p.read_step(s) for b in sb.batches) == 1
+
+
 def write_one(ns: Namespace, i: int) -> None:
     a = ns.begin("w", i)
     a.write("t", rows(1, i))

@@ -360,6 +360,7 @@ class NamespaceState:
             # the steps it covers, read back from the commits log from keep_from on
             "index": [c.to_json() for c in chunks],
             "refused": list(self.index.refused),  # refused after the last chunk
+            "first_step": self.index.base,  # the first indexed step, inside the first chunk
             "keep_from": chunks[0].start if chunks else at,
         }
         self.snapshot_offset = at
@@ -399,7 +400,9 @@ class NamespaceState:
             if chunks and chunks[-1].next_step != state.next_step:
                 raise ValueError(f"its step index ends at step {chunks[-1].next_step}, "
                                  f"its next step is {state.next_step}")
-            state.index = StepIndex(state.next_step, chunks, refused=doc.get("refused", ()))
+            first = doc.get("first_step", chunks[0].first_step if chunks else state.next_step)
+            state.index = StepIndex(first if chunks else state.next_step, chunks,
+                                    refused=doc.get("refused", ()))
             state.expired_before = doc["expired_before"]
             state.next_sequences = {(r, t): n for r, t, n in doc["next_sequences"]}
             state.marks = {(r, t): n for r, t, n in doc["marks"]}

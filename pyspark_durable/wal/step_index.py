@@ -145,7 +145,8 @@ class StepIndex(Sequence[StepCommit]):
         # fold puts them in the chunk whose range grows over them (a snapshot keeps them)
         self.refused: list[int] = list(refused)
         self.tail_base = self._chunks[-1].next_step if self._chunks else base
-        self.base = self._chunks[0].first_step if self._chunks else base
+        # the first step indexed: inside the first chunk, or where the tail will start
+        self.base = max(self._chunks[0].first_step, base) if self._chunks else base
         self._loader = loader
         self._cache: OrderedDict[int, list[StepCommit]] = OrderedDict()
         self._cache_lock = threading.Lock()
@@ -194,7 +195,7 @@ class StepIndex(Sequence[StepCommit]):
 
     def __iter__(self) -> Iterator[StepCommit]:
         for chunk in list(self._chunks):
-            yield from self.load(chunk)
+            yield from (c for c in self.load(chunk) if c.step >= self.base)
         yield from self.tail
 
     def load(self, chunk: Chunk) -> list[StepCommit]:
@@ -220,28 +221,36 @@ class StepIndex(Sequence[StepCommit]):
         """Drop steps below ``keep_from`` and turn the tail into chunks.
 
         The cleaner folds before it writes a snapshot: afterwards the handle holds only
-        chunks, as a process that recovers from that snapshot will.
+        chunks, as a process that recovers from that snapshot will. Chunks are aligned
+        on step numbers (chunk *c* holds steps ``[c * CHUNK_STEPS, (c + 1) * CHUNK_STEPS)``),
+        so every process that folds the same steps makes the same chunks, starting at
+        the same commits offsets: a cleaner trims the commits log below a kept
+        snapshot's first chunk, and that is never inside another handle's needed chunk.
+        The first chunk is kept whole; the index starts at ``keep_from`` inside it.
         """
-        chunks = [c for c in self._chunks if c.next_step > keep_from]
-        tail = [c for c in self.tail if c.step >= keep_from]
-        if chunks and chunks[0].first_step < keep_from:  # split the first chunk exactly
-            first = chunks[0]
-            kept = self.load(first)[keep_from - first.first_step:]
-            chunks[0] = Chunk.of(kept, first.refused)
+        next_step = self.tail_base + len(self.tail)
+        keep_from = min(keep_from, next_step)
+        block = keep_from - keep_from % CHUNK_STEPS
+        chunks = [c for c in self._chunks if c.next_step > block]
+        tail = [c for c in self.tail if c.step >= block]
         refused = self.refused
-        for i in range(0, len(tail), CHUNK_STEPS):
-            piece = Chunk.of(tail[i:i + CHUNK_STEPS], refused)
-            if chunks and chunks[-1].steps + piece.steps <= CHUNK_STEPS \
-                    and chunks[-1].next_step == piece.first_step:
-                chunks[-1] = chunks[-1].merged(piece, refused)
+        i = 0
+        while i < len(tail):
+            first = tail[i].step
+            j = min(len(tail), i + CHUNK_STEPS - first % CHUNK_STEPS)  # to the block's end
+            piece = Chunk.of(tail[i:j], refused)
+            last = chunks[-1] if chunks else None
+            if last is not None and last.next_step == first and \
+                    last.first_step // CHUNK_STEPS == first // CHUNK_STEPS:
+                chunks[-1] = last.merged(piece, refused)
             else:
                 chunks.append(piece)
+            i = j
         with self._cache_lock:
             self._cache.clear()
-        next_step = self.tail_base + len(self.tail)
         self._chunks = chunks
         self._firsts = [c.first_step for c in chunks]
-        self.base = chunks[0].first_step if chunks else next_step
+        self.base = max(chunks[0].first_step, keep_from) if chunks else next_step
         self.tail_base = chunks[-1].next_step if chunks else next_step
         # refusals after the last step stay pending: a later fold may merge the next steps
         # into the last chunk, whose range then covers them (in another process, too)

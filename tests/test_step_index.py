@@ -194,6 +194,13 @@ def test_a_chunk_that_does_not_match_its_records_is_corrupt(make_store):
                         tuple((r, t, f + 1, e) for r, t, f, e in chunk.seqs), chunk.starts)):
         with pytest.raises(CorruptEntryError, match=rf"commits offsets \[{chunk.start}, "):
             load(wrong)
+    # a step record writing a (region, table) the chunk does not know: named, not skipped
+    assert len(chunk.seqs) > 1
+    unknown = Chunk(chunk.first_step, chunk.steps, chunk.start, chunk.end, chunk.refused,
+                    chunk.seqs[1:], chunk.starts)
+    with pytest.raises(CorruptEntryError, match=r"step record at commits offset \d+ writes "
+                       r"region \d+ table \d+, which the snapshot's step index"):
+        load(unknown)
 
 
 def test_a_pass_snapshots_only_when_the_replay_after_the_newest_grew(make_store, monkeypatch):

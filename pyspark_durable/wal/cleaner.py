@@ -160,7 +160,7 @@ class Cleaner:
                     region.delete_before(bound)
                 report.regions[region_id] = (low, max(low, bound))
             failpoints.reached("clean.deleted")
-            at, raw = state.snapshot()  # folds the index: this handle now holds chunks
+            at, raw = state.snapshot(first_step)  # folds the index: the handle holds chunks
             report.snapshot_at = at
             failpoints.reached("clean.snapshot")
             versions = ns.store.snapshot_versions(SNAPSHOT_NAME)

@@ -14,8 +14,9 @@ snapshot holds, not what was ever committed.
 Replay is a pure function of the records in log order: whether a ``step`` record
 becomes a step depends only on records before it (the pairs committed so far and
 the clean bounds recorded so far), so every process, whatever snapshot it started
-from, numbers the same steps. That is why a snapshot keeps the clean bounds *as of
-its offset*, not the newest ones.
+from, numbers the same steps. That is why a snapshot holds the state exactly as of
+its offset (the clean bounds and the remembered pairs included), and the step index
+records which step records in its chunks' ranges replay refused.
 """
 
 from __future__ import annotations
@@ -335,14 +336,15 @@ class NamespaceState:
 
     # -- snapshots --------------------------------------------------------------
 
-    def snapshot(self) -> tuple[int, bytes]:
+    def snapshot(self, first_needed: int | None = None) -> tuple[int, bytes]:
         """Fold the steps still needed into chunks; encode the state as of ``next_offset``.
 
         Steps before the first needed one leave the index (no snapshot needs them
-        again). The state is exact as of the log's end, so a replay after it decides
-        every record as a replay of the whole log does.
+        again; ``first_needed``: that step, if the caller just asked for it). The state
+        is exact as of the log's end, so a replay after it decides every record as a
+        replay of the whole log does.
         """
-        self.index.fold(self.first_needed_step())
+        self.index.fold(self.first_needed_step() if first_needed is None else first_needed)
         at = self.next_offset
         chunks = self.index.chunks
         doc = {

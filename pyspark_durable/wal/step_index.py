@@ -35,6 +35,11 @@ CACHED_CHUNKS = 4  # chunks kept decoded per handle (a reader moves forward thro
 Key = tuple[int, int]  # (region, table)
 
 
+def _lower(lows: dict[int, int], region_id: int, start: int) -> None:
+    """Keep in ``lows`` the lowest start seen per region."""
+    lows[region_id] = min(lows.get(region_id, start), start)
+
+
 def _step_ends(commit: StepCommit) -> dict[Key, int]:
     """Per (region, table), the sequence after the step's last entry there."""
     ends = dict(commit.first_sequences)
@@ -87,7 +92,7 @@ class Chunk:
                 first.setdefault(key, seq)
             ends.update(_step_ends(commit))
             for run in commit.runs:
-                lows[run.region_id] = min(lows.get(run.region_id, run.start), run.start)
+                _lower(lows, run.region_id, run.start)
             max_ts = max(max_ts, commit.timestamp_ms)
         return cls(commits[0].step, len(commits), start, end,
                    tuple(o for o in refused if start <= o < end), _seqs(first, ends),
@@ -98,7 +103,7 @@ class Chunk:
         gap = tuple(o for o in refused if self.end <= o < nxt.start)
         lows = dict(self.starts)
         for region, low in nxt.starts:
-            lows[region] = min(lows.get(region, low), low)
+            _lower(lows, region, low)
         return Chunk(self.first_step, self.steps + nxt.steps, self.start, nxt.end,
                      self.refused + gap + nxt.refused,
                      _seqs({**nxt.first_seq, **self.first_seq}, {**self.end_seq, **nxt.end_seq}),
@@ -270,17 +275,16 @@ class StepIndex(Sequence[StepCommit]):
                 continue
             if chunk.first_step >= expired_before:
                 for region, low in chunk.starts:
-                    starts[region] = min(starts.get(region, low), low)
+                    _lower(starts, region, low)
                 continue
             for commit in self.load(chunk):
                 if needed(commit):
                     for run in commit.runs:
-                        starts[run.region_id] = min(starts.get(run.region_id, run.start),
-                                                    run.start)
+                        _lower(starts, run.region_id, run.start)
         for commit in self.tail:
             if needed(commit):
                 for run in commit.runs:
-                    starts[run.region_id] = min(starts.get(run.region_id, run.start), run.start)
+                    _lower(starts, run.region_id, run.start)
         return starts
 
     def first_needed_step(self, needed: Callable[[StepCommit], bool], expired_before: int,
@@ -333,7 +337,11 @@ def chunk_loader(read: Callable[[int, int], Any], decode: Callable[[bytes, int],
             for run in record.runs:
                 first = nxt.get(run.key)
                 if first is None:
-                    break
+                    raise CorruptEntryError(
+                        f"step record at commits offset {entry.offset} writes region "
+                        f"{run.region_id} table {run.table_id}, which the snapshot's step "
+                        f"index for steps {chunk.first_step}..{chunk.next_step - 1} does not "
+                        "know", namespace=namespace, log="commits", offset=entry.offset)
                 record.first_sequences.setdefault(run.key, first)
                 nxt[run.key] = first + run.entries
             out.append(record)

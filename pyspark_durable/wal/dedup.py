@@ -82,9 +82,6 @@ class Dedup:
                     f"{min(w.pairs, default=w.last)}..{w.last})")
         return None
 
-    def pair_count(self) -> int:
-        return sum(len(w.pairs) for w in self.writers.values())
-
     # -- what replay applies ---------------------------------------------------------
 
     def tick(self, timestamp_ms: int) -> None:

@@ -270,6 +270,16 @@ def wait_ready(cluster: KafkaCluster, node_ids: list[int] | None = None,
             time.sleep(0.2)  # a metadata answer that lacks a node: ask again shortly
 
 
+def random_cluster_id() -> str:
+    """A KRaft cluster id as Kafka's ``Uuid.randomUuid`` makes one: 16 random bytes in
+    URL-safe base64, never starting with '-' (a command line would read it as an option;
+    one id in 64 did, and its cluster never formatted)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def start_cluster(work_dir: Path, size: int = 1, *, sasl: bool = False, tls: bool = False,
                   auth: Auth | None = None, extra: Mapping[str, str] | None = None,
                   log_level: str = "WARN") -> KafkaCluster:
@@ -282,7 +292,7 @@ def start_cluster(work_dir: Path, size: int = 1, *, sasl: bool = False, tls: boo
         from kafka_tls import make_ca_and_server
 
         auth.tls_dir = make_ca_and_server(work_dir / "tls", auth.keystore_password)
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cluster_id = random_cluster_id()
     nodes = [Node(i, free_port(), free_port(), work_dir / f"node{i}",
                   free_port() if sasl else None, free_port() if tls else None)
              for i in range(1, size + 1)]
@@ -302,7 +312,7 @@ def start_cluster(work_dir: Path, size: int = 1, *, sasl: bool = False, tls: boo
         formats.append(subprocess.Popen(
             ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
              f"-Dlog4j2.configurationFile={node.folder / 'log4j2.properties'}",
-             "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+             "-cp", classpath, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
              "-c", str(node.folder / "server.properties"), *scram],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     for node, proc in zip(nodes, formats, strict=True):

@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -198,6 +197,7 @@ from pyspark_durable.wal import Namespace
 path, go, schema_names, count = sys.argv[1], sys.argv[2], sys.argv[3].split(","), int(sys.argv[4])
 schema = pa.schema([(c, pa.int64() if c == "id" else pa.string()) for c in schema_names])
 ns = Namespace(open_store("file", "race", path=path))
+print("ready", flush=True)
 while not os.path.exists(go):
     time.sleep(0.001)
 infos = ns.define_tables([(f"t{i}", schema) for i in range(count)], merge_schema=True)
@@ -222,7 +222,8 @@ def test_racing_processes_agree_on_every_table(tmp_path):
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, env=env)
                 for cols in ("id", "id,note")]
-    time.sleep(0.5)  # both open the namespace and wait for the go
+    for child in children:  # both opened the namespace and wait for the go
+        assert child.stdout.readline().strip() == "ready", child.stderr.read()
     go.touch()
     got = [json.loads(child.stdout.readline() or "null") for child in children]
     views = []

@@ -297,3 +297,74 @@ def test_a_pass_over_a_namespace_whose_every_step_is_needed_reads_no_entry(tmp_p
     reads.clear()
     Cleaner(ns).run_once()  # now steps are expired: the cutoff is searched below them
     assert any(name.startswith("region_") for name in reads)
+
+
+def counted_sizes(reference: dict[int, tuple], from_step: int) -> dict:
+    """Rows, bytes and first sequence per (region, table), counted over every step."""
+    found: dict = {}
+    for step in sorted(reference):
+        if step < from_step:
+            continue
+        _, _, _, _, runs, firsts, _ = reference[step]
+        for run in runs:
+            rows, size, first = found.get(run.key, (0, 0, firsts[run.key]))
+            found[run.key] = (rows + run.rows, size + run.size_bytes, first)
+    return found
+
+
+def counted_spans(reference: dict[int, tuple], ns: Namespace, base: int) -> dict:
+    """(retained, expired) offsets per region inside its watermarks, over every step."""
+    expired_before = ns.steps().start
+    found = {}
+    for region_id in ns.store.list_regions():
+        region = ns.store.open_region(region_id)
+        low, high = region.low_watermark(), region.high_watermark()
+        kept = gone = 0
+        for step, (_, _, _, _, runs, _, _) in reference.items():
+            for run in runs:
+                if step >= base and run.region_id == region_id:
+                    n = max(0, min(run.end, high) - max(run.start, low))
+                    kept, gone = (kept + n, gone) if step >= expired_before else (kept, gone + n)
+        found[region_id] = (kept, gone)
+    return found
+
+
+def test_tables_and_regions_count_from_the_chunks_reading_only_the_cut_one(make_store):
+    """This tests that what `durablewal tables` shows (rows, bytes, first sequence per
+    region and table) and what `regions` counts (offsets of retained and of expired
+    steps) equal a count over every step a full replay numbers, while reading back no
+    chunk when every step is retained and only the chunk retention cuts through after;
+    and that chunks of a snapshot written before chunks kept counts are read instead,
+    with the same answers."""
+    ns = Namespace(make_store())
+    commit_steps(ns, 0, 30)
+    reference = full_replay(ns)
+    Cleaner(ns, grace_ms=0).run_once()
+    for retention in (None, RetentionPolicy(max_steps=7)):
+        if retention is not None:
+            ns.set_retention(retention)
+            Cleaner(ns, grace_ms=0).run_once()
+        opened = Namespace(make_store())
+        index = opened.state.index
+        loaded = []
+        loader = index._loader
+        index.attach(lambda chunk, loader=loader: loaded.append(chunk.first_step) or loader(chunk))
+        start = opened.steps().start
+        sizes = {k: (s.rows, s.size_bytes, s.first_sequence)
+                 for k, s in opened.table_sizes(start).items()}
+        spans = {r.region_id: (r.retained, r.expired) for r in opened.region_entries()}
+        assert sizes == counted_sizes(reference, start)
+        assert spans == counted_spans(reference, opened, index.base)
+        if retention is None:
+            assert len(index.chunks) == 4 and loaded == []
+        else:  # steps 23.. retained: the chunk of steps 16..23 is cut, 24.. whole
+            assert start == 23 and [c.first_step for c in index.chunks] == [16, 24]
+            assert set(loaded) == {16}
+        stripped = step_index.StepIndex(
+            index.base, [Chunk.from_json(c.to_json()[:8]) for c in index.chunks],
+            refused=index.refused)
+        stripped.attach(loader)
+        assert stripped.table_sizes(start) == index.table_sizes(start)
+        watermarks = {r.region_id: (r.low, r.high) for r in opened.region_entries()}
+        assert stripped.region_spans(watermarks, start) == \
+            index.region_spans(watermarks, start)

@@ -186,24 +186,17 @@ def cmd_tables(args: argparse.Namespace) -> int:
     retained steps (sequences count per (region, table))."""
     with _namespace(args) as ns:
         steps = ns.steps()
-        rows_of: dict[tuple[int, int], int] = {}
-        bytes_of: dict[tuple[int, int], int] = {}
-        first_of: dict[tuple[int, int], int] = {}
-        for commit in ns.indexed_steps():
-            if commit.step < steps.start:
-                continue  # expired: no longer readable, not counted
-            for run in commit.runs:
-                rows_of[run.key] = rows_of.get(run.key, 0) + run.rows
-                bytes_of[run.key] = bytes_of.get(run.key, 0) + run.size_bytes
-                first_of.setdefault(run.key, commit.first_sequences[run.key])
+        sizes = ns.table_sizes(steps.start)  # expired steps are no longer readable
         found = []
         for info in sorted(ns.tables(refresh=False).values(), key=lambda t: t.name):
             regions = []
             for region_id, nxt in ns.table_regions(info.table_id).items():
                 key = (region_id, info.table_id)
-                regions.append({"region": region_id, "rows": rows_of.get(key, 0),
-                                "bytes": bytes_of.get(key, 0),
-                                "first_sequence": first_of.get(key, nxt), "next_sequence": nxt,
+                size = sizes.get(key)
+                regions.append({"region": region_id, "rows": size.rows if size else 0,
+                                "bytes": size.size_bytes if size else 0,
+                                "first_sequence": size.first_sequence if size else nxt,
+                                "next_sequence": nxt,
                                 "marked_deleted_before": ns.marked_before(*key)})
             found.append({
                 # a string: named tables have ids >= 2**63, which a JSON number (a double

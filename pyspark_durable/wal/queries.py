@@ -38,6 +38,15 @@ class RegionEntries:
         return self.high - self.low - self.retained - self.expired
 
 
+@dataclass(frozen=True, slots=True)
+class TableSize:
+    """What steps hold of one (region, table): rows, bytes, the first entry's sequence."""
+
+    rows: int
+    size_bytes: int
+    first_sequence: int
+
+
 class NamespaceQueries:
     """Read-only questions; mixed into ``Namespace``, which keeps ``state`` current."""
 
@@ -96,20 +105,20 @@ class NamespaceQueries:
         """Every region's entries by who refers to them (:class:`RegionEntries`): the
         watermarks are read from the regions now, the runs are the indexed steps' as of
         the last refresh (steps folded into a snapshot are not counted)."""
-        expired_before = self.state.expired_before
         watermarks = {}
         for region_id in self.store.list_regions():
             region = self.store.open_region(region_id, create=False)
             watermarks[region_id] = region.low_watermark(), region.high_watermark()
-        counts = {region_id: [0, 0] for region_id in watermarks}
-        for commit in self.state.index:
-            kind = 0 if commit.step >= expired_before else 1
-            for run in commit.runs:
-                if run.region_id in watermarks:
-                    low, high = watermarks[run.region_id]
-                    counts[run.region_id][kind] += max(0, min(run.end, high) - max(run.start, low))
+        counts = self.state.index.region_spans(watermarks, self.state.expired_before)
         return tuple(RegionEntries(region_id, low, high, *counts[region_id])
                      for region_id, (low, high) in watermarks.items())
+
+    def table_sizes(self, from_step: int) -> Mapping[tuple[int, int], TableSize]:
+        """Per (region, table), the rows and bytes the indexed steps from ``from_step``
+        on hold there, and the sequence of their first entry. Counted from the step
+        index's numbers: a namespace of a million steps reads one chunk at most."""
+        return MappingProxyType({key: TableSize(*found) for key, found
+                                 in self.state.index.table_sizes(from_step).items()})
 
     def newest_committed_writer_step(self, writer_id: str) -> int | None:
         """The highest writer step ``writer_id`` committed as a step, or None."""

@@ -65,6 +65,11 @@ class Chunk:
     seqs: tuple[tuple[int, int, int, int], ...] = ()  # (region, table, first, end)
     starts: tuple[tuple[int, int], ...] = ()  # (region, lowest run start)
     max_ts: int = 0  # the newest commit time of its steps
+    # (region, table, rows, bytes, entries) and (region, highest run end): what `tables`
+    # and `regions` count, so they read no chunk they hold whole; None in a chunk of a
+    # snapshot written before they were kept (it is read instead)
+    sizes: tuple[tuple[int, int, int, int, int], ...] | None = None
+    ends: tuple[tuple[int, int], ...] | None = None
 
     @property
     def next_step(self) -> int:
@@ -86,6 +91,8 @@ class Chunk:
         first: dict[Key, int] = {}
         ends: dict[Key, int] = {}
         lows: dict[int, int] = {}
+        highs: dict[int, int] = {}
+        sizes: dict[Key, list[int]] = {}
         max_ts = 0
         for commit in commits:
             for key, seq in commit.first_sequences.items():
@@ -93,10 +100,12 @@ class Chunk:
             ends.update(_step_ends(commit))
             for run in commit.runs:
                 _lower(lows, run.region_id, run.start)
+                highs[run.region_id] = max(highs.get(run.region_id, run.end), run.end)
+                _add(sizes, run.key, run.rows, run.size_bytes, run.entries)
             max_ts = max(max_ts, commit.timestamp_ms)
         return cls(commits[0].step, len(commits), start, end,
                    tuple(o for o in refused if start <= o < end), _seqs(first, ends),
-                   tuple(lows.items()), max_ts)
+                   tuple(lows.items()), max_ts, _sizes(sizes), tuple(highs.items()))
 
     def merged(self, nxt: Chunk, refused: Sequence[int]) -> Chunk:
         """This chunk followed by ``nxt`` as one (``refused``: refused offsets between)."""
@@ -104,10 +113,20 @@ class Chunk:
         lows = dict(self.starts)
         for region, low in nxt.starts:
             _lower(lows, region, low)
+        sizes = ends = None
+        if self.sizes is not None and nxt.sizes is not None and \
+                self.ends is not None and nxt.ends is not None:
+            totals: dict[Key, list[int]] = {}
+            for r, t, *counts in self.sizes + nxt.sizes:
+                _add(totals, (r, t), *counts)
+            highs = dict(self.ends)
+            for region, high in nxt.ends:
+                highs[region] = max(highs.get(region, high), high)
+            sizes, ends = _sizes(totals), tuple(highs.items())
         return Chunk(self.first_step, self.steps + nxt.steps, self.start, nxt.end,
                      self.refused + gap + nxt.refused,
                      _seqs({**nxt.first_seq, **self.first_seq}, {**self.end_seq, **nxt.end_seq}),
-                     tuple(lows.items()), max(self.max_ts, nxt.max_ts))
+                     tuple(lows.items()), max(self.max_ts, nxt.max_ts), sizes, ends)
 
     def needed(self, expired_before: int, marks: dict[Key, int]) -> bool:
         """Does any of its steps stay needed (``NamespaceState.needed``, per chunk)?"""
@@ -116,19 +135,38 @@ class Chunk:
         return any((r, t) in marks and e > marks[(r, t)] for r, t, _, e in self.seqs)
 
     def to_json(self) -> list[Any]:
-        return [self.first_step, self.steps, self.start, self.end, list(self.refused),
-                [list(q) for q in self.seqs], [list(q) for q in self.starts], self.max_ts]
+        doc = [self.first_step, self.steps, self.start, self.end, list(self.refused),
+               [list(q) for q in self.seqs], [list(q) for q in self.starts], self.max_ts]
+        if self.sizes is not None and self.ends is not None:
+            doc += [[list(q) for q in self.sizes], [list(q) for q in self.ends]]
+        return doc
 
     @classmethod
     def from_json(cls, d: list[Any]) -> Chunk:
-        first_step, steps, start, end, refused, seqs, starts, max_ts = d
+        first_step, steps, start, end, refused, seqs, starts, max_ts, *counted = d
+        sizes = ends = None
+        if counted:  # absent in chunks written before they were kept
+            raw_sizes, raw_ends = counted
+            sizes = tuple((r, t, n, b, e) for r, t, n, b, e in raw_sizes)
+            ends = tuple((r, h) for r, h in raw_ends)
         return cls(first_step, steps, start, end, tuple(refused),
                    tuple((r, t, f, e) for r, t, f, e in seqs),
-                   tuple((r, s) for r, s in starts), max_ts)
+                   tuple((r, s) for r, s in starts), max_ts, sizes, ends)
 
 
 def _seqs(first: dict[Key, int], ends: dict[Key, int]) -> tuple[tuple[int, int, int, int], ...]:
     return tuple((r, t, f, ends[(r, t)]) for (r, t), f in first.items())
+
+
+def _add(totals: dict[Key, list[int]], key: Key, *counts: int) -> None:
+    """Add ``counts`` (rows, bytes, entries) to ``totals[key]``."""
+    row = totals.setdefault(key, [0] * len(counts))
+    for i, n in enumerate(counts):
+        row[i] += n
+
+
+def _sizes(totals: dict[Key, list[int]]) -> tuple[tuple[int, int, int, int, int], ...]:
+    return tuple((r, t, n, b, e) for (r, t), (n, b, e) in totals.items())
 
 
 Loader = Callable[[Chunk], list[StepCommit]]
@@ -300,6 +338,60 @@ class StepIndex(Sequence[StepCommit]):
                 return commit.step
         return self.tail_base + len(self.tail)
 
+    def table_sizes(self, from_step: int) -> dict[Key, tuple[int, int, int]]:
+        """Per (region, table): rows, bytes and first sequence of the indexed steps from
+        ``from_step`` on. A chunk held whole counts by its numbers; only the one
+        ``from_step`` (or the index's base) cuts through, and one of an older snapshot,
+        is read."""
+        rows: dict[Key, list[int]] = {}
+        first: dict[Key, int] = {}
+        from_step = max(from_step, self.base)
+        for chunk in self._chunks:
+            if chunk.next_step <= from_step:
+                continue
+            if chunk.sizes is not None and chunk.first_step >= from_step:
+                firsts = chunk.first_seq
+                for r, t, n, b, _ in chunk.sizes:
+                    _add(rows, (r, t), n, b)
+                    first.setdefault((r, t), firsts[(r, t)])
+                continue
+            for commit in self.load(chunk):
+                if commit.step >= from_step:
+                    _count_step(commit, rows, first)
+        for commit in self.tail:
+            if commit.step >= from_step:
+                _count_step(commit, rows, first)
+        return {key: (n, b, first[key]) for key, (n, b) in rows.items()}
+
+    def region_spans(self, watermarks: dict[int, tuple[int, int]],
+                     expired_before: int) -> dict[int, tuple[int, int]]:
+        """Per region of ``watermarks`` (region -> (low, high)): how many of its offsets
+        in ``[low, high)`` the indexed steps refer to, (retained, expired). A chunk held
+        whole counts by its numbers unless a watermark cuts through its runs."""
+        counts = {region: [0, 0] for region in watermarks}
+
+        def add(kind: int, commit: StepCommit) -> None:
+            for run in commit.runs:
+                if run.region_id in watermarks:
+                    low, high = watermarks[run.region_id]
+                    counts[run.region_id][kind] += max(0, min(run.end, high) - max(run.start, low))
+
+        for chunk in self._chunks:
+            kind = 0 if chunk.first_step >= expired_before else 1
+            whole = chunk.first_step >= self.base and (
+                kind == 0 or chunk.next_step <= expired_before)
+            found = _counted(chunk, watermarks) if whole else None
+            if found is not None:
+                for region, n in found.items():
+                    counts[region][kind] += n
+                continue
+            for commit in self.load(chunk):
+                if commit.step >= self.base:
+                    add(0 if commit.step >= expired_before else 1, commit)
+        for commit in self.tail:
+            add(0 if commit.step >= expired_before else 1, commit)
+        return {region: (kept, gone) for region, (kept, gone) in counts.items()}
+
     def first_committed_at(self, timestamp_ms: int) -> int:
         """The first step whose running maximum of commit times reaches ``timestamp_ms``."""
         top = -1
@@ -315,6 +407,35 @@ class StepIndex(Sequence[StepCommit]):
             if top >= timestamp_ms:
                 return commit.step
         return self.tail_base + len(self.tail)
+
+
+def _count_step(commit: StepCommit, rows: dict[Key, list[int]], first: dict[Key, int]) -> None:
+    for run in commit.runs:
+        _add(rows, run.key, run.rows, run.size_bytes)
+        first.setdefault(run.key, commit.first_sequences[run.key])
+
+
+def _counted(chunk: Chunk, watermarks: dict[int, tuple[int, int]]) -> dict[int, int] | None:
+    """Per region, the offsets ``chunk``'s runs cover inside the region's watermarks,
+    from its numbers alone; None when they cannot say (a watermark cuts through the
+    chunk's runs of a region, or the chunk predates its counts)."""
+    if chunk.sizes is None or chunk.ends is None:
+        return None
+    entries: dict[int, int] = {}
+    for r, _, _, _, e in chunk.sizes:
+        entries[r] = entries.get(r, 0) + e
+    lows, highs = dict(chunk.starts), dict(chunk.ends)
+    found: dict[int, int] = {}
+    for region, n in entries.items():
+        if region not in watermarks:
+            continue
+        low, high = watermarks[region]
+        if highs[region] <= low or lows[region] >= high:
+            continue  # every run of the region lies outside the log's offsets
+        if lows[region] < low or highs[region] > high:
+            return None
+        found[region] = n
+    return found
 
 
 def chunk_loader(read: Callable[[int, int], Any], decode: Callable[[bytes, int], Any],

@@ -8,7 +8,8 @@ of ``--reps``):
 - ``open``: open the namespace (recover its state) and the RSS that adds;
 - ``commit``: one more 10-row step, median of 20;
 - ``clean``: one cleaner pass (with the retention policy when the shape has one);
-- ``steps`` and ``check``: the CLI a user runs, wall time of the process;
+- ``steps``, ``tables``, ``regions`` and ``check``: the CLI a user runs, wall time of
+  the process;
 - ``disk``: the namespace's bytes on disk after that pass.
 
 Shapes: ``writer`` (one streaming writer, steps 0, 1, 2, ...), ``per-step`` (one writer
@@ -200,8 +201,9 @@ def run_size(root: str, shape: str, steps: int, reps: int, real: bool) -> dict:
             samples.setdefault(k, []).append(v)
         samples.setdefault("steps_s", []).append(cli_seconds("steps", path, "--namespace",
                                                              NAMESPACE))
-        samples.setdefault("check_s", []).append(cli_seconds("check", path, "--namespace",
-                                                             NAMESPACE))
+        for command in ("tables", "regions", "check"):
+            samples.setdefault(f"{command}_s", []).append(
+                cli_seconds(command, path, "--namespace", NAMESPACE))
     result = {k: statistics.median(v) for k, v in samples.items()}
     result.update(shape=shape, size=steps, built_s=built_s, disk_mb=disk_bytes(path) / 1e6,
                   built="real commits" if real else "generator")
@@ -211,12 +213,14 @@ def run_size(root: str, shape: str, steps: int, reps: int, real: bool) -> dict:
 
 def table(results: list[dict]) -> str:
     head = ("| shape | committed steps | open | RSS the open adds | commit | cleaner pass "
-            "| `durablewal steps` | `check` | disk after clean | built by |\n"
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+            "| `durablewal steps` | `tables` | `regions` | `check` | disk after clean "
+            "| built by |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
     return head + "".join(
         f"| {r['shape']} | {r['size']:,} | {r['open_ms']:.0f} ms | {r['open_rss_mb']:.1f} MB "
         f"| {r['commit_ms']:.1f} ms | {r['clean_ms']:.0f} ms | {r['steps_s']:.2f} s "
-        f"| {r['check_s']:.2f} s | {r['disk_mb']:.1f} MB | {r['built']} |\n" for r in results)
+        f"| {r['tables_s']:.2f} s | {r['regions_s']:.2f} s | {r['check_s']:.2f} s "
+        f"| {r['disk_mb']:.1f} MB | {r['built']} |\n" for r in results)
 
 
 def main() -> None:

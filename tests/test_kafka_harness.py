@@ -15,3 +15,14 @@ def test_cluster_ids_are_kafka_uuids_that_never_read_as_an_option():
     assert not [i for i in ids if i.startswith("-")]
     assert all(len(base64.urlsafe_b64decode(i + "==")) == 16 for i in ids)
     assert len(set(ids)) == len(ids)
+
+
+def test_free_ports_are_distinct_and_never_ephemeral():
+    """This tests that the ports the harness hands out (to brokers that are killed and
+    restarted on them) are never the kernel's ephemeral ports, which any outgoing
+    connection may take meanwhile, and never the same twice in a session."""
+    from helpers import _ephemeral_ports, free_port
+
+    ports = [free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
+    assert not [p for p in ports if p in _ephemeral_ports()]

@@ -348,7 +348,8 @@ def test_tables_and_regions_count_from_the_chunks_reading_only_the_cut_one(make_
         index = opened.state.index
         loaded = []
         loader = index._loader
-        index.attach(lambda chunk, loader=loader: loaded.append(chunk.first_step) or loader(chunk))
+        index.attach(lambda chunk, loader=loader, loaded=loaded:
+                     loaded.append(chunk.first_step) or loader(chunk))
         start = opened.steps().start
         sizes = {k: (s.rows, s.size_bytes, s.first_sequence)
                  for k, s in opened.table_sizes(start).items()}

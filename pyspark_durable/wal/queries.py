@@ -104,7 +104,8 @@ class NamespaceQueries:
     def region_entries(self) -> tuple[RegionEntries, ...]:
         """Every region's entries by who refers to them (:class:`RegionEntries`): the
         watermarks are read from the regions now, the runs are the indexed steps' as of
-        the last refresh (steps folded into a snapshot are not counted)."""
+        the last refresh (steps below :meth:`first_indexed_step` are not counted), taken
+        from the step index's chunk counts where a watermark does not cut a chunk's runs."""
         watermarks = {}
         for region_id in self.store.list_regions():
             region = self.store.open_region(region_id, create=False)

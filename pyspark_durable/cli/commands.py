@@ -26,6 +26,7 @@ from pyspark_durable.times import timestamp_ms
 from pyspark_durable.wal import Namespace, StepCommit, TableInfo
 from pyspark_durable.wal.metadata import METADATA_NAMES, metadata_columns
 from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.queries import TableSize
 
 from .render import Part, Progress, TextTable, emit, emit_json, iso_ms, span
 from .target import (
@@ -192,11 +193,10 @@ def cmd_tables(args: argparse.Namespace) -> int:
             regions = []
             for region_id, nxt in ns.table_regions(info.table_id).items():
                 key = (region_id, info.table_id)
-                size = sizes.get(key)
-                regions.append({"region": region_id, "rows": size.rows if size else 0,
-                                "bytes": size.size_bytes if size else 0,
-                                "first_sequence": size.first_sequence if size else nxt,
-                                "next_sequence": nxt,
+                size = sizes.get(key) or TableSize(0, 0, nxt)  # no retained step there
+                regions.append({"region": region_id, "rows": size.rows,
+                                "bytes": size.size_bytes,
+                                "first_sequence": size.first_sequence, "next_sequence": nxt,
                                 "marked_deleted_before": ns.marked_before(*key)})
             found.append({
                 # a string: named tables have ids >= 2**63, which a JSON number (a double

@@ -40,6 +40,11 @@ def _lower(lows: dict[int, int], region_id: int, start: int) -> None:
     lows[region_id] = min(lows.get(region_id, start), start)
 
 
+def _higher(highs: dict[int, int], region_id: int, end: int) -> None:
+    """Keep in ``highs`` the highest end seen per region."""
+    highs[region_id] = max(highs.get(region_id, end), end)
+
+
 def _step_ends(commit: StepCommit) -> dict[Key, int]:
     """Per (region, table), the sequence after the step's last entry there."""
     ends = dict(commit.first_sequences)
@@ -100,7 +105,7 @@ class Chunk:
             ends.update(_step_ends(commit))
             for run in commit.runs:
                 _lower(lows, run.region_id, run.start)
-                highs[run.region_id] = max(highs.get(run.region_id, run.end), run.end)
+                _higher(highs, run.region_id, run.end)
                 _add(sizes, run.key, run.rows, run.size_bytes, run.entries)
             max_ts = max(max_ts, commit.timestamp_ms)
         return cls(commits[0].step, len(commits), start, end,
@@ -121,7 +126,7 @@ class Chunk:
                 _add(totals, (r, t), *counts)
             highs = dict(self.ends)
             for region, high in nxt.ends:
-                highs[region] = max(highs.get(region, high), high)
+                _higher(highs, region, high)
             sizes, ends = _sizes(totals), tuple(highs.items())
         return Chunk(self.first_step, self.steps + nxt.steps, self.start, nxt.end,
                      self.refused + gap + nxt.refused,
@@ -370,7 +375,8 @@ class StepIndex(Sequence[StepCommit]):
         whole counts by its numbers unless a watermark cuts through its runs."""
         counts = {region: [0, 0] for region in watermarks}
 
-        def add(kind: int, commit: StepCommit) -> None:
+        def add(commit: StepCommit) -> None:
+            kind = 0 if commit.step >= expired_before else 1
             for run in commit.runs:
                 if run.region_id in watermarks:
                     low, high = watermarks[run.region_id]
@@ -387,9 +393,9 @@ class StepIndex(Sequence[StepCommit]):
                 continue
             for commit in self.load(chunk):
                 if commit.step >= self.base:
-                    add(0 if commit.step >= expired_before else 1, commit)
+                    add(commit)
         for commit in self.tail:
-            add(0 if commit.step >= expired_before else 1, commit)
+            add(commit)
         return {region: (kept, gone) for region, (kept, gone) in counts.items()}
 
     def first_committed_at(self, timestamp_ms: int) -> int:

@@ -110,6 +110,13 @@ class BackendUnavailable(DurableWalError):
     retriable = True
 
 
+class AppendIndeterminate(BackendUnavailable):
+    """An append's records were made durable but the record acknowledging them could not
+    be: they may be found acknowledged later, or not. Retry the same operation once the
+    storage is healthy; a WAL commit of the same writer step is idempotent, so the retry
+    either finds the first one or writes it again."""
+
+
 class AuthenticationFailed(DurableWalError):
     """The broker refused the client's credentials (SASL), or the TLS handshake failed
     (an untrusted certificate). The message names the broker and the SASL mechanism,

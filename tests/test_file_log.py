@@ -385,14 +385,25 @@ def _filled(root: Path) -> tuple[list[Path], list[Record]]:
     return segs, records
 
 
+def _reads_around(log, records: list[Record], bad: int) -> None:
+    """Every offset but ``bad`` reads back its record; ``bad`` raises, naming itself."""
+    for o, r in enumerate(records):
+        if o == bad:
+            with pytest.raises(CorruptEntryError) as err:
+                list(log.read(o, o + 1))
+            assert err.value.where["offset"] == bad
+        else:
+            assert [e.value for e in log.read(o, o + 1)] == [r.value], o
+
+
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
-def test_corrupt_frame_in_the_last_segment_is_an_error_not_a_torn_tail(tmp_path, damage):
-    """This tests that a damaged frame in the middle of the LAST segment (valid frames
-    after it) makes opening the log raise CorruptEntryError naming the segment file and
-    the byte position, that nothing in the file is truncated or changed, and that the
-    error repeats on every open (no silent skip of the entries after it); a log that was
-    already open (and had indexed the frame) refreshes without touching the file and
-    fails reading the damaged entry the same way."""
+def test_a_damaged_acknowledged_frame_in_the_last_segment_stays_local(tmp_path, damage):
+    """This tests that a damaged frame in the middle of the LAST segment, below the
+    acknowledged end, takes down only its own offset: the log opens, a read through it
+    raises CorruptEntryError naming the segment, byte and offset (on every open, and for a
+    handle that had indexed the frame before), every other entry of the segment, before
+    and after the damage, reads back, nothing in the file is truncated or changed by
+    readers, and a writer appends after it without touching the damaged bytes."""
     root = tmp_path / "wal"
     segs, records = _filled(root)
     last = segs[-1]
@@ -405,18 +416,33 @@ def test_corrupt_frame_in_the_last_segment_is_an_error_not_a_torn_tail(tmp_path,
         _flip(last, at, mask)
         before = last.read_bytes()
         for _ in range(2):
-            with pytest.raises(CorruptEntryError) as err:
-                open_log(root, 4096)
-            message = str(err.value)
-            assert last.name in message and f"at byte {pos} " in message, message
-            assert f"expected offset {offset}" in message
-            assert last.read_bytes() == before, "a corrupt segment was modified"
+            store, log = open_log(root, 4096)
+            try:
+                assert log.high_watermark() == len(records)
+                with pytest.raises(CorruptEntryError) as err:
+                    list(log.read(0))
+                message = str(err.value)
+                assert last.name in message and f"at byte {pos} " in message, message
+                assert f"expected offset {offset}" in message
+                _reads_around(log, records, offset)
+            finally:
+                store.close()
+            assert last.read_bytes() == before, "a damaged segment was modified"
 
         assert early.high_watermark() == len(records)  # refresh under the lock
         with pytest.raises(CorruptEntryError) as err:
             list(early.read(int(last.stem)))
         assert last.name in str(err.value) and f"at byte {pos} " in str(err.value)
         assert last.read_bytes() == before
+
+        store, log = open_log(root, 4096)
+        try:
+            extra = rec(len(records), 120)
+            assert log.append([extra]) == [len(records)]
+            assert last.read_bytes()[: len(before)] == before
+            _reads_around(log, [*records, extra], offset)
+        finally:
+            store.close()
     finally:
         early_store.close()
 
@@ -426,7 +452,8 @@ def test_corrupt_frame_in_a_sealed_segment_fails_the_read(tmp_path, damage):
     """This tests that a damaged frame in a SEALED (non-last) segment makes reading it
     raise CorruptEntryError naming the segment file and byte position, both for a log
     opened afterwards (which scans the segment when it is read) and for a log that had
-    indexed the segment before the damage, while segments after it stay readable."""
+    indexed the segment before the damage, while every other entry, of the same segment
+    and of the segments after it, stays readable."""
     root = tmp_path / "wal"
     segs, records = _filled(root)
     sealed = segs[1]
@@ -453,6 +480,7 @@ def test_corrupt_frame_in_a_sealed_segment_fails_the_read(tmp_path, damage):
                 assert f"at byte {pos} " in str(err.value), "a second read names another place"
                 start = int(sealed.stem)  # entries before the damaged one, never one after
                 assert got == list(range(start, start + len(got))) and len(got) <= offset - start
+                _reads_around(reader, records, offset)  # the rest of the segment reads
         finally:
             store.close()
     finally:
@@ -529,7 +557,7 @@ def test_append_returns_only_after_fdatasync(tmp_path, monkeypatch):
     tick = itertools.count()
     events: list[tuple[int, str, str, int]] = []  # (tick when done, kind, path, size)
     entered, release = threading.Event(), threading.Event()
-    blocking = [True]
+    blocking = [False]  # opening a new log writes its empty mark first
     real_fdatasync, real_fsync = os.fdatasync, os.fsync
 
     def fdatasync(fd: int) -> None:
@@ -550,6 +578,8 @@ def test_append_returns_only_after_fdatasync(tmp_path, monkeypatch):
     root = tmp_path / "wal"
     store, log = open_log(root, 2048, group_commit_interval_ms=0)
     folder = os.path.realpath(root / NS / LOG)
+    blocking[0] = True
+    events.clear()
     try:
         result: list = []
         appender = threading.Thread(

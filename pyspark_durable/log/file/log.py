@@ -13,8 +13,14 @@ Implementation notes (why):
   holds ``flock(LOCK_EX)`` on ``lock`` while it catches up with frames other
   processes appended, writes and fsyncs. Readers take ``LOCK_SH`` only to learn the
   end, so every byte they read was fsync'd by a writer that has released the lock.
-* **Acknowledgement.** After the frames' fsync the ``acked`` file records the new
-  end (:mod:`.marks`); the torn-tail rule (:mod:`.segments`) rests on it.
+* **Acknowledgement, and the fsync rule.** After the frames' fsync the ``acked`` file
+  records the new end (:mod:`.marks`), and only then do the appends return. Nothing
+  past that end is ever read or kept (:mod:`.segments`). After a failed write or
+  fsync no byte of that write is acknowledged unless it is written again and synced:
+  a failed frame write is cut off under the lock (and, should the cut fail too, by the
+  next writer, which cuts everything past the mark), and a failed write of the mark
+  is written again once, into the other slot; if that fails as well the append is
+  :class:`AppendIndeterminate`.
 * **Deletion.** ``delete_before`` records the low watermark in a file (replaced with
   rename(2), then the folder is fsync'd) and removes whole segments below it. A
   deletion point inside the segment being appended to rolls it (once it holds 1/16
@@ -34,7 +40,12 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
-from pyspark_durable.errors import BackendUnavailable, CorruptEntryError, OffsetOutOfRange
+from pyspark_durable.errors import (
+    AppendIndeterminate,
+    BackendUnavailable,
+    CorruptEntryError,
+    OffsetOutOfRange,
+)
 from pyspark_durable.log.base import Entry, Log, Record, is_decimal
 from pyspark_durable.log.file.disk import FileLock, fsync_dir, storage_errors, write_all
 from pyspark_durable.log.file.frames import FRAME_HEAD, frame_parts, frame_size, read_body
@@ -45,6 +56,7 @@ from pyspark_durable.log.file.segments import (
     Segment,
     scan_segment,
     segment_name,
+    truncate_durably,
 )
 
 log = logging.getLogger(__package__)
@@ -79,8 +91,10 @@ class FileLog(Log):
         self._closed = False
         self._last_sync = 0.0
         self._concurrent = False  # were appends concurrent at the last write?
-        self._acked = 0  # every offset below is acknowledged (the acked file)
+        self._acked: int | None = None  # every offset below is acknowledged (the acked
+        # file); None: no readable mark (a log from before the mark, or a damaged one)
         self._ack_seq = 0
+        self._acked_floor = 0  # without a trusted mark: the highest offset known acknowledged
         with self._locked(fcntl.LOCK_SH):
             self._refresh(exclusive=False)
 
@@ -96,7 +110,8 @@ class FileLog(Log):
 
     def _refresh(self, exclusive: bool) -> None:
         """Catch up with what any process appended or deleted (caller holds the flock)."""
-        self._ack_seq, self._acked = read_acked(self.path, self._note)
+        self._ack_seq, floor, trusted = read_acked(self.path, self._note)
+        self._acked, self._acked_floor = (floor if trusted else None), floor
         with os.scandir(self.path) as it:  # inodes: a recreated file is a new segment
             found = sorted((e.name, e.inode()) for e in it if e.name.endswith(SEGMENT_SUFFIX)
                            and is_decimal(e.name[: -len(SEGMENT_SUFFIX)]))
@@ -118,6 +133,8 @@ class FileLog(Log):
                 first.touch()
                 fsync_dir(self.path)
                 segments = [Segment(low, first, inode=first.stat().st_ino)]
+                if self._acked is None:  # a new log: its mark exists before any frame
+                    self._write_mark(low)
             self._segments = segments
             self._low = max(low, segments[0].base)
             for seg, nxt in itertools.pairwise(segments):
@@ -127,7 +144,8 @@ class FileLog(Log):
 
     def _scan(self, seg: Segment, exclusive: bool, tail: bool,
               end_offset: int | None = None) -> None:
-        scan_segment(seg, acked=self._acked, exclusive=exclusive, tail=tail,
+        scan_segment(seg, acked=self._acked, floor=self._acked_floor, exclusive=exclusive,
+                     tail=tail,
                      end_offset=end_offset, namespace=self.namespace, name=self.name)
 
     # -- appending ------------------------------------------------------------
@@ -201,16 +219,28 @@ class FileLog(Log):
                     offs.append(next_offset)
                     next_offset += 1
                 result.append(offs)
-            fd = os.open(seg.path, os.O_WRONLY)
+            if self._acked is None:
+                # no readable mark (a log from before it, or both slots damaged): what the
+                # older rule indexed becomes acknowledged now, before frames past it exist
+                self._write_mark(next_offset - sum(map(len, groups)))
+            self._write_frames(seg, buffers)
             try:
-                os.lseek(fd, seg.end, os.SEEK_SET)
-                write_all(fd, buffers)
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
-            self._ack_seq += 1
-            write_acked(self.path, self._ack_seq, next_offset)  # only now acknowledged
-            self._acked = next_offset
+                self._write_mark(next_offset)
+            except OSError as first:
+                # the mark's page may be gone while the cache shows it: write it again,
+                # into the other slot, and only a synced copy acknowledges the frames
+                log.warning("namespace=%s log=%s: writing the acknowledgement mark failed "
+                            "(%s); writing it again", self.namespace, self.name, first)
+                try:
+                    self._write_mark(next_offset)
+                except OSError as second:
+                    raise AppendIndeterminate(
+                        f"the records at offsets [{result[0][0]}, {next_offset}) were synced "
+                        f"but the mark acknowledging them failed twice ({first.strerror}; "
+                        f"{second.strerror}) at {self.path}: they may or may not be "
+                        "acknowledged, now and after a crash. Retry the operation once the "
+                        "disk is healthy (a WAL commit is idempotent per writer step)",
+                        namespace=self.namespace, log=self.name) from second
             self._last_sync = time.monotonic()
             with self._state:
                 if seg.end == 0:
@@ -218,6 +248,31 @@ class FileLog(Log):
                 seg.positions.extend(positions)
                 seg.end = end
         return result
+
+    def _write_frames(self, seg: Segment, buffers: list) -> None:
+        """Write and fdatasync frames at the segment's end; on failure cut them off again
+        (they were never acknowledged, and after a failed fsync the kernel may have
+        dropped their pages), so no later append or reader takes them for written."""
+        fd = os.open(seg.path, os.O_WRONLY)
+        try:
+            os.lseek(fd, seg.end, os.SEEK_SET)
+            write_all(fd, buffers)
+            os.fdatasync(fd)
+        except OSError as exc:
+            try:
+                truncate_durably(seg.path, seg.end)
+            except OSError as cut:
+                log.warning("namespace=%s log=%s: cutting a failed append off %s failed too "
+                            "(%s); the next writer cuts it (it lies past the acknowledged "
+                            "end)", self.namespace, self.name, seg.path.name, cut)
+            raise exc
+        finally:
+            os.close(fd)
+
+    def _write_mark(self, next_offset: int) -> None:
+        self._ack_seq += 1
+        write_acked(self.path, self._ack_seq, next_offset)
+        self._acked = next_offset
 
     def _roll(self, base: int) -> Segment:
         path = self.path / segment_name(base)
@@ -282,6 +337,9 @@ class FileLog(Log):
             pos = seg.positions[start - seg.base]
             f.seek(pos)
             for offset in range(start, stop):
+                if offset in seg.damaged:
+                    raise CorruptEntryError(seg.damaged[offset], namespace=self.namespace,
+                                            log=self.name, offset=offset)
                 # The index knows where this frame ends: a damaged length field must fail
                 # the check below, not make f.read allocate up to 4 GiB (MemoryError) first.
                 nxt = offset - seg.base + 1

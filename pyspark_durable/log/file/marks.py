@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pyspark_durable.log.base import is_decimal
-from pyspark_durable.log.file.disk import write_atomic
+from pyspark_durable.log.file.disk import fsync_dir, write_atomic
 
 ACK_SLOT = struct.Struct(">QQI")
 ACK_BODY = struct.Struct(">QQ")
@@ -31,13 +31,20 @@ ACK_FILE = "acked"
 LOW_FILE = "low_watermark"
 
 
-def read_acked(folder: Path, note: Callable[[str], None]) -> tuple[int, int]:
-    """(seq, next_offset) of the newest valid slot of ``acked``; (0, 0) if none."""
+def read_acked(folder: Path, note: Callable[[str], None]) -> tuple[int, int, bool]:
+    """(seq, next_offset, trusted) of the newest valid slot of ``acked``.
+
+    Not trusted when there is no file (a log written before the mark existed) or a slot
+    is damaged: a damaged slot may have been the newer one, torn by a crash (then the
+    other is right) or rotted later (then the other is too low, and cutting frames past
+    it would drop acknowledged ones), so the log then keeps the older rule, with the
+    valid slot's offset as a floor, until its next append writes the mark again.
+    """
     try:
         raw = (folder / ACK_FILE).read_bytes()
     except FileNotFoundError:
-        return 0, 0
-    best = (0, 0)
+        return 0, 0, False
+    best, trusted = (0, 0), True
     for i in range(2):
         chunk = raw[i * ACK_SLOT.size : (i + 1) * ACK_SLOT.size]
         if len(chunk) == ACK_SLOT.size:
@@ -48,24 +55,30 @@ def read_acked(folder: Path, note: Callable[[str], None]) -> tuple[int, int]:
         # slots are written whole; slot 1 first, so a slot 0 never written is zeros
         unwritten = not chunk if i else (chunk == bytes(ACK_SLOT.size) and len(raw) > len(chunk))
         if not unwritten:
+            trusted = False
             note(f"{ACK_FILE} file: slot {i} (bytes {i * ACK_SLOT.size}-"
                  f"{(i + 1) * ACK_SLOT.size - 1}) is damaged; the other slot is used")
     if raw and best == (0, 0):
         note(f"{ACK_FILE} file is damaged (no valid slot, {len(raw)} bytes): "
              "acknowledged entries are not protected until the next append")
-    return best
+    return best[0], best[1], trusted and bool(raw)
 
 
 def write_acked(folder: Path, seq: int, next_offset: int) -> None:
     """Durably record, in slot ``seq % 2``, that every offset below ``next_offset`` is
-    acknowledged (a torn slot write leaves the other, still valid one)."""
+    acknowledged (a torn slot write leaves the other, still valid one). Creating the
+    file fsyncs its folder, so a crash cannot forget the mark."""
     slot = ACK_SLOT.pack(seq, next_offset, zlib.crc32(ACK_BODY.pack(seq, next_offset)))
-    fd = os.open(folder / ACK_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
+    path = folder / ACK_FILE
+    created = not path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         os.pwrite(fd, slot, (seq % 2) * ACK_SLOT.size)
         os.fdatasync(fd)
     finally:
         os.close(fd)
+    if created:
+        fsync_dir(folder)
 
 
 def read_low(folder: Path, first_base: int, note: Callable[[str], None]) -> int:

@@ -1,20 +1,31 @@
-"""Segments: the files a log's frames live in, how they are indexed, and the torn-tail rule.
+"""Segments: the files a log's frames live in, how they are indexed, and the rules for
+what is read, what is truncated and what is damage.
 
 A segment is named by its first offset (``{base:020d}.seg``) and holds consecutive
 frames from it. Scanning indexes each frame's byte position, checking its length,
 CRC and offset; a sealed segment (another follows) must end exactly where the next
 begins.
 
-**Torn tails vs. damage: the rule** (:func:`judge_bad_frame`). An append is
-acknowledged only after its frames were fsync'd *and* then the ``acked`` record
-saying "every offset below N is durable" was fsync'd. A crash (power loss) can leave
-a partial last frame: if its offset is at or above the acknowledged N it was never
-acknowledged, and the first writer to take the lock truncates it and logs a warning
-(readers stop before it). A bad frame *below* N, or a log that ends before N, is
-damage to acknowledged data: an error naming the segment and byte, never a
-truncation. A frame that fails its CRC with valid data after it is corruption too:
-never a silent skip. (Kafka keeps a recovery point for the same reason; TigerBeetle
-keeps redundant headers.)
+**The acknowledged end decides** (:func:`scan_segment`). An append is acknowledged
+only after its frames were fsync'd *and then* the ``acked`` record "every offset below
+N is acknowledged" was fsync'd. So:
+
+* Nothing at or past N is ever indexed: readers stop at N, and a writer (holding the
+  exclusive lock, so no append is in flight) truncates whatever lies past N, valid
+  frames included. Those bytes belong to an append that failed (its write or fsync
+  raised, the disk filled) or whose process died before ``acked``: its caller was never
+  told it succeeded, and after a failed fsync the kernel may already have dropped those
+  pages, so adopting them would acknowledge bytes the disk may not hold (PostgreSQL's
+  "fsyncgate").
+* A bad frame *below* N is damage to acknowledged data, and it stays local: the
+  offsets it covers are indexed as damaged (a read of one raises
+  :class:`CorruptEntryError` naming the segment, byte and offset), the scan resumes at
+  the next valid frame, and every other entry of the segment still reads. Damage is
+  never truncated and never skipped silently. A log that ends before N has lost its
+  last entries: they are damaged the same way.
+* A log without a readable ``acked`` mark (written before the mark existed, or with
+  both slots damaged) keeps the older rule, :func:`judge_bad_frame`: a bad last frame
+  with nothing valid after it is a torn write, anything else is corruption.
 """
 
 from __future__ import annotations
@@ -59,6 +70,7 @@ class Segment:
     scanned: bool = False
     inode: int = -1  # the file's identity: a file recreated under the same name is new
     head: bytes = b""  # its first frame's length and CRC: an inode number can be reused
+    damaged: dict[int, str] = field(default_factory=dict)  # offset -> why it cannot be read
 
     def same_file(self) -> bool:
         """Is the file at ``path`` still the one indexed (same first frame, not shorter)?"""
@@ -85,16 +97,17 @@ class BadFrame:
     reason: str
 
 
-def walk_frames(f: BinaryIO, pos: int, size: int,
-                expect: int) -> tuple[array, int, int, BadFrame | None]:
-    """Index the frames from byte ``pos`` (holding offset ``expect``) to ``size``.
+def walk_frames(f: BinaryIO, pos: int, size: int, expect: int,
+                stop: int | None = None) -> tuple[array, int, int, BadFrame | None]:
+    """Index the frames from byte ``pos`` (holding offset ``expect``) to ``size``, and
+    never the frame of offset ``stop`` or later.
 
     Returns (their positions, the byte after the last good one, the next offset, the
     bad frame that stopped the walk or None).
     """
     f.seek(pos)
     found = array("q")
-    while pos < size:
+    while pos < size and expect != stop:
         head = f.read(FRAME_HEAD.size)
         if len(head) < FRAME_HEAD.size:
             return found, pos, expect, BadFrame(pos, pos + FRAME_HEAD.size,
@@ -173,13 +186,37 @@ def frame_follows(f: Any, pos: int, size: int, offset: int) -> bool:
     return False
 
 
-def scan_segment(seg: Segment, *, acked: int, exclusive: bool, tail: bool,
-                 end_offset: int | None, namespace: str, name: str) -> None:
-    """Index frames of ``seg`` from its known end; apply the torn-tail rule.
+def next_frame(f: Any, pos: int, size: int, expect: int, stop: int) -> tuple[int, int] | None:
+    """The first complete, CRC-valid frame after byte ``pos`` holding an offset in
+    (``expect``, ``stop``): (its byte position, its offset), or None.
 
-    ``tail``: ``seg`` is the last segment and ``acked`` its log's acknowledged end;
-    ``exclusive``: the caller holds the writers' lock, so a torn tail is truncated;
-    ``end_offset``: a sealed segment's next base, which it must end at exactly.
+    Offsets are tried in rising order, each a search for its big-endian bytes with mmap
+    (the file is never loaded into memory); only a damaged segment runs this.
+    """
+    if size <= pos:
+        return None
+    with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as m:
+        for offset in range(expect + 1, stop):
+            needle = struct.pack(">Q", offset)
+            hit = m.find(needle, pos + FRAME_HEAD.size + 1)
+            while hit != -1:
+                head = hit - FRAME_HEAD.size
+                length, crc = FRAME_HEAD.unpack_from(m, head)
+                if MIN_BODY <= length <= size - hit and zlib.crc32(m[hit : hit + length]) == crc:
+                    return head, offset
+                hit = m.find(needle, hit + 1)
+    return None
+
+
+def scan_segment(seg: Segment, *, acked: int | None, floor: int, exclusive: bool, tail: bool,
+                 end_offset: int | None, namespace: str, name: str) -> None:
+    """Index frames of ``seg`` from its known end, by the rules of the module docstring.
+
+    ``tail``: ``seg`` is the last segment and ``acked`` its log's acknowledged end
+    (None: no trusted mark, the older rule applies with ``floor`` as the acknowledged
+    end); ``exclusive``: the caller holds
+    the writers' lock, so bytes past the acknowledged end are truncated; ``end_offset``:
+    a sealed segment's next base, which it must end at exactly.
     """
     where = {"namespace": namespace, "log": name}
     try:
@@ -190,8 +227,15 @@ def scan_segment(seg: Segment, *, acked: int, exclusive: bool, tail: bool,
     if size < seg.end:
         raise CorruptEntryError(f"segment {seg.path.name} shrank to {size} bytes below its "
                                 f"indexed end {seg.end} (cut)", **where)
-    if seg.end >= size and seg.scanned:
-        return
+    expect = seg.base + seg.count
+    stop = (acked if acked is not None else None) if tail else end_offset
+    if stop is not None and stop < expect:
+        # the mark went back below what was indexed: the log was restored from an
+        # older copy or its mark damaged; what was indexed stays, nothing more is
+        stop = expect
+    limit = stop if stop is not None else (max(floor, expect) if tail else None)
+    if seg.scanned and (seg.end >= size or (expect == stop and not exclusive)):
+        return  # nothing new; a writer goes on to cut what lies past the acknowledged end
     with open(seg.path, "rb") as f:
         if not seg.head:
             seg.head = f.read(FRAME_HEAD.size)
@@ -199,36 +243,76 @@ def scan_segment(seg: Segment, *, acked: int, exclusive: bool, tail: bool,
         # (corruption) must leave the index as it was, or the next scan would resume at
         # the old end with a wrong expected offset and report a wrong place (and the
         # high watermark would count unchecked frames).
-        found, pos, expect, bad = walk_frames(f, seg.end, size, seg.base + seg.count)
-        if bad is not None:
-            verdict = judge_bad_frame(tail=tail, expect=expect, acked=acked,
-                                      nothing_valid_after=lambda: only_tail(f, bad, size, expect))
-            if verdict is Verdict.ACKNOWLEDGED:
-                raise CorruptEntryError(
-                    f"{bad.reason} at byte {bad.pos} of segment {seg.path.name} (expected "
-                    f"offset {expect}): entries below {acked} were acknowledged, so this is "
-                    "damage, not a torn write", **where, offset=expect)
-            if verdict is Verdict.CORRUPT:
-                raise CorruptEntryError(f"{bad.reason} at byte {bad.pos} of segment "
-                                        f"{seg.path.name} (expected offset {expect})", **where,
-                                        offset=expect)
+        positions, damaged, pos = array("q"), {}, seg.end
+        while True:
+            found, pos, expect, bad = walk_frames(f, pos, size, expect, stop)
+            positions.extend(found)
+            if bad is None:
+                break
+            if limit is None or expect >= limit:  # past any acknowledged end: the older rule
+                _judge_without_mark(seg, f, bad, size, expect, tail=tail, floor=floor,
+                                    exclusive=exclusive, where=where)
+                break
+            resync = next_frame(f, bad.pos, size, expect, limit)
+            upto, nxt = resync[1] if resync else limit, resync[0] if resync else size
+            why = (f"{bad.reason} at byte {bad.pos} of segment {seg.path.name} (expected "
+                   f"offset {expect})")
+            if tail:
+                why += f"; entries below {limit} were acknowledged, so this is damage"
+            for offset in range(expect, upto):
+                damaged[offset] = why
+                positions.append(bad.pos)
+            pos, expect = nxt, upto
+        if limit is not None and expect < limit and pos >= size:
+            what = ("entries below {limit} were acknowledged" if tail
+                    else "the next segment starts at offset {limit}").format(limit=limit)
+            why = (f"the segment {seg.path.name} ends at offset {expect} (byte {pos}) but "
+                   f"{what}: entries are missing")
+            for offset in range(expect, limit):
+                damaged[offset] = why
+                positions.append(pos)
+            expect = limit
+        if tail and acked is not None and pos < size and expect == stop:
             if exclusive:
-                log.warning("namespace=%s log=%s: truncating torn tail of %s at byte %d "
-                            "(%d bytes, %s); no acknowledged entry is lost", namespace, name,
-                            seg.path.name, bad.pos, size - bad.pos, bad.reason)
-                os.truncate(seg.path, bad.pos)
-                with open(seg.path, "rb+") as g:
-                    os.fsync(g.fileno())
-        if tail and expect < acked:
-            raise CorruptEntryError(
-                f"the log ends at offset {expect} (byte {pos} of segment {seg.path.name}) "
-                f"but entries below {acked} were acknowledged: entries are missing",
-                **where, offset=expect)
-        if end_offset is not None and expect != end_offset:
+                log.warning("namespace=%s log=%s: truncating torn tail of %s at byte %d (%d "
+                            "bytes past the acknowledged end, offset %d: an append that failed "
+                            "or whose process died before it was acknowledged); no acknowledged "
+                            "entry is lost", namespace, name, seg.path.name, pos, size - pos,
+                            stop)
+                truncate_durably(seg.path, pos)
+        if end_offset is not None and not tail and expect != end_offset:
             raise CorruptEntryError(
                 f"segment {seg.path.name} ends at offset {expect} (byte {pos}) but the "
                 f"next segment starts at offset {end_offset}: entries are missing",
                 **where, offset=expect)
-        seg.positions.extend(found)
+        seg.positions.extend(positions)
+        seg.damaged.update(damaged)
         seg.end = pos
         seg.scanned = True
+
+
+def truncate_durably(path: Path, at: int) -> None:
+    """Cut ``path`` to ``at`` bytes and fsync it, so the cut survives a crash."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, at)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _judge_without_mark(seg: Segment, f: Any, bad: BadFrame, size: int, expect: int, *,
+                        tail: bool, floor: int, exclusive: bool, where: dict[str, str]) -> None:
+    """The older rule for a log without a trusted ``acked`` mark: a torn tail past
+    ``floor`` is truncated (by a writer), anything else raises."""
+    verdict = judge_bad_frame(tail=tail, expect=expect, acked=floor,
+                              nothing_valid_after=lambda: only_tail(f, bad, size, expect))
+    if verdict is not Verdict.TORN:
+        raise CorruptEntryError(f"{bad.reason} at byte {bad.pos} of segment "
+                                f"{seg.path.name} (expected offset {expect})", **where,
+                                offset=expect)
+    if exclusive:
+        log.warning("namespace=%s log=%s: truncating torn tail of %s at byte %d "
+                    "(%d bytes, %s); no acknowledged entry is lost", where["namespace"],
+                    where["log"], seg.path.name, bad.pos, size - bad.pos, bad.reason)
+        truncate_durably(seg.path, bad.pos)

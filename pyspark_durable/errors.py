@@ -25,6 +25,7 @@ class DurableWalError(Exception):
 
     def __init__(self, message: str, **where: Any) -> None:
         self.where = {k: v for k, v in where.items() if v is not None}
+        self.reason = scrub(message)  # what went wrong, without the coordinates
         prefix = coordinates(**where)
         # a secret that reached a message by any path (an option's value quoted by a
         # client's error) is masked here: see pyspark_durable.secrets

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark_durable.codec import codec_for, decode_key, decode_value
-from pyspark_durable.errors import DurableWalError, coordinates
+from pyspark_durable.errors import CorruptEntryError, DurableWalError
 from pyspark_durable.log import Entry, Log, LogStore
 from pyspark_durable.wal.check_report import CheckProgress, CheckReport, Problem, Silent
 from pyspark_durable.wal.namespace import COMMITS_LOG
@@ -52,14 +52,7 @@ class _RunCheck:
     rows: int = 0
     settled: bool = False  # reported or finished: no further verdict
     mismatched: bool = False  # an entry of another table: row counts mean nothing
-
-
-def _strip_prefix(exc: DurableWalError) -> str:
-    text = str(exc)
-    prefix = coordinates(**exc.where) + ": "
-    return text[len(prefix):] if exc.where and text.startswith(prefix) else text
-
-
+    lost: bool = False  # one of its entries is damaged: reported as a lost step
 
 
 class Checker:
@@ -95,7 +88,7 @@ class Checker:
         if str(found.get("log", "")).startswith("region_"):
             found.pop("log")
         merged = {**where, **{k: v for k, v in found.items() if k not in where}}
-        self.problem(_strip_prefix(exc), **merged)
+        self.problem(exc.reason, **merged)
 
     # -- the pass -----------------------------------------------------------------
 
@@ -357,6 +350,19 @@ class Checker:
                 break
             except DurableWalError as exc:
                 self.problem_from(exc, region=region_id, offset=offset)
+                at = exc.where.get("offset")
+                if isinstance(exc, CorruptEntryError) and isinstance(at, int) and \
+                        offset <= at < high:
+                    # damage stays local: name the steps that lost this entry, read on
+                    for rc in pending:
+                        if rc.run.start <= at < rc.run.end and not rc.lost:
+                            self.problem(f"step {rc.commit.step} is lost: its entry at "
+                                         f"offset {at} is damaged", region=region_id,
+                                         offset=at, step=rc.commit.step)
+                            rc.lost = True
+                    offset = at + 1
+                    entries = iter(region.read(offset, high)) if high > offset else iter(())
+                    continue
                 if offset < high:
                     self.problem(f"reading stopped: entries [{offset}, {high}) were not "
                                  "verified", region=region_id, offset=offset)
@@ -422,8 +428,8 @@ class Checker:
 
     def _finish(self, rc: _RunCheck, region_id: int) -> None:
         run = rc.run
-        if rc.mismatched and rc.entries == run.entries:
-            pass  # already reported entry by entry
+        if rc.lost or (rc.mismatched and rc.entries == run.entries):
+            pass  # lost to a damaged entry, or already reported entry by entry
         elif (rc.entries, rc.rows) != (run.entries, run.rows):
             self.problem(f"run [{run.start}, {run.end}) read back {rc.entries} entries and "
                          f"{rc.rows} rows, step {rc.commit.step} says {run.entries} entries "

@@ -10,6 +10,7 @@ through :meth:`NamespaceReads._step_batch`, so the checks are written once.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -19,7 +20,7 @@ import pyarrow as pa
 from pyspark_durable.codec import codec_for, decode_key, decode_value
 from pyspark_durable.codec.payload import PayloadCodec
 from pyspark_durable.errors import ContentMismatch, CorruptEntryError, OffsetOutOfRange
-from pyspark_durable.log import Entry
+from pyspark_durable.log import Entry, Log
 from pyspark_durable.wal.records import StepCommit, TableInfo
 from pyspark_durable.wal.runs import DIGEST_HEX, Run, entry_digest
 from pyspark_durable.wal.schemas import conform
@@ -164,11 +165,14 @@ class NamespaceReads:
         try:
             # committed runs were acknowledged: read to their end, whatever this
             # handle's view of the region's end (Kafka: another process appended)
-            entries = region.read_acknowledged(group[0].run.start, group[-1].run.end)
+            entries = self._entries_around_damage(region, group)
+            first = next(entries, None)
         except OffsetOutOfRange:
             for item in group:  # expired meanwhile: raises StepExpired
                 self.step_commit(item.commit.step)
             raise
+        if first is not None:
+            entries = itertools.chain([first], entries)
         it = iter(group)
         item: _RunRead | None = next(it)
         count, last = 0, -1
@@ -194,6 +198,30 @@ class NamespaceReads:
             self._check_count(item, count)
         for rest in it:  # runs the read never reached: entries are missing
             self._check_count(rest, 0)
+
+    def _entries_around_damage(self, region: Log, group: list[_RunRead]) -> Iterator[Entry]:
+        """The group's entries; a damaged entry between its runs (another attempt's, no
+        step of this read refers to it) is read around, and one inside a run is a
+        :class:`CorruptEntryError` naming the step that lost it."""
+        start, end = group[0].run.start, group[-1].run.end
+        while start < end:
+            try:
+                for entry in region.read_acknowledged(start, end):
+                    start = entry.offset + 1
+                    yield entry
+                return
+            except CorruptEntryError as exc:
+                at = exc.where.get("offset")
+                if not isinstance(at, int) or at < start:
+                    raise
+                owner = next((i for i in group if i.run.start <= at < i.run.end), None)
+                if owner is not None:
+                    raise CorruptEntryError(
+                        f"step {owner.commit.step} cannot be read: its entry at offset {at} "
+                        f"is damaged ({exc.reason})", namespace=self.name,
+                        region=owner.run.region_id, offset=at,
+                        step=owner.commit.step) from exc
+                start = at + 1
 
     def _check_count(self, item: _RunRead, count: int) -> None:
         run = item.run

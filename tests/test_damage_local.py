@@ -32,7 +32,7 @@ def frame_spans(segment: Path) -> dict[int, tuple[int, int]]:
     """offset -> (first byte, end byte) of every frame of a whole segment."""
     with open(segment, "rb") as f:
         size = segment.stat().st_size
-        found, end, expect, bad = walk_frames(f, 0, size, int(segment.stem))
+        found, end, _, bad = walk_frames(f, 0, size, int(segment.stem))
     assert bad is None and end == size
     ends = [*found[1:], end]
     return {int(segment.stem) + i: (p, e) for i, (p, e) in enumerate(zip(found, ends,

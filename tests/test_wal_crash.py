@@ -2,93 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-import pyarrow as pa
 import pytest
-from helpers import assert_acknowledged
+from wal_crash_tools import check_namespace, run_child
 
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
 
-sys.path.insert(0, str(Path(__file__).parent))
-from wal_child import WRITER, rows_for
-
 pytestmark = pytest.mark.crash
 BACKENDS = ["file", "confluent"]
-CHILD = str(Path(__file__).parent / "wal_child.py")
 KILLS = {"file": 20, "kafka": 10}
 TOTAL_STEPS = 300
-
-
-def run_child(backend: str, config: dict, namespace: str, mode: str, steps: int,
-              kill: tuple[int, float] | None) -> tuple[list[tuple[int, int]], bool]:
-    """Run the child; with ``kill=(n, s)``, SIGKILL it ``s`` seconds after its n-th ack.
-
-    Counting acks bounds the progress of one run whatever the machine's speed; the
-    random delay after them lands the kill anywhere inside the following steps.
-    """
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
-    proc = subprocess.Popen(
-        [sys.executable, CHILD, backend, json.dumps(config), namespace, mode, str(steps)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    lines: list[str] = []
-    if kill is not None:
-        for line in proc.stdout:  # blocks on the child's acknowledgements
-            lines.append(line)
-            if line.startswith("ACK") and sum(ln.startswith("ACK") for ln in lines) >= kill[0]:
-                time.sleep(kill[1])  # the random moment of the kill is the point of the test
-                os.kill(proc.pid, signal.SIGKILL)
-                break
-    # read the rest through the same buffered stream: communicate() would read the pipe's
-    # file descriptor directly and drop lines this wrapper already buffered (lost ACKs)
-    lines += proc.stdout.read().splitlines()
-    err = proc.stderr.read()
-    proc.wait(timeout=120)
-    if kill is None or proc.returncode != -signal.SIGKILL:
-        assert proc.returncode in (0, -signal.SIGKILL), err
-    acks = [(int(p[1]), int(p[2])) for p in (ln.split() for ln in lines) if p and p[0] == "ACK"]
-    return acks, any(ln.strip() == "DONE" for ln in lines)
-
-
-def expected_step_rows(ws: int) -> dict[str, pa.Table]:
-    return {"a": rows_for(ws, "a"), "b": rows_for(ws, "b")}
-
-
-def check_namespace(ns: Namespace, acked: dict[int, int], retained_only: bool) -> None:
-    """Every acknowledged step once, by content; nothing of abandoned attempts; dense sequences."""
-    steps = ns.steps()
-    seen_ws: dict[int, int] = {}
-    seqs: dict[int, list[int]] = {}
-    for step in steps:
-        commit = ns.step_commit(step)
-        assert commit.writer_id == WRITER
-        ws = commit.writer_step
-        assert ws not in seen_ws, f"writer step {ws} committed twice: {seen_ws[ws]} and {step}"
-        seen_ws[ws] = step
-        got: dict[str, list[pa.RecordBatch]] = {}
-        for sb in ns.read_step(step):
-            got.setdefault(ns.state.tables[sb.table_id].name, []).extend(sb.batches)
-            seqs.setdefault((sb.region_id, sb.table_id), []).append(sb.sequence_num)
-        for table, expect in expected_step_rows(ws).items():
-            if expect.num_rows == 0:
-                assert table not in got, (step, ws, table)
-                continue
-            assert pa.Table.from_batches(got[table]).equals(expect), (step, ws, table)
-    for ws, step in acked.items():
-        assert_acknowledged(ns, WRITER, ws, step)
-        if not retained_only or step >= steps.start:
-            assert seen_ws.get(ws) == step, f"acknowledged ws={ws} step={step} is missing"
-    for key, got_seqs in seqs.items():
-        expect_end = ns.state.next_sequences[key]
-        assert got_seqs == list(range(expect_end - len(got_seqs), expect_end)), key
 
 
 # each Kafka client gets one of the two modes

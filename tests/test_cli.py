@@ -267,8 +267,13 @@ def test_check_passes_then_fails_on_a_flipped_byte(wal_root, capsys):
     assert code == 1 and doc["ok"] is False
     assert doc["problems"][0]["where"]["region"] == 0
     assert isinstance(doc["problems"][0]["where"]["offset"], int)
+    lost = [p for p in doc["problems"] if "is lost" in p["message"]]
+    assert len(lost) == 1 and isinstance(lost[0]["where"]["step"], int), doc["problems"]
+    step = lost[0]["where"]["step"]
     code, out, err = cli(capsys, "tail", wal_root, "--namespace", NS, "--table", "orders")
-    assert_one_line_error(code, out, err, "log=region_0", "durablewal check")
+    assert_one_line_error(code, out, err, f"step={step}: step {step} cannot be read",
+                          "durablewal check")
+    assert seg.name in err
     assert cli(capsys, "check", wal_root, "--namespace", "other")[0] == 0  # other namespace intact
 
 

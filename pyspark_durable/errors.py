@@ -118,6 +118,12 @@ class AppendIndeterminate(BackendUnavailable):
     either finds the first one or writes it again."""
 
 
+class DiskFull(BackendUnavailable):
+    """The storage has no room left (``ENOSPC``, ``EDQUOT``). Retriable once space is
+    freed: the records that free it (a cleaner pass, ``expire``, a retention policy,
+    dropping a reader) spend the space the file log keeps in reserve for them."""
+
+
 class AuthenticationFailed(DurableWalError):
     """The broker refused the client's credentials (SASL), or the TLS handshake failed
     (an untrusted certificate). The message names the broker and the SASL mechanism,

@@ -3,30 +3,117 @@
 Usage: unshare -rm python storage_child.py MODE DIR
 MODE ``readonly``: write steps and clean, remount the tmpfs read-only, then read every
 step, recover a fresh handle and run ``check``. MODE ``full``: fill a 1 MiB tmpfs with
-steps until the disk is full. Prints one JSON document with what happened.
+steps until the disk is full. MODE ``recover``: fill a 6 MiB tmpfs (a tenth of one
+64 MiB segment) with steps through the default options, and a reader's positions until
+the commits log's last page is full too, then free it with the CLI's ``retention`` and
+``clean``, write on, fill it again and free it with ``clean`` alone. Prints one JSON document with what
+happened.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import subprocess
 import sys
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
-from pyspark_durable.errors import DurableWalError
+from pyspark_durable.errors import DiskFull, DurableWalError
 from pyspark_durable.log import open_store
-from pyspark_durable.wal import Cleaner
+from pyspark_durable.wal import Cleaner, Namespace
 from pyspark_durable.wal.check import Checker
+
+SIZES = {"recover": "6m"}  # the tmpfs of each mode; 1m for the others
+STEP_BYTES = 60_000  # one step's text: about 2 steps per segment of a 6 MiB disk
 
 
 def mount(*args: str) -> None:
     subprocess.run(["mount", *args], check=True)
 
 
+def used_bytes(folder: str) -> int:
+    st = os.statvfs(folder)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def digest(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def durablewal(*args: str) -> dict:
+    """One CLI command in its own process, as an operator runs it: its JSON document,
+    exit code and stderr (where the warnings go)."""
+    proc = subprocess.run([sys.executable, "-m", "pyspark_durable", *args, "--json"],
+                          capture_output=True, text=True, timeout=60)
+    doc = json.loads(proc.stdout) if proc.returncode == 0 else {}
+    return {"rc": proc.returncode, "doc": doc, "stderr": proc.stderr[-3000:]}
+
+
+def fill(ns: Namespace, first: int, written: dict[int, str]) -> dict[str, object]:
+    """Write steps until the disk is full, then a reader's positions until the commits
+    log's last page is full too: nothing is left for the records that free space."""
+    ws, got = first, {}
+    try:
+        while ws < first + 10_000:
+            text = os.urandom(STEP_BYTES // 2).hex()
+            write_step(ns, "w", ws, {"t": [{"id": ws, "s": text}]})
+            written[ws] = digest(text)
+            ws += 1
+    except DiskFull as exc:
+        got["step_error"] = f"{type(exc).__name__}: {exc}"
+    positions = 0
+    try:
+        while positions < 10_000:
+            ns.commit_reader("dash", positions % 2)
+            positions += 1
+    except DiskFull as exc:
+        got["reader_error"] = f"{type(exc).__name__}: {exc}"
+    got["next_writer_step"] = ws
+    return got
+
+
+def recover(folder: str, config: dict) -> dict:
+    wal = folder + "/wal"
+    ns = open_namespace(config)  # the writer: the default options, no segment size
+    written: dict[int, str] = {}
+    rounds = []
+    # the second time the policy is in place: a clean alone frees the disk
+    for set_policy in (True, False):
+        one = fill(ns, len(written), written)
+        one["used_full"] = used_bytes(folder)
+        if set_policy:
+            one["retention"] = durablewal("retention", wal, "--namespace", "shop",
+                                          "--max-steps", "3")
+        one["clean"] = durablewal("clean", wal, "--namespace", "shop", "--grace-ms", "0")
+        one["used_clean"] = used_bytes(folder)
+        # the writer that got the error writes on, with the handle it had
+        ws = one["next_writer_step"]
+        text = os.urandom(STEP_BYTES // 2).hex()
+        one["new_step"] = write_step(ns, "w", ws, {"t": [{"id": ws, "s": text}]})
+        written[ws] = digest(text)
+        one["used_after"] = used_bytes(folder)
+        rounds.append(one)
+    fresh = open_namespace(config)
+    rows = read_steps(fresh, "t").to_pylist()
+    return {"rounds": rounds, "written": written,
+            "steps": [fresh.steps().start, fresh.steps().stop],
+            "retained": [[r["id"], digest(r["s"])] for r in rows],
+            "problems": [p.text() for p in Checker(
+                open_store("file", "shop", path=wal)).run().problems],
+            "segment_size_bytes": ns.store.segment_size_bytes}
+
+
 def main() -> None:
     mode, folder = sys.argv[1:3]
-    mount("-t", "tmpfs", "-o", "size=1m", "tmpfs", folder)
+    mount("-t", "tmpfs", "-o", f"size={SIZES.get(mode, '1m')}", "tmpfs", folder)
     config = {"backend": "file", "namespace": "shop", "options": {"path": folder + "/wal"}}
+    if mode == "recover":
+        try:
+            print(json.dumps(recover(folder, config)))
+        except Exception as exc:  # noqa: BLE001 - reported to the test, which fails on it
+            print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+        return
     ns = open_namespace(config)
     out: dict = {"acked": {}}
     if mode == "readonly":

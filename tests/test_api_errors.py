@@ -131,6 +131,48 @@ def test_disk_full_is_typed_names_log_and_path_and_loses_nothing(shop_wal, monke
     assert read_steps(open_namespace(config), "t").column("id").to_pylist() == [1, 3]
 
 
+def test_records_that_free_space_spend_the_reserve_on_a_full_disk(shop_wal, monkeypatch,
+                                                                   tmp_path):
+    """This tests that on a disk full to the last byte (every write fails with ENOSPC while
+    the namespace's reserve takes the room) a step fails with DiskFull and leaves the
+    reserve alone, that setting a retention policy releases the reserve and succeeds, that
+    the cleaner then frees, re-creates the reserve and says so, and that a cleaner pass
+    on a full disk with no reserve left raises DiskFull rather than looping."""
+    from pyspark_durable.errors import DiskFull
+    from pyspark_durable.log.base import Reserve
+    from pyspark_durable.wal import RetentionPolicy
+
+    config, ns = shop_wal
+    write_step(ns, "w", 2, {"t": [{"id": 3}]})
+    reserve = tmp_path / "w" / "shop" / "cleaner.reserve"
+    real = os.writev
+
+    def full(fd, buffers):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def writev(fd, buffers):  # the reserve holds the last free bytes
+        return full(fd, buffers) if reserve.exists() else real(fd, buffers)
+
+    monkeypatch.setattr(os, "writev", writev)
+    with pytest.raises(DiskFull, match=r"log=region_0: appending failed .*\(the disk is full\)"):
+        write_step(ns, "w", 3, {"t": [{"id": 4}]})
+    assert reserve.exists()
+    ns.set_retention(RetentionPolicy(max_steps=1))
+    assert not reserve.exists() and ns.retention().max_steps == 1
+    report = Cleaner(ns, grace_ms=0).run_once()
+    assert report.reserve is Reserve.RECREATED and report.expired_before == (0, 2)
+    assert report.freed_entries == 2 and reserve.exists()
+    assert read_steps(open_namespace(config), "t").column("id").to_pylist() == [3]
+
+    ns.expire(3)  # spends the re-created reserve: the disk is still full
+    assert not reserve.exists()
+    monkeypatch.setattr(os, "writev", full)  # and now nothing is left at all
+    with pytest.raises(DiskFull, match="log=commits: appending failed"):
+        ns.set_retention(RetentionPolicy(max_steps=2))
+    with pytest.raises(DiskFull):
+        Cleaner(ns, grace_ms=0).run_once()
+
+
 def test_failed_atomic_writes_leave_no_temporary_file(shop_wal, monkeypatch, tmp_path):
     """This tests that a cleaner whose low-watermark or snapshot write fails (disk full at
     fsync) raises a typed error naming what it wrote and where, leaves no temporary file

@@ -26,6 +26,7 @@ import time
 import zlib
 from collections import defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from file_log_child import make_record, parse_key
@@ -765,5 +766,81 @@ def test_deleting_inside_the_active_segment_frees_it_at_the_next_deletion(tmp_pa
     store, log = open_log(root, 64 * 1024)
     try:
         assert (log.low_watermark(), log.high_watermark()) == (23, 25)
+    finally:
+        store.close()
+
+
+# -- 8. a small disk: sizes that follow it, and the reserve ------------------------------
+
+
+def fake_disk(monkeypatch: pytest.MonkeyPatch, size_bytes: int) -> list[str]:
+    """Make os.statvfs report a file system of ``size_bytes``; the paths it was asked."""
+    asked: list[str] = []
+
+    def statvfs(path: object) -> SimpleNamespace:
+        asked.append(str(path))
+        return SimpleNamespace(f_blocks=size_bytes // 4096, f_frsize=4096)
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    return asked
+
+
+@pytest.mark.parametrize("disk, segment, reserve", [
+    (6 << 20, 96 << 10, 96 << 10),         # a small disk: 1/64 of it each
+    (1 << 20, 16 << 10, 16 << 10),
+    (32 << 10, 1024, 16 << 10),            # never below the option's minimum, nor 4 blocks
+    (4 << 30, 64 << 20, 1 << 20),          # from 4 GiB up: 64 MiB segments as before
+    (1 << 40, 64 << 20, 1 << 20),
+    (0, 64 << 20, 1 << 20),                # a file system that does not say its size
+])
+def test_default_segment_size_and_reserve_follow_the_disk(tmp_path, monkeypatch, disk,
+                                                          segment, reserve):
+    """This tests that without segment_size_bytes a store's region segments are 1/64 of
+    the file system its folder is on (measured on the nearest existing parent when the
+    folder does not exist yet), at most 64 MiB, that logs which are not regions keep at
+    most 4 MiB, that the reserve is 1/64 of the disk between 16 KiB and 1 MiB (both at
+    their caps when the disk's size is unknown), and that an explicit segment_size_bytes
+    wins."""
+    asked = fake_disk(monkeypatch, disk)
+    root = tmp_path / "not" / "yet"
+    store = FileLogStore(NS, path=str(root))
+    try:
+        assert asked == [str(tmp_path)]
+        assert (store.segment_size_bytes, store.reserve_bytes) == (segment, reserve)
+        assert store.open_log(LOG).segment_size_bytes == segment
+        assert store.open_log("commits").segment_size_bytes == min(segment, 4 << 20)
+    finally:
+        store.close()
+    store = FileLogStore(NS, path=str(root), segment_size_bytes=2048)
+    try:
+        assert store.segment_size_bytes == 2048
+    finally:
+        store.close()
+
+
+def test_reserve_is_made_with_the_namespace_released_once_and_recreated(tmp_path, caplog):
+    """This tests that creating a namespace preallocates its reserve (allocated blocks,
+    not a sparse file) beside the logs, where it is neither a log nor a namespace, that
+    releasing it frees it once (and says so), and that restoring it re-creates it whole
+    and then reports it kept."""
+    from pyspark_durable.log.base import Reserve
+    from pyspark_durable.log.file.store import RESERVE_FILE
+
+    store = FileLogStore(NS, path=str(tmp_path))
+    try:
+        store.open_log("commits")
+        reserve = tmp_path / NS / RESERVE_FILE
+        st = reserve.stat()
+        assert st.st_size == store.reserve_bytes and st.st_blocks * 512 >= st.st_size
+        assert store.list_logs() == ["commits"]
+        assert FileLogStore.list_namespaces({"path": tmp_path}) == [NS]
+        assert store.restore_reserve() is Reserve.KEPT
+        with caplog.at_level(logging.WARNING, logger=LOGGER):
+            assert store.release_reserve() is True
+        assert not reserve.exists() and "the disk is full; released the" in caplog.text
+        assert store.release_reserve() is False
+        assert store.restore_reserve() is Reserve.RECREATED
+        assert reserve.stat().st_size == store.reserve_bytes
+        assert [p.name for p in (tmp_path / NS).iterdir() if p.name.endswith(".tmp")] == []
     finally:
         store.close()

@@ -37,13 +37,47 @@ def test_read_only_wal_is_read_and_checked(tmp_path):
 
 
 def test_full_disk_is_typed_and_loses_no_acknowledged_step(tmp_path):
-    """This tests that filling a 1 MiB disk ends in a typed error naming the namespace, the
-    log and the disk being full, that every acknowledged step is still read back, that
-    `check` finds nothing wrong and that no temporary file is left behind."""
+    """This tests that filling a 1 MiB disk ends in a typed error (DiskFull, a
+    BackendUnavailable) naming the namespace, the log and the disk being full, that every
+    acknowledged step is still read back, that `check` finds nothing wrong and that no
+    temporary file is left behind."""
     out = run("full", tmp_path)
     assert "error" not in out, out["error"]
-    assert out["write_error"].startswith("BackendUnavailable: namespace=shop log=")
+    assert out["write_error"].startswith("DiskFull: namespace=shop log=")
     assert "(the disk is full)" in out["write_error"]
     acked = sorted(int(ws) for ws in out["acked"])
     assert len(acked) > 10 and out["ids"] == acked
     assert out["problems"] == [] and out["tmp_files"] == []
+
+
+def test_a_full_small_disk_is_freed_by_retention_and_clean_and_writing_resumes(tmp_path):
+    """This tests that a WAL which filled a 6 MiB disk (a tenth of one 64 MiB segment)
+    through the default options, steps first and then a reader's positions until the
+    commits log's last page is full too, is freed by the CLI's own `retention --max-steps
+    3` and `clean` (which spend the namespace's reserve, then re-create it): disk usage
+    drops to a small fraction, every retained step reads back with the bytes written, the
+    writer that got the error writes on with its handle, and once it filled the disk
+    again a `clean` alone frees it again."""
+    out = run("recover", tmp_path)
+    assert "error" not in out, out["error"]
+    assert out["segment_size_bytes"] == (6 << 20) // 64  # 1/64 of the disk, not 64 MiB
+    for one in out["rounds"]:
+        assert one["step_error"].startswith("DiskFull: namespace=shop log=region_0")
+        assert "(the disk is full)" in one["step_error"]
+        assert one["reader_error"].startswith("DiskFull: namespace=shop log=commits")
+        assert one["next_writer_step"] > 50
+        commands = [c for c in ("retention", "clean") if c in one]
+        for command in commands:
+            assert one[command]["rc"] == 0, one[command]["stderr"]
+        assert "released the 98304 bytes" in "".join(one[c]["stderr"] for c in commands), (
+            "the disk was not full to the last page: the reserve went unused")
+        clean = one["clean"]["doc"]
+        assert clean["reserve"] == "recreated" and clean["freed_entries"] > 40, clean
+        assert one["used_full"] > (6 << 20) * 9 // 10
+        assert one["used_clean"] < one["used_full"] // 10, one  # measured: ~6 MiB -> 260 KiB
+        assert one["used_after"] < one["used_full"] // 10, one
+    written = {int(ws): d for ws, d in out["written"].items()}
+    last = out["rounds"][-1]["next_writer_step"]
+    assert out["retained"] == [[ws, written[ws]] for ws in range(last - 3, last + 1)]
+    assert out["steps"][1] - out["steps"][0] == 4
+    assert out["problems"] == []

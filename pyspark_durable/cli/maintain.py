@@ -11,12 +11,17 @@ from typing import Any, cast
 from pyspark_durable.endpoint.lag import reader_lags
 from pyspark_durable.errors import DurableWalError
 from pyspark_durable.log import Log, LogStore
+from pyspark_durable.log.base import Reserve
 from pyspark_durable.wal import Cleaner, RetentionPolicy
 from pyspark_durable.wal.check import run_check
 
 from .commands import _namespace, _output
 from .render import Part, Progress, TextTable, iso_ms, span, styled
 from .target import open_listed_store, target_from_args
+
+RESERVE_TEXT = {Reserve.KEPT: "in place", Reserve.RECREATED: "re-created (it was released)",
+                Reserve.MISSING: "released, and no room to re-create it yet (the next clean "
+                                 "tries again)"}
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -96,7 +101,8 @@ def cmd_clean(args: argparse.Namespace) -> int:
            "freed_entries": report.freed_entries, "regions": regions,
            "commits_low": {"before": report.commits_low[0], "after": report.commits_low[1]},
            "expired_before": {"before": report.expired_before[0],
-                              "after": report.expired_before[1]}}
+                              "after": report.expired_before[1]},
+           "reserve": report.reserve.value}
     lines: list[Part] = [
         f"cleaned namespace {args.namespace!r} (grace {args.grace_ms} ms): "
         f"{report.freed_entries} region entries freed",
@@ -106,6 +112,8 @@ def cmd_clean(args: argparse.Namespace) -> int:
         f"{report.first_retained_step}",
         f"commits log low watermark: {report.commits_low[0]} -> {report.commits_low[1]}",
     ]
+    if report.reserve is not Reserve.NONE:
+        lines.append(f"room kept for cleaning a full disk: {RESERVE_TEXT[report.reserve]}")
     if regions:
         lines.append(TextTable(["region", "low_before", "low_after", "freed"],
                                [[r["region"], r["low_before"], r["low_after"], r["freed"]]

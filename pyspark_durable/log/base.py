@@ -22,12 +22,17 @@ The contract, which every backend passes (``tests/test_log_contract.py``):
   ``read_snapshot(name)`` returns the highest version stored, so snapshots never go
   backwards however writers race (a slow writer of an older version cannot hide a
   newer one). ``delete_snapshot`` removes one version (pruning old ones).
+* ``release_reserve`` frees the room a store keeps for the records that free space
+  (file: a preallocated file per namespace), and ``restore_reserve`` takes it back;
+  a store whose storage cannot fill up (Kafka's brokers manage their disks, memory)
+  keeps none.
 
 This layer knows nothing of steps, tables or Spark.
 """
 
 from __future__ import annotations
 
+import enum
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
@@ -181,6 +186,15 @@ class Log(ABC):
         self.close()
 
 
+class Reserve(enum.StrEnum):
+    """The reserve after :meth:`LogStore.restore_reserve` (the CLI prints the value)."""
+
+    NONE = "none"  # this store keeps no reserve
+    KEPT = "kept"  # it was in place
+    RECREATED = "recreated"  # it had been released and is back
+    MISSING = "missing"  # released, and the disk has no room for it yet
+
+
 class LogStore(ABC):
     """The logs and snapshots of one namespace in one backend."""
 
@@ -247,6 +261,16 @@ class LogStore(ABC):
         """(log, problem) for every setting of the storage under which it would delete
         records by itself (Kafka: a topic's broker-side retention); [] when none can."""
         return []
+
+    def release_reserve(self) -> bool:
+        """Free the room kept for the records that free space, for a writer of those that
+        got :class:`DiskFull`; whether any room was freed (False: none was kept)."""
+        return False
+
+    def restore_reserve(self) -> Reserve:
+        """Take the room back once space was freed; never raises for lack of it (the
+        reserve is then :attr:`Reserve.MISSING`, and the next cleaner pass tries again)."""
+        return Reserve.NONE
 
     def close(self) -> None:  # noqa: B027 - backends with resources override it
         """Close every log opened through this store."""

@@ -35,6 +35,12 @@ class Opt:
 OPTION_TABLE: tuple[Opt, ...] = (
     Opt('path', '(none)',
         'root folder of the file log; `.load(path)`, `.start(path)`, `.save(path)`'),
+    Opt('file.segment_size_bytes', '1/64 of the disk, at most 64 MiB',
+        'file backend: a region log starts a new segment file at this size (at least '
+        '1024). The cleaner frees whole segments, so the default follows the file system '
+        'the WAL is on (measured when a store opens) and retention frees space on a small '
+        'disk too ([docs/backends.md](docs/backends.md#a-full-disk))',
+        passthrough=True),
     Opt('backend', '`file`',
         "`file` \\| `kafka` (`memory` is refused in Spark: it cannot span Spark's Python workers)",
         field='backend', default="file"),

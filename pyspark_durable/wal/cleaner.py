@@ -15,6 +15,9 @@ A pass, in this order (rules 5-8 of the protocol in :mod:`pyspark_durable.wal.na
    is repaired by replaying from the one before it), then prune all but the newest
    :data:`SNAPSHOTS_KEPT` snapshots.
 
+On a full disk (:class:`DiskFull`) a pass releases the store's reserve and runs again
+(:mod:`.reserve`); every pass ends by taking the reserve back if it was released.
+
 Any number of passes may run at once in any processes: each one only deletes what
 its own replay proves unneeded, and a crash between any two steps leaves a
 namespace that recovers (a recorded bound without a deletion only refuses late
@@ -34,9 +37,11 @@ from dataclasses import dataclass, field
 import pyspark_durable.wal.failpoints as failpoints  # the module: tests swap its hooks
 from pyspark_durable.errors import DecodeError, OffsetOutOfRange
 from pyspark_durable.log import Log
+from pyspark_durable.log.base import Reserve
 from pyspark_durable.wal.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.namespace import COMMITS_LOG, Namespace
 from pyspark_durable.wal.records import CleanRecord, DedupRecord
+from pyspark_durable.wal.reserve import using_reserve
 from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME
 from pyspark_durable.wal.state import NamespaceState
 
@@ -57,6 +62,7 @@ class CleanReport:
     regions: dict[int, tuple[int, int]] = field(default_factory=dict)  # region -> (before, after)
     commits_low: tuple[int, int] = (0, 0)
     expired_before: tuple[int, int] = (0, 0)  # by the retention policy: (before, after)
+    reserve: Reserve = Reserve.NONE  # the store's room for freeing a full disk, after the pass
 
     @property
     def freed_entries(self) -> int:
@@ -116,6 +122,13 @@ class Cleaner:
         self._thread: threading.Thread | None = None
 
     def run_once(self) -> CleanReport:
+        """One pass (the module docstring); on a full disk it spends the store's reserve,
+        and it takes the reserve back once it freed room for it."""
+        report = using_reserve(self.ns.store, self._pass)
+        report.reserve = self.ns.store.restore_reserve()
+        return report
+
+    def _pass(self) -> CleanReport:
         ns = self.ns
         with ns.exclusive():
             state = ns.refresh()

@@ -46,6 +46,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import pyspark_durable.wal.failpoints as failpoints  # the module: tests swap its hooks
 from pyspark_durable.errors import (
@@ -77,6 +78,7 @@ from pyspark_durable.wal.records import (
     WriterRecord,
     encode_meta,
 )
+from pyspark_durable.wal.reserve import using_reserve
 from pyspark_durable.wal.retention import RetentionPolicy
 from pyspark_durable.wal.state import NamespaceState, ReaderPosition
 from pyspark_durable.wal.tables import NamespaceTables
@@ -334,9 +336,7 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
         if step > s.next_step:
             raise StepNotCommitted(f"cannot expire up to {step}: only steps below "
                                    f"{s.next_step} are committed", namespace=self.name)
-        if step > s.expired_before:
-            self.append_record(ExpireRecord(step))
-            self.refresh()
+        self._freeing(lambda st: step > st.expired_before, ExpireRecord(step))
 
     def mark_deleted(self, table: int | str, sequence: int, region_id: int | None = None) -> None:
         """Entries of ``table`` in a region with sequence below ``sequence`` are not needed.
@@ -387,15 +387,24 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
 
     def drop_reader(self, reader_id: str) -> None:
         """Forget a reader (it no longer holds retention)."""
-        if reader_id in self.refresh().readers:
-            self.append_record(ReaderRecord(reader_id, drop=True))
-            self.refresh()
+        self._freeing(lambda st: reader_id in st.readers, ReaderRecord(reader_id, drop=True))
 
     def set_retention(self, policy: RetentionPolicy) -> None:
         """Keep ``policy`` with the namespace (every cleaner applies it); no-op if unchanged."""
-        if self.refresh().retention != policy.to_json():
-            self.append_record(RetentionRecord(policy.to_json()))
-            self.refresh()
+        self._freeing(lambda st: st.retention != policy.to_json(),
+                      RetentionRecord(policy.to_json()))
+
+    def _freeing(self, needed: Callable[[NamespaceState], bool], record: CommitRecord) -> None:
+        """Append ``record`` if ``needed`` says so after a replay: a record that lets a
+        cleaner free space, so on a full disk it may spend the store's reserve
+        (:mod:`.reserve`; a second try decides again from a fresh replay)."""
+
+        def append() -> None:
+            if needed(self.refresh()):
+                self.append_record(record)
+                self.refresh()
+
+        using_reserve(self.store, append)
 
     def set_dedup_window(self, window_ms: int, steps: int = DEDUP_STEPS) -> None:
         """Bound deduplication from here on (:mod:`.dedup`): one-off writers are remembered

@@ -1,5 +1,19 @@
 """Durable file operations of the file log: fsync'd folders, atomic replacement,
-vectored writes, flock(2), and OS errors as typed errors."""
+vectored writes, flock(2), OS errors as typed errors, and sizes that follow the disk.
+
+Implementation notes (why):
+
+* **Sizes follow the disk.** The cleaner frees whole segments only, so what it cannot
+  free is about a segment per region: on a disk smaller than a few segments, retention
+  would free nothing. The default segment is therefore 1/:data:`DISK_SHARE` of the
+  file system, at most :data:`SEGMENT_BYTES_MAX` (so from 4 GiB up, 64 MiB as before).
+* **A reserve for the records that free space.** A pass of the cleaner appends an
+  ``expire`` and a ``clean`` record, replaces low watermarks and writes a snapshot
+  before and while it frees anything: on a full disk each of those fails. Each
+  namespace keeps a preallocated file (1/:data:`DISK_SHARE` of the disk, at most
+  :data:`RESERVE_BYTES_MAX`) that those writers release on ``ENOSPC``; the cleaner
+  re-creates it once it freed space (:mod:`pyspark_durable.wal.reserve`).
+"""
 
 from __future__ import annotations
 
@@ -7,14 +21,19 @@ import errno
 import fcntl
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pyspark_durable.errors import BackendUnavailable, LogNotFound
+from pyspark_durable.errors import BackendUnavailable, DiskFull, LogNotFound
 
 IOV_MAX = 1024  # buffers per writev(2) (Linux' UIO_MAXIOV)
+DISK_SHARE = 64  # a default segment, and the reserve, are this fraction of the disk
+SEGMENT_BYTES_MIN = 1024
+SEGMENT_BYTES_MAX = 64 << 20
+RESERVE_BYTES_MAX = 1 << 20  # a few records, low watermarks and a snapshot fit
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
 def fsync_dir(path: Path) -> None:
@@ -26,22 +45,64 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file.
-
-    A failed write (disk full, read-only) leaves no temporary file behind.
-    """
+def _replace_atomic(path: Path, fill: Callable[[int], None]) -> None:
+    """Replace ``path`` with a file ``fill`` writes to a descriptor, so that a crash
+    leaves the old or the new file; a failure (disk full, read-only) leaves no
+    temporary file behind."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            fill(fd)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file."""
+    _replace_atomic(path, lambda fd: write_all(fd, [data]))
+
+
+def preallocate_atomic(path: Path, size_bytes: int) -> None:
+    """Create ``path`` holding ``size_bytes`` allocated (not written) bytes, whole or not
+    at all: a reserve that fits only in part would promise room it does not hold.
+
+    On a file system that cannot allocate without writing (ZFS) it may hold no room.
+    """
+    _replace_atomic(path, lambda fd: os.posix_fallocate(fd, 0, size_bytes))
+
+
+def disk_bytes(path: Path) -> int:
+    """Size of the file system ``path`` is on (or will be: its nearest existing parent)."""
+    existing = path.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    with storage_errors("measuring the file system", existing):
+        st = os.statvfs(existing)
+    return st.f_blocks * st.f_frsize
+
+
+def _disk_share(disk: int, cap: int) -> int:
+    """1/:data:`DISK_SHARE` of the disk, at most ``cap``; ``cap`` if the file system does
+    not say its size (some FUSE mounts report 0 blocks)."""
+    return min(cap, disk // DISK_SHARE) if disk > 0 else cap
+
+
+def default_segment_bytes(disk: int) -> int:
+    """A region's segment size when none is given: 1/64 of the disk, at most 64 MiB."""
+    return max(SEGMENT_BYTES_MIN, _disk_share(disk, SEGMENT_BYTES_MAX))
+
+
+def reserve_bytes(disk: int) -> int:
+    """Room a namespace keeps for the records that free space: 1/64 of the disk, at most
+    1 MiB, and never less than a few blocks (a record, a low watermark, a snapshot)."""
+    return max(16 << 10, _disk_share(disk, RESERVE_BYTES_MAX))
 
 
 def make_dirs(path: Path) -> None:
@@ -68,8 +129,9 @@ def storage_errors(what: str, path: Path, **where: Any) -> Iterator[None]:
                               **where) from exc
         hint = {errno.ENOSPC: " (the disk is full)", errno.EROFS: " (read-only file system)",
                 errno.EDQUOT: " (disk quota exceeded)"}.get(exc.errno or 0, "")
-        raise BackendUnavailable(f"{what} failed at {path}: [Errno {exc.errno}] "
-                                 f"{exc.strerror}{hint}", **where) from exc
+        kind = DiskFull if exc.errno in FULL_ERRNOS else BackendUnavailable
+        raise kind(f"{what} failed at {path}: [Errno {exc.errno}] {exc.strerror}{hint}",
+                   **where) from exc
 
 
 def write_all(fd: int, buffers: list) -> None:

@@ -1,27 +1,43 @@
-"""The file log store: the logs and snapshots of one namespace below ``{root}/{namespace}/``."""
+"""The file log store: the logs and snapshots of one namespace below ``{root}/{namespace}/``,
+and the namespace's reserve (``cleaner.reserve``, see :mod:`.disk`)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pyspark_durable.errors import ConfigError, LogNotFound
+from pyspark_durable.errors import ConfigError, DiskFull, LogNotFound
 from pyspark_durable.log.base import (
     REGION_PREFIX,
     Log,
     LogStore,
+    Reserve,
     check_name,
     check_version,
     is_decimal,
 )
-from pyspark_durable.log.file.disk import fsync_dir, make_dirs, storage_errors, write_atomic
+from pyspark_durable.log.file.disk import (
+    SEGMENT_BYTES_MIN,
+    default_segment_bytes,
+    disk_bytes,
+    fsync_dir,
+    make_dirs,
+    preallocate_atomic,
+    reserve_bytes,
+    storage_errors,
+    write_atomic,
+)
 from pyspark_durable.log.file.log import FileLog
+
+log = logging.getLogger(__package__)
 
 SNAPSHOTS = "snapshots"
 NAMED_SEGMENT_BYTES = 4 << 20  # segments of logs that are not regions (an open scans one)
+RESERVE_FILE = "cleaner.reserve"  # the "." keeps it apart from every log name
 
 
 class FileLogStore(LogStore):
@@ -34,7 +50,7 @@ class FileLogStore(LogStore):
         self,
         namespace: str,
         path: str | os.PathLike[str] | None = None,
-        segment_size_bytes: int = 64 << 20,
+        segment_size_bytes: int | None = None,
         group_commit_interval_ms: float = 10.0,
         **unknown: Any,
     ) -> None:
@@ -50,14 +66,19 @@ class FileLogStore(LogStore):
             raise ConfigError(f"path {str(self.root)!r} is a file, not a folder: the file "
                               "backend keeps a folder per namespace below it")
         try:
-            self.segment_size_bytes = int(segment_size_bytes)
             self.group_commit_interval_ms = float(group_commit_interval_ms)
+            given = None if segment_size_bytes is None else int(segment_size_bytes)
         except (TypeError, ValueError):
             raise ConfigError(
                 f"segment_size_bytes={segment_size_bytes!r} and group_commit_interval_ms="
                 f"{group_commit_interval_ms!r} must be numbers", namespace=namespace) from None
-        if self.segment_size_bytes < 1024:
-            raise ConfigError(f"segment_size_bytes {segment_size_bytes} is below 1024")
+        if given is not None and given < SEGMENT_BYTES_MIN:
+            raise ConfigError(f"segment_size_bytes {segment_size_bytes} is below "
+                              f"{SEGMENT_BYTES_MIN}")
+        # measured once per store: the disk, not a constant, bounds what a clean can free
+        disk = disk_bytes(self.root)
+        self.segment_size_bytes = default_segment_bytes(disk) if given is None else given
+        self.reserve_bytes = reserve_bytes(disk)
         self.folder = self.root / namespace
         self._logs: dict[str, FileLog] = {}
         self._lock = threading.Lock()
@@ -94,7 +115,10 @@ class FileLogStore(LogStore):
                     raise LogNotFound("log does not exist", namespace=self.namespace, log=name)
             with storage_errors("opening the log", path, namespace=self.namespace, log=name):
                 if not path.is_dir():
+                    new_namespace = not self.folder.is_dir()
                     make_dirs(path)
+                    if new_namespace:  # before its first record: a full disk fails here
+                        self._make_reserve()
                 # a log that is not a region holds small records that an open scans
                 # (the tail segment): its segments stay small whatever regions use
                 size = self.segment_size_bytes if name.startswith(REGION_PREFIX) else \
@@ -135,6 +159,35 @@ class FileLogStore(LogStore):
             if path.exists():
                 path.unlink(missing_ok=True)
                 fsync_dir(path.parent)
+
+    def _make_reserve(self) -> None:
+        path = self.folder / RESERVE_FILE
+        with storage_errors("creating the reserve", path, namespace=self.namespace):
+            preallocate_atomic(path, self.reserve_bytes)
+
+    def release_reserve(self) -> bool:
+        path = self.folder / RESERVE_FILE
+        with storage_errors("releasing the reserve", self.folder, namespace=self.namespace):
+            try:
+                size = path.stat().st_size
+                path.unlink()
+            except FileNotFoundError:
+                return False
+            fsync_dir(self.folder)
+        log.warning("namespace=%s: the disk is full; released the %d bytes of %s kept for "
+                    "the records that free space", self.namespace, size, path)
+        return True
+
+    def restore_reserve(self) -> Reserve:
+        path = self.folder / RESERVE_FILE
+        if path.exists():
+            return Reserve.KEPT
+        try:
+            self._make_reserve()
+        except DiskFull as exc:
+            log.warning("%s; the next cleaner pass tries again", exc)
+            return Reserve.MISSING
+        return Reserve.RECREATED
 
     def close(self) -> None:
         with self._lock:

@@ -6,8 +6,10 @@ step, recover a fresh handle and run ``check``. MODE ``full``: fill a 1 MiB tmpf
 steps until the disk is full. MODE ``recover``: fill a 6 MiB tmpfs (a tenth of one
 64 MiB segment) with steps through the default options, and a reader's positions until
 the commits log's last page is full too, then free it with the CLI's ``retention`` and
-``clean``, write on, fill it again and free it with ``clean`` alone. Prints one JSON document with what
-happened.
+``clean``, write on, fill it again and free it with ``clean`` alone. MODE ``midbatch``:
+fill the disk but for a few KiB, then let group-committed appends run out of space in
+the middle of their write; a second handle and a fresh one must see none of them.
+Prints one JSON document with what happened.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import sys
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import DiskFull, DurableWalError
-from pyspark_durable.log import open_store
+from pyspark_durable.log import Record, open_store
 from pyspark_durable.wal import Cleaner, Namespace
 from pyspark_durable.wal.check import Checker
 
@@ -104,13 +106,50 @@ def recover(folder: str, config: dict) -> dict:
             "segment_size_bytes": ns.store.segment_size_bytes}
 
 
+def midbatch(folder: str) -> dict:
+    """Appends that hit ENOSPC inside one writev: reported failed, never read, never
+    acknowledged by a later append (the fsync rule, docs/backends.md)."""
+    wal = folder + "/wal"
+    writer = open_store("file", "shop", path=wal, segment_size_bytes=1 << 20)
+    other = open_store("file", "shop", path=wal, segment_size_bytes=1 << 20)
+    a = writer.open_log("region_0", create=True)
+    acked = {o: f"ok-{o}".encode() for o in a.append([Record(b"k", f"ok-{i}".encode())
+                                                        for i in range(5)])}
+    b = other.open_log("region_0")
+    assert b.high_watermark() == 5
+    segment = os.path.join(wal, "shop", "region_0", "00000000000000000000.seg")
+    size_before = os.path.getsize(segment)
+    st = os.statvfs(folder)
+    with open(os.path.join(folder, "filler"), "wb") as f:  # all but 3 pages
+        f.write(b"\0" * (st.f_bavail * st.f_frsize - 3 * 4096))
+    futures = [a.append_async([Record(b"k", f"big-{i}-{j}".encode() + os.urandom(4000))
+                               for j in range(4)]) for i in range(6)]
+    out: dict = {"errors": [], "failed": 0}
+    for fut in futures:
+        try:
+            acked.update({o: None for o in fut.result()})
+        except DurableWalError as exc:
+            out["failed"] += 1
+            out["errors"].append(f"{type(exc).__name__}: {exc}")
+    out["size_before"], out["size_after"] = size_before, os.path.getsize(segment)
+    out["other_high"] = b.high_watermark()
+    out["other_read"] = [e.offset for e in b.read(0)]
+    os.remove(os.path.join(folder, "filler"))
+    out["next"] = a.append([Record(b"k", b"after")])
+    fresh = open_store("file", "shop", path=wal).open_log("region_0")
+    out["fresh"] = [[e.offset, e.value[:5].decode()] for e in fresh.read(0)]
+    out["other_after"] = [e.offset for e in b.read(0)]
+    out["acked"] = sorted(acked)
+    return out
+
+
 def main() -> None:
     mode, folder = sys.argv[1:3]
     mount("-t", "tmpfs", "-o", f"size={SIZES.get(mode, '1m')}", "tmpfs", folder)
     config = {"backend": "file", "namespace": "shop", "options": {"path": folder + "/wal"}}
-    if mode == "recover":
+    if mode in ("recover", "midbatch"):
         try:
-            print(json.dumps(recover(folder, config)))
+            print(json.dumps(recover(folder, config) if mode == "recover" else midbatch(folder)))
         except Exception as exc:  # noqa: BLE001 - reported to the test, which fails on it
             print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
         return

@@ -50,6 +50,29 @@ def test_full_disk_is_typed_and_loses_no_acknowledged_step(tmp_path):
     assert out["problems"] == [] and out["tmp_files"] == []
 
 
+def test_enospc_in_the_middle_of_a_group_commit_is_never_acknowledged(tmp_path):
+    """This tests that group-committed appends that run out of space in the middle of
+    their write (a 1 MiB tmpfs filled but for 3 pages) fail with DiskFull, that the
+    partly written frames are cut off again (the segment ends where it did before them),
+    that another handle of the same log and a fresh one never read them, and that the
+    next append, once space is freed, gets the offset right after the acknowledged ones
+    rather than acknowledging the failed bytes."""
+    out = run("midbatch", tmp_path)
+    assert "error" not in out, out["error"]
+    assert out["failed"] >= 1 and all(e.startswith("DiskFull: namespace=shop log=region_0")
+                                       for e in out["errors"]), out["errors"]
+    acked = out["acked"]
+    assert acked == list(range(len(acked))), "acknowledged offsets are not dense"
+    assert out["other_high"] == len(acked) and out["other_read"] == acked
+    assert out["next"] == [len(acked)]
+    assert out["fresh"][:5] == [[i, f"ok-{i}"] for i in range(5)]
+    assert [o for o, _ in out["fresh"]] == [*acked, len(acked)]
+    assert out["fresh"][-1] == [len(acked), "after"]
+    assert out["other_after"] == [*acked, len(acked)]
+    if len(acked) == 5:  # nothing of the big appends fit: the segment is as it was
+        assert out["size_after"] == out["size_before"]
+
+
 def test_a_full_small_disk_is_freed_by_retention_and_clean_and_writing_resumes(tmp_path):
     """This tests that a WAL which filled a 6 MiB disk (a tenth of one 64 MiB segment)
     through the default options, steps first and then a reader's positions until the

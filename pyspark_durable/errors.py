@@ -67,6 +67,13 @@ class SchemaMismatch(DurableWalError, ValueError):
     """Rows do not match the schema the table was created with."""
 
 
+class UnreadableValue(SchemaMismatch):
+    """A value its readers could not give back: a null where the column's type allows
+    none (a variant's ``value``, a geometry's ``srid``), the rest of the value present.
+    Refused before it is written, naming the column path; a read that meets one (in a
+    WAL an older version wrote) names it the same way."""
+
+
 class RoutingError(DurableWalError, ValueError):
     """A region or table value is null, negative, out of range or conflicting."""
 

@@ -187,3 +187,76 @@ def test_avro_record_names_differ_for_every_pair_of_paths(names):
     records(avro_schema(schema))
     assert len(found) == len(set(found)) == 1 + 5 * len(names)  # row; per column 5
     codec_for("avro", schema)  # fastavro parses it: no redefined named type
+
+
+_VARIANT = pa.struct([pa.field("value", pa.binary()),
+                      pa.field("metadata", pa.binary(), metadata={b"variant": b"true"})])
+_GEOMETRY = pa.struct([pa.field("srid", pa.int32()), pa.field("wkb", pa.binary())])
+_NOT_NULL_X = pa.struct([pa.field("x", pa.int32(), nullable=False)])
+
+
+def _as_spark_writes(t: pa.DataType, rows: list) -> pa.StructArray:
+    """A struct array as Spark's Arrow writer makes it: a null row's fields null too
+    (pyarrow's builders would give them empty values instead)."""
+    fields = [pa.array([None if r is None else r[f.name] for r in rows], f.type) for f in t]
+    return pa.StructArray.from_arrays(fields, fields=list(t),
+                                      mask=pa.array([r is None for r in rows]))
+
+
+VARIANT_ROW = {"value": b"\x0c\x01", "metadata": b"\x01\x00\x00"}
+POINT = {"srid": 4326, "wkb": b"\x01\x01\x00\x00\x00"}
+NULLS = pa.table({
+    "v": _as_spark_writes(_VARIANT, [None, VARIANT_ROW, None]),
+    "g": _as_spark_writes(_GEOMETRY, [None, POINT, None]),
+    "v_items": pa.ListArray.from_arrays(
+        pa.array([0, 2, 2, 3], pa.int32()), _as_spark_writes(_VARIANT, [VARIANT_ROW, None, None]),
+        mask=pa.array([False, True, False])),
+    "g_values": pa.MapArray.from_arrays(
+        pa.array([0, 2, 2, 2], pa.int32()), pa.array(["a", "b"]),
+        _as_spark_writes(_GEOMETRY, [None, POINT])),
+    "v_field": pa.StructArray.from_arrays(
+        [_as_spark_writes(_VARIANT, [None, None, VARIANT_ROW])],
+        fields=[pa.field("v", _VARIANT)], mask=pa.array([True, False, False])),
+    "strict": pa.StructArray.from_arrays([pa.array([None, 7, None], pa.int32())],
+                                         fields=list(_NOT_NULL_X),
+                                         mask=pa.array([True, False, True])),
+    "voids": pa.array([[None, None], None, []], pa.list_(pa.null())),
+    "void_values": pa.array([[("k", None), ("n", None)], None, []],
+                            pa.map_(pa.string(), pa.null())),
+    "day": pa.array([None, dt.date(2024, 1, 1), None]),  # Avro casts to its plain numbers
+})
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "avro"])
+def test_payload_round_trips_nulls_at_every_level(fmt):
+    """This tests that both payload formats give back nulls as Spark's Arrow writer makes
+    them: a null variant or geometry (a null struct of null fields), nulls as an array's
+    elements and a map's values, a struct's null field, a null struct whose field is not
+    nullable, and arrays and maps of the null type (which pyarrow's cast breaks)."""
+    codec = codec_for(fmt, NULLS.schema)
+    back = pa.Table.from_batches(codec.decode(codec.encode(NULLS)))
+    back.validate(full=True)
+    assert back.equals(NULLS)
+    assert back.to_pylist() == NULLS.to_pylist()
+
+
+@pytest.mark.parametrize("column", [
+    pa.array([[None, None], None, [None]], pa.list_(pa.null())),
+    pa.array([[("k", None), ("n", None)], None, [("k", None)]], pa.map_(pa.string(), pa.null())),
+    pa.array([[{"x": None}, {"x": None}], [{"x": None}], None],
+             pa.list_(pa.struct([("x", pa.null())]))),
+    pa.array([{"l": [None, None]}, None, {"l": [None]}], pa.struct([("l", pa.list_(pa.null()))])),
+], ids=["list", "map", "list-of-struct", "struct-of-list"])
+def test_casts_hold_for_the_null_type_in_lists_and_maps(column):
+    """This tests that the codec's cast gives back a list or map holding the null type,
+    whole or sliced, where pyarrow's own cast makes an invalid array of it."""
+    from pyspark_durable.codec.casts import cast, cast_array
+
+    renamed = pa.schema([pa.field("c", column.type, metadata={b"k": b"v"})])
+    for part in (column, column.slice(1)):
+        got = cast_array(part, part.type)
+        got.validate(full=True)
+        assert got.to_pylist() == part.to_pylist()
+        table = cast(pa.table({"c": part}), renamed)
+        assert table.schema.equals(renamed, check_metadata=True)
+        assert table.column("c").to_pylist() == part.to_pylist()

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from pyspark_durable.codec.casts import cast
 from pyspark_durable.codec.keys import VALUE_PREFIX, encode_value
 from pyspark_durable.errors import ConfigError, DecodeError
 
@@ -270,7 +271,7 @@ class AvroCodec(PayloadCodec):
         out.write(_RAW_LEN.pack(batch.num_rows))
         types = [f.type for f in self._physical]
         names = self.schema.names
-        plain = batch if self._physical.equals(self.schema) else batch.cast(self._physical)
+        plain = cast(batch, self._physical)
         for row in plain.to_pylist():
             record = {n: _to_avro(row[n], ty) for n, ty in zip(names, types, strict=False)}
             self._fastavro.schemaless_writer(out, self._parsed, record)
@@ -290,9 +291,7 @@ class AvroCodec(PayloadCodec):
             raise DecodeError(f"payload is not Avro of the table's schema: {exc}") from exc
         if buf.tell() != len(buf.getbuffer()):
             raise DecodeError("avro payload has trailing bytes")
-        table = pa.Table.from_pylist(rows, schema=self._physical)
-        if not self._physical.equals(self.schema):
-            table = table.cast(self.schema)
+        table = cast(pa.Table.from_pylist(rows, schema=self._physical), self.schema)
         return table.to_batches() or [pa.RecordBatch.from_pylist([], schema=self.schema)]
 
 

@@ -30,13 +30,24 @@ Two things change on purpose, the same on every path:
 
 A type that cannot round-trip through a Python data source in pyspark 4.3 is refused
 when the write is planned, before anything is written, naming its column path.
+
+Nulls: Spark's Arrow form of a variant is ``struct<value: binary not null, metadata:
+binary not null>``, of a geometry or geography ``struct<srid: int32 not null, wkb:
+binary not null>``. Spark writes a null one as a null struct whose fields are null too,
+which pyarrow will not cast to those non-null fields. A read gives such fields, under a
+null, their type's empty value (:func:`readable`; the value stays null), so every null
+Spark wrote reads back, in WALs older versions wrote too. A null in such a field of a
+value that is itself present could not be read back at all: the writer refuses it
+(:func:`check_readable`), a :class:`UnreadableValue` naming the column path.
 """
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.errors import PySparkException
 from pyspark.sql.pandas.types import (
     from_arrow_schema,
@@ -56,7 +67,8 @@ from pyspark.sql.types import (
     _parse_datatype_json_string,
 )
 
-from pyspark_durable.errors import DecodeError, SchemaMismatch
+from pyspark_durable.codec.casts import cast, offsets_from_zero
+from pyspark_durable.errors import DecodeError, SchemaMismatch, UnreadableValue
 
 TYPE_KEY = b"durablewal::spark_type"  # a leaf type pyspark's Arrow conversion narrows
 PLAN_KEYS = frozenset({"spark.watermarkDelayMs"})  # Spark's EventTimeWatermark.delayKey
@@ -237,6 +249,108 @@ def read_schema(stored: pa.Schema) -> pa.Schema:
     return to_arrow_schema(spark_schema(stored), timezone="UTC")
 
 
+def readable(batch: pa.RecordBatch, schema: pa.Schema, **where: Any) -> pa.RecordBatch:
+    """``batch`` cast to ``schema``, a reader's: the fields ``schema`` says are never null
+    given their type's empty value under a null (see the module's note on nulls); a
+    null in one of them under a value that is present is :class:`UnreadableValue`."""
+    old = batch.columns
+    new = [_settled(c, f, None, f.name, True, where) for c, f in zip(old, schema, strict=True)]
+    out = batch if all(a is b for a, b in zip(old, new, strict=True)) else \
+        pa.RecordBatch.from_arrays(new, names=schema.names)
+    return cast(out, schema)
+
+
+def check_readable(batch: pa.RecordBatch, schema: pa.Schema, **where: Any) -> None:
+    """Refuse, before it is written, a row of ``batch`` that a reader of ``schema``
+    could not give back (:class:`UnreadableValue` naming the column path)."""
+    for column, f in zip(batch.columns, schema, strict=True):
+        _settled(column, f, None, f.name, False, where)
+
+
+def _settled(arr: pa.Array, f: pa.Field, live: pa.Array | None, path: str, fill: bool,
+             where: dict[str, Any]) -> pa.Array:
+    """``arr``, the values of field ``f``; ``live``: where every struct around them is
+    present (None: everywhere). Their nulls must be where ``f`` allows them or off
+    ``live``, and with ``fill`` the latter become ``f``'s empty value. An element or a
+    map entry is judged on its own: Arrow gives a null list or map no elements."""
+    arr = _settled_within(arr, f.type, live, path, fill, where)
+    if f.nullable or not arr.null_count:
+        return arr
+    nulls = arr.is_null() if live is None else pc.and_(arr.is_null(), live)
+    if nulls.true_count:
+        raise UnreadableValue(
+            f"column {path!r} holds {nulls.true_count} null(s) inside values that are not "
+            f"null, where its type ({f.type}) allows none: no reader could give those "
+            "values back; write each such value whole, or as null", **where)
+    return arr.fill_null(pa.scalar(_empty(arr.type), arr.type)) if fill else arr
+
+
+def _settled_within(arr: pa.Array, target: pa.DataType, live: pa.Array | None, path: str,
+                    fill: bool, where: dict[str, Any]) -> pa.Array:
+    """``arr`` with the fields inside it settled (:func:`_settled`); itself when nothing
+    in ``target`` is non-null, or nothing changed."""
+    t = pa.types
+    if not _has_required(target):
+        return arr
+    if t.is_struct(arr.type) and t.is_struct(target) and arr.type.names == target.names:
+        present = arr.is_valid() if live is None else pc.and_(live, arr.is_valid())
+        old = [arr.field(i) for i in range(arr.type.num_fields)]
+        new = [_settled(c, tf, present, f"{path}.{tf.name}", fill, where)
+               for c, tf in zip(old, target, strict=True)]
+        if all(a is b for a, b in zip(old, new, strict=True)):
+            return arr
+        return pa.StructArray.from_arrays(new, fields=list(arr.type), mask=arr.is_null())
+    lists = (t.is_list(arr.type) or t.is_large_list(arr.type)) and (
+        t.is_list(target) or t.is_large_list(target))
+    if not (lists or (t.is_map(arr.type) and t.is_map(target))):
+        return arr
+    offsets, start, size = offsets_from_zero(arr)
+    if lists:
+        values = arr.values.slice(start, size)
+        got = _settled(values, target.value_field, None, f"{path}.element", fill, where)
+        return arr if got is values else type(arr).from_arrays(
+            offsets, got, type=arr.type, mask=arr.is_null())
+    keys, items = arr.keys.slice(start, size), arr.items.slice(start, size)
+    got_keys = _settled(keys, target.key_field, None, f"{path}.key", fill, where)
+    got_items = _settled(items, target.item_field, None, f"{path}.value", fill, where)
+    return arr if got_keys is keys and got_items is items else pa.MapArray.from_arrays(
+        offsets, got_keys, got_items, type=arr.type, mask=arr.is_null())
+
+
+def _has_required(t: pa.DataType) -> bool:
+    """Whether a field inside ``t`` (a struct's, a list's element, a map's key or value)
+    allows no null."""
+    if pa.types.is_struct(t):
+        inner = list(t)
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        inner = [t.value_field]
+    elif pa.types.is_map(t):
+        inner = [t.key_field, t.item_field]
+    else:
+        return False
+    return any(not f.nullable or _has_required(f.type) for f in inner)
+
+
+def _empty(t: pa.DataType) -> Any:
+    """The empty value of ``t`` (zero, empty bytes, no elements): what Arrow's own builders
+    put under a null."""
+    if pa.types.is_struct(t):
+        return {f.name: _empty(f.type) for f in t}
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+        return []
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return b""
+    if pa.types.is_fixed_size_binary(t):
+        return bytes(t.byte_width)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return ""
+    if pa.types.is_boolean(t):
+        return False
+    if pa.types.is_decimal(t):
+        return Decimal(0)
+    return 0  # numbers, dates, times, timestamps, durations: their integer 0
+
+
 def spark_type_name(f: pa.Field) -> str:
     """A stored column's type as a Spark user knows it (``bigint``, not ``int64``;
     ``string collate UTF8_LCASE``, ``variant``)."""
@@ -246,6 +360,6 @@ def spark_type_name(f: pa.Field) -> str:
         return str(f.type)
 
 
-__all__ = ["PLAN_KEYS", "REFUSED", "TYPE_KEY", "arrow_schema", "check_writable", "metadata_key",
-           "normalize_schema", "nullable", "read_schema", "refused_column", "relax", "spark_schema",
-           "spark_type_name"]
+__all__ = ["PLAN_KEYS", "REFUSED", "TYPE_KEY", "arrow_schema", "check_readable", "check_writable",
+           "metadata_key", "normalize_schema", "nullable", "read_schema", "readable",
+           "refused_column", "relax", "spark_schema", "spark_type_name"]

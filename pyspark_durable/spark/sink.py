@@ -26,8 +26,10 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from pyspark_durable.codec.casts import cast
 from pyspark_durable.codec.keys import U64_MAX
 from pyspark_durable.errors import ConfigError, DurableWalError, RoutingError
+from pyspark_durable.spark.arrow_types import check_readable, read_schema
 from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.session_cache import namespace_for
 from pyspark_durable.wal import AttemptReceipt, Cleaner, RetentionPolicy
@@ -60,9 +62,7 @@ def _task_identity() -> tuple[str | None, int | None, str]:
 def _stored(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """``batch`` as the writer's stored schema (``arrow_types.arrow_schema``): Spark's
     batches lack its collations and other metadata, and carry the session's zone."""
-    if batch.schema.equals(schema, check_metadata=True):
-        return batch
-    return batch.cast(schema)
+    return cast(batch, schema)
 
 
 def _route_values(batch: pa.RecordBatch, column: str, kind: str) -> pa.Array:
@@ -108,10 +108,13 @@ def write_batches(opts: WalOptions, batches: Iterator[pa.RecordBatch], writer_id
     ns = namespace_for(opts)
     attempt = ns.begin(writer_id, writer_step, attempt_id)
     drop = [c for c in (opts.region_column, opts.table_column) if c]
+    readers = read_schema(schema)  # what a reader's rows look like: values must fit it
     for batch in batches:
         if batch.num_rows == 0:
             continue
         batch = _stored(batch, schema)
+        check_readable(batch, readers, namespace=opts.namespace,
+                       table=None if opts.table_column else opts.table)
         if opts.event_time_column:
             span = event_time_of(batch, opts.event_time_column)
             if span is not None:

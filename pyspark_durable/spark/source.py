@@ -43,6 +43,7 @@ from pyspark_durable.errors import (
     StepExpired,
     StepNotCommitted,
 )
+from pyspark_durable.spark.arrow_types import readable
 from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.partitions import SPLIT_MIN_ROWS, WalPartition, split_region
 from pyspark_durable.spark.pushdown import Pruning, push
@@ -137,8 +138,8 @@ class ReadPlan:
                 first_row += n
                 out = pa.RecordBatch.from_arrays(
                     cols, names=self.arrow_schema.names)
-                yield out if out.schema.equals(self.arrow_schema) else \
-                    out.cast(self.arrow_schema)
+                yield readable(out, self.arrow_schema, namespace=ns.name,
+                               region=partition.region_id, table=name, step=sb.step)
 
 
 # The functions below read ``ns`` as of its last refresh: their callers got it from

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from pyspark_durable.codec.casts import cast_array
 from pyspark_durable.errors import SchemaMismatch
 
 _INT_ORDER = (pa.int8(), pa.int16(), pa.int32(), pa.int64())
@@ -106,7 +106,7 @@ def conform(data: pa.Table | pa.RecordBatch, target: pa.Schema) -> pa.Table | pa
             continue
         col = data.column(i)
         columns.append(col if col.type.equals(f.type, check_metadata=True)
-                       else pc.cast(col, f.type))
+                       else cast_array(col, f.type))
     if isinstance(data, pa.RecordBatch):
         return pa.RecordBatch.from_arrays(columns, schema=target)
     return pa.Table.from_arrays(columns, schema=target)

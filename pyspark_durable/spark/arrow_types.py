@@ -16,7 +16,7 @@ Spark's JSON parser (``StructType.fromJson``, which reads the collations back in
 the string types) and those names. The writer checks the round trip before it writes:
 whatever would not come back the same is refused, naming the column.
 
-Two things change on purpose, the same on every path:
+Three things change on purpose, the same on every path:
 
 * nullability: every column and nested field is stored and read nullable. A table
   outlives the query plan that marked a column non-null: rows of older schema

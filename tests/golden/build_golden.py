@@ -6,13 +6,16 @@ Run with that commit's package first on the path, never this worktree's::
     PYTHONPATH=/tmp/golden-build-SHA python tests/golden/build_golden.py OUT SHA
 
 It uses only calls every release since the WAL layer has (``Namespace``, ``begin``,
-``Attempt.write``/``commit``, ``expire``, ``commit_reader`` where it exists, ``Cleaner``,
-``read_steps``), so one script writes every golden. ``OUT/manifest.json`` records what
-the old code itself read back after its clean: the test compares today's read to it.
+``Attempt.write``/``commit``, ``expire``, ``Cleaner``, ``read_steps``), plus, where the
+release has them, ``commit_reader``, tables spanning regions (each step then writes both
+tables in both regions: four runs, stored compactly from commit 2f1ab25 on) and
+``define_tables`` (both tables in one ``tables`` record). ``OUT/manifest.json`` records
+what the old code itself read back after its clean: the test compares today's read to it.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -31,9 +34,9 @@ READER = ("reader-1", 3)
 COLUMNS = ("id", "v", "_region", "_sequence", "_step")  # compared; other metadata differs
 
 
-def rows(table: str, step: int) -> pa.Table:
-    return pa.table({"id": pa.array([step * 10 + i for i in range(2)], pa.int64()),
-                     "v": pa.array([f"{table}{step}-{i}" for i in range(2)])})
+def rows(table: str, step: int, region: int) -> pa.Table:
+    return pa.table({"id": pa.array([step * 10 + region * 5 + i for i in range(2)], pa.int64()),
+                     "v": pa.array([f"{table}{step}-{region}-{i}" for i in range(2)])})
 
 
 def read_back(ns: Namespace) -> dict[str, list[dict]]:
@@ -51,10 +54,15 @@ def main(out: Path, commit: str) -> None:
     # small segments, so a clean deletes whole segments and moves low watermarks
     store = open_store("file", NAMESPACE, path=str(root), segment_size_bytes=1024)
     ns = Namespace(store)
+    # tables span regions from commit a167257 on (mark_deleted takes a region since)
+    span = "region_id" in inspect.signature(Namespace.mark_deleted).parameters
+    places = [("a", 0), ("b", 1)] + ([("a", 1), ("b", 0)] if span else [])
+    if hasattr(Namespace, "define_tables"):
+        ns.define_tables([(t, rows(t, 0, 0).schema) for t in ("a", "b")])
     for step in range(STEPS):
         attempt = ns.begin("writer-1", step)
-        attempt.write("a", rows("a", step), region_id=0)
-        attempt.write("b", rows("b", step), region_id=1)
+        for table, region in places:
+            attempt.write(table, rows(table, step, region), region_id=region)
         attempt.commit()
     if hasattr(ns, "commit_reader"):
         ns.commit_reader(*READER)

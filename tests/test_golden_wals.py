@@ -153,3 +153,22 @@ def test_older_and_damaged_marks_are_told_apart(tmp_path):
     assert read_acked(tmp_path, notes.append) == (7, 80, True) and not notes
     write_acked(tmp_path, 8, 90)
     assert read_acked(tmp_path, notes.append) == (8, 90, True) and not notes
+
+
+def test_a_kafka_snapshot_of_a_release_before_versions_is_listed_as_version_0():
+    """This tests that the Kafka store lists the unversioned ``snapshot/wal`` key of a
+    release before commit ee5e358 as version 0 (below every versioned one), reads it, and
+    tombstones it when version 0 is deleted (on the store's registry, without a broker:
+    the registry is what a broker would hold)."""
+    from pyspark_durable.log.kafka_store import KafkaLogStore
+
+    registry: dict[bytes, bytes | None] = {b"snapshot/wal": b"old", b"log/commits": b""}
+    store = object.__new__(KafkaLogStore)
+    store._registry_view = lambda: registry  # type: ignore[method-assign]
+    store._put_registry = registry.__setitem__  # type: ignore[method-assign]
+    assert store.snapshot_versions("wal") == [0]
+    assert store.read_snapshot_version("wal", 0) == b"old"
+    registry[b"snapshot/wal/%020d" % 7] = b"new"
+    assert store.snapshot_versions("wal") == [0, 7] and store.read_snapshot("wal") == (7, b"new")
+    store.delete_snapshot("wal", 0)
+    assert registry[b"snapshot/wal"] is None and store.snapshot_versions("wal") == [7]

@@ -13,6 +13,7 @@ from typing import Any
 from pyspark_durable.errors import ConfigError, DiskFull, LogNotFound
 from pyspark_durable.log.base import (
     REGION_PREFIX,
+    UNVERSIONED,
     Log,
     LogStore,
     Reserve,
@@ -36,7 +37,6 @@ from pyspark_durable.log.file.log import FileLog
 log = logging.getLogger(__package__)
 
 SNAPSHOTS = "snapshots"
-UNVERSIONED = 0  # the version an unversioned snapshot file (before commit ee5e358) is listed as
 NAMED_SEGMENT_BYTES = 4 << 20  # segments of logs that are not regions (an open scans one)
 RESERVE_FILE = "cleaner.reserve"  # the "." keeps it apart from every log name
 

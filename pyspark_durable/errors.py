@@ -41,7 +41,26 @@ class DecodeError(DurableWalError):
 
 
 class InvalidVersion(DecodeError):
-    """A key or value carries a format version this code does not know."""
+    """A key, value, snapshot or commits-log field carries a format version this code
+    does not know."""
+
+
+class NewerVersion(InvalidVersion):
+    """Bytes in a format version newer than any this release reads: a newer release wrote
+    them. Refused, never guessed at or skipped as damage (an older snapshot or a replay
+    around it would silently drop what the newer release recorded); upgrade the reader.
+    ``element`` names the format, ``found`` the version met, ``newest`` the newest read."""
+
+    def __init__(self, element: str, found: int | str, newest: int | str,
+                 **where: Any) -> None:
+        self.element, self.found, self.newest = element, found, newest
+        super().__init__(f"{element} version {found} is newer than this release reads "
+                         f"(newest: {newest}); it was written by a newer pyspark_durable",
+                         **where)
+
+    def located(self, **where: Any) -> NewerVersion:
+        """The same refusal with coordinates the raiser did not know (a record's offset)."""
+        return NewerVersion(self.element, self.found, self.newest, **{**where, **self.where})
 
 
 class CorruptEntryError(DecodeError):

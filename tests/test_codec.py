@@ -16,7 +16,7 @@ from pyspark_durable.codec import (
     decode_value,
     encode_value,
 )
-from pyspark_durable.errors import ConfigError, DecodeError, InvalidVersion
+from pyspark_durable.errors import ConfigError, DecodeError, InvalidVersion, NewerVersion
 
 
 def test_key_layout_is_big_endian_fixed_width():
@@ -49,8 +49,11 @@ def test_short_or_long_keys_are_typed_errors(data, message):
 def test_key_version_namespace_and_region_are_checked():
     """This tests that decode names the expected and found version, namespace and region."""
     good = EntryKey(1, 3, 5, 8).encode()
-    with pytest.raises(InvalidVersion, match=r"region=3 offset=9: key version: expected 0, given 1"):
+    with pytest.raises(NewerVersion, match=r"region=3 offset=9: key version 1 is newer than "
+                       r"this release reads \(newest: 0\)") as info:
         decode_key(good[:-1] + b"\x01", expect_region_id=3, offset=9)
+    assert (info.value.element, info.value.found, info.value.newest) == ("key", 1, 0)
+    assert isinstance(info.value, InvalidVersion)  # and a DecodeError, as before
     with pytest.raises(DecodeError, match="belongs to namespace id 1, expected 2"):
         decode_key(good, expect_namespace_id=2)
     with pytest.raises(DecodeError, match=r"region=4 offset=7: key belongs to region 3, expected 4"):
@@ -68,7 +71,8 @@ def test_key_fields_must_fit():
 def test_value_version():
     """This tests that values carry a version byte that decode checks."""
     assert bytes(decode_value(encode_value(b"abc"))) == b"abc"
-    with pytest.raises(InvalidVersion, match="region=2 offset=5: value version: expected 0, given 9"):
+    with pytest.raises(NewerVersion, match=r"region=2 offset=5: value version 9 is newer than "
+                       r"this release reads \(newest: 0\)"):
         decode_value(b"\x09abc", region_id=2, offset=5)
     with pytest.raises(DecodeError, match="value is empty"):
         decode_value(b"")

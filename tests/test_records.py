@@ -172,7 +172,9 @@ def test_a_1000_table_step_record_is_compact():
 @pytest.mark.parametrize(("runs", "message"), [
     ("AQ==", r"compact runs of 1 bytes, shorter than their 2-byte head"),
     (base64.b64encode(b"\x02\x00" + base64.b64decode(COMPACT)[2:]).decode(),
-     r"compact runs of format 2, expected 1"),
+     r"compact runs format version 2 is newer than this release reads \(newest: 1\)"),
+    (base64.b64encode(b"\x00\x00" + base64.b64decode(COMPACT)[2:]).decode(),
+     r"compact runs of format 0, expected 1"),
     (base64.b64encode(b"\x01\x02" + base64.b64decode(COMPACT)[2:]).decode(),
      r"unknown flags 0x02"),
     (base64.b64encode(b"\x01\x01not deflated").decode(), r"do not inflate"),
@@ -185,7 +187,8 @@ def test_a_1000_table_step_record_is_compact():
     ("AQ!!", r"Non-base64|Incorrect padding|Only base64"),
 ])
 def test_damaged_compact_runs_are_decode_errors(runs, message):
-    """This tests that compact runs that are cut, of another format, with unknown flags,
+    """This tests that compact runs that are cut, of another format (a newer one is the
+    DecodeError NewerVersion), with unknown flags,
     not inflating, with digests missing or extra, referring to a table not listed, or not
     base64, are a DecodeError naming the offset, never wrong runs."""
     stored = {"k": "step", "w": "w", "ws": 0, "att": ["a"], "ts": 1, "runs": runs}

@@ -14,7 +14,10 @@ Value::
     +-------------+----------------------------------------------+
 
 Decoding checks the version first, then the namespace and region the caller
-expects, and names what it expected, what it found and where (region, offset).
+expects, and names what it expected, what it found and where (region, offset). Every
+version an earlier release wrote is read (``KEY_VERSIONS_READ``, ``VALUE_VERSIONS_READ``:
+only 0 so far); a newer one is :class:`NewerVersion`, so the first format change makes a
+release refuse its successor's WAL by name, not its predecessor's.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from pyspark_durable.errors import DecodeError, InvalidVersion
+from pyspark_durable.errors import DecodeError, InvalidVersion, NewerVersion
 
-KEY_VERSION = 0
+KEY_VERSION = 0  # written
 VALUE_VERSION = 0
+KEY_VERSIONS_READ = frozenset({0})  # every version a release of this project wrote
+VALUE_VERSIONS_READ = frozenset({0})
 U64_MAX = (1 << 64) - 1
 
 _KEY = struct.Struct(">BQQQB")
@@ -69,8 +74,8 @@ def decode_key(
         size = None if data is None else len(data)
         raise DecodeError(f"key must be {KEY_SIZE} bytes, found {size}", **where)
     namespace_id, region_id, table_id, sequence_num, version = _KEY.unpack(data)
-    if version != KEY_VERSION:
-        raise InvalidVersion(f"key version: expected {KEY_VERSION}, given {version}", **where)
+    if version not in KEY_VERSIONS_READ:
+        raise _unknown("key", version, KEY_VERSIONS_READ, where)
     if expect_namespace_id is not None and namespace_id != expect_namespace_id:
         raise DecodeError(
             f"key belongs to namespace id {namespace_id}, expected {expect_namespace_id}", **where
@@ -96,10 +101,16 @@ def decode_value(
     """Return the payload of a value after checking its version byte (zero copy)."""
     if not data:
         raise DecodeError("value is empty, expected a version byte", region=region_id, offset=offset)
-    if data[0] != VALUE_VERSION:
-        raise InvalidVersion(
-            f"value version: expected {VALUE_VERSION}, given {data[0]}",
-            region=region_id,
-            offset=offset,
-        )
+    if data[0] not in VALUE_VERSIONS_READ:
+        raise _unknown("value", data[0], VALUE_VERSIONS_READ,
+                       {"region": region_id, "offset": offset})
     return memoryview(data)[1:]
+
+
+def _unknown(element: str, found: int, read: frozenset[int],
+             where: dict[str, int | None]) -> InvalidVersion:
+    """Newer than every version read: a newer release wrote it; else never written."""
+    if found > max(read):
+        return NewerVersion(element, found, max(read), **where)
+    return InvalidVersion(f"{element} version: expected one of {sorted(read)}, given {found}",
+                          **where)

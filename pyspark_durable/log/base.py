@@ -63,6 +63,11 @@ def is_decimal(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+# the version a store lists a snapshot under that a release before commit ee5e358 kept
+# unversioned (one file ``snapshots/{name}``, one key ``snapshot/{name}``): below any other
+UNVERSIONED = 0
+
+
 def check_version(version: int) -> int:
     """Snapshot versions are u64 integers (the WAL uses commits-log offsets)."""
     if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version < 1 << 64:

@@ -17,7 +17,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyspark_durable.errors import ConfigError, LogNotFound
-from pyspark_durable.log.base import NAME_RE, Log, LogStore, Record, check_name, check_version
+from pyspark_durable.log.base import (
+    NAME_RE,
+    UNVERSIONED,
+    Log,
+    LogStore,
+    Record,
+    check_name,
+    check_version,
+)
 from pyspark_durable.log.kafka import (
     LOG_TOPIC_CONFIG,
     SNAPSHOTS,
@@ -211,18 +219,31 @@ class KafkaLogStore(LogStore):
         self._put_registry(self._snapshot_key(name, version), bytes(data))
 
     def snapshot_versions(self, name: str) -> list[int]:
+        """The stored versions; a release before commit ee5e358 kept one unversioned key,
+        ``snapshot/{name}``, listed as version 0 so that any versioned one is newer."""
         prefix = f"snapshot/{check_name('snapshot', name)}/".encode()
-        return sorted(int(k[len(prefix):]) for k, v in self._registry_view().items()
-                      if k.startswith(prefix) and k[len(prefix):].isdigit() and v)
+        view = self._registry_view()
+        versions = {int(k[len(prefix):]) for k, v in view.items()
+                    if k.startswith(prefix) and k[len(prefix):].isdigit() and v}
+        if view.get(prefix[:-1]):
+            versions.add(UNVERSIONED)
+        return sorted(versions)
 
     def read_snapshot_version(self, name: str, version: int) -> bytes | None:
-        return self._registry_view().get(self._snapshot_key(name, version)) or None
+        view = self._registry_view()
+        return next((view[k] for k in self._snapshot_keys(name, version) if view.get(k)), None)
 
     def delete_snapshot(self, name: str, version: int) -> None:
-        if self._registry_view().get(self._snapshot_key(name, version)):
-            # a tombstone: compaction removes the version, then (delete.retention.ms
-            # later) the tombstone itself; reads take it as empty, i.e. deleted
-            self._put_registry(self._snapshot_key(name, version), None)
+        for key in self._snapshot_keys(name, version):
+            if self._registry_view().get(key):
+                # a tombstone: compaction removes the version, then (delete.retention.ms
+                # later) the tombstone itself; reads take it as empty, i.e. deleted
+                self._put_registry(key, None)
+
+    def _snapshot_keys(self, name: str, version: int) -> list[bytes]:
+        """The keys of one version: version 0 may be an older release's unversioned one."""
+        key = self._snapshot_key(name, version)
+        return [key, f"snapshot/{name}".encode()] if version == UNVERSIONED else [key]
 
     def logical_low(self, name: str) -> int:
         value = self._registry_view().get(b"lowwater/" + name.encode())

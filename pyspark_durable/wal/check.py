@@ -319,7 +319,9 @@ class Checker:
 
     def _check_region(self, state: NamespaceState | None, region_id: int, region: Log, low: int,
                       high: int, runs: list[_RunCheck], task: Any) -> None:
-        bound = None if state is None else state.clean_bounds.get(region_id, 0)
+        # a release before `clean` records deleted without recording: nothing to compare
+        bound = None if state is None or state.bounds_unrecorded else \
+            state.clean_bounds.get(region_id, 0)
         if bound is not None and low > bound:
             self.problem(f"the region was cleaned below {low}, above the bound {bound} the "
                          "commit log recorded: a cleaner deleted without recording first",

@@ -57,7 +57,7 @@ from typing import Any, ClassVar, TypeVar
 
 import pyarrow as pa
 
-from pyspark_durable.errors import DecodeError
+from pyspark_durable.errors import DecodeError, NewerVersion
 from pyspark_durable.wal.runs import Run, decode_runs, encode_runs
 from pyspark_durable.wal.runs import entry_digest as entry_digest  # bench/profile_file_path.py
 
@@ -447,7 +447,8 @@ def decode_record(data: bytes, *, namespace: str,
     """A stored record as its kind's class, with the incarnation it was tagged with.
 
     An unknown kind, or a record missing a field of its kind, is a :class:`DecodeError`
-    naming the offset.
+    naming the offset; a field in a newer release's format (compact runs) is
+    :class:`NewerVersion`.
     """
     d = decode_meta(data, namespace=namespace, offset=offset)
     kind = d["k"]
@@ -457,6 +458,8 @@ def decode_record(data: bytes, *, namespace: str,
                           namespace=namespace, log="commits", offset=offset)
     try:
         return cls.from_json(d), d.get("i")
+    except NewerVersion as exc:  # a newer release's record: refused, named where it is
+        raise exc.located(namespace=namespace, log="commits", offset=offset) from None
     except (KeyError, TypeError, ValueError) as exc:
         raise DecodeError(f"commit-log {kind} record is malformed: {exc!r}",
                           namespace=namespace, log="commits", offset=offset) from exc

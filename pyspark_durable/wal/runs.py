@@ -16,6 +16,8 @@ from typing import Any
 
 import xxhash
 
+from pyspark_durable.errors import NewerVersion
+
 
 @dataclass(frozen=True, slots=True)
 class Run:
@@ -156,6 +158,8 @@ def _read_column(view: memoryview, pos: int, count: int) -> tuple[array, int]:
 def _unpack_runs(data: bytes) -> tuple[Run, ...]:
     if len(data) < 2:
         raise ValueError(f"compact runs of {len(data)} bytes, shorter than their 2-byte head")
+    if data[0] > RUNS_FORMAT:  # a newer release's: refused by name (decode_record locates it)
+        raise NewerVersion("compact runs format", data[0], RUNS_FORMAT)
     if data[0] != RUNS_FORMAT:
         raise ValueError(f"compact runs of format {data[0]}, expected {RUNS_FORMAT}")
     flags, body = data[1], data[2:]

@@ -2,18 +2,25 @@
 
 The payload (the state, format ``SNAPSHOT_VERSION`` of :mod:`.state`) is documented in
 docs/record-format.md; this envelope makes every byte of it checked before it is read.
+
+Releases before the envelope (formats 1 and 2, up to commit 5cfc928) stored the JSON
+payload bare: it is still read, unchecked as it was written. A magic ``DWS`` with a
+higher digit whose length and CRC hold is a newer release's envelope:
+:class:`NewerVersion`, not damage (with a bad CRC it is a flipped bit, and damage).
 """
 
 from __future__ import annotations
 
+import json
 import struct
 import zlib
 
-from pyspark_durable.errors import CorruptEntryError
+from pyspark_durable.errors import CorruptEntryError, NewerVersion
 
 SNAPSHOT_NAME = "wal"
 SNAPSHOT_HEAD = struct.Struct(">4sII")  # magic | crc32 of the payload | payload length
 SNAPSHOT_MAGIC = b"DWS2"
+BARE_FORMATS = (1, 2)  # payload formats stored without the envelope (before commit 426c954)
 
 
 def seal_snapshot(payload: bytes) -> bytes:
@@ -27,9 +34,13 @@ def open_snapshot(raw: bytes, namespace: str, version: int | None) -> bytes:
     if len(raw) < SNAPSHOT_HEAD.size:
         raise CorruptEntryError(f"snapshot is {len(raw)} bytes, shorter than its header",
                                 **where)
+    if raw[:1] == b"{":
+        return _bare_payload(raw, where)
     magic, crc, length = SNAPSHOT_HEAD.unpack_from(raw)
     payload = raw[SNAPSHOT_HEAD.size:]
-    if magic != SNAPSHOT_MAGIC:
+    # a newer release's envelope, if its header is ours and holds (else a flipped bit)
+    newer = magic[:3] == SNAPSHOT_MAGIC[:3] and magic[3:].isdigit() and magic > SNAPSHOT_MAGIC
+    if magic != SNAPSHOT_MAGIC and not newer:
         raise CorruptEntryError(f"snapshot starts with {magic!r}, expected {SNAPSHOT_MAGIC!r} "
                                 "(bytes 0-3)", **where)
     if length != len(payload):
@@ -40,4 +51,20 @@ def open_snapshot(raw: bytes, namespace: str, version: int | None) -> bytes:
         raise CorruptEntryError(f"snapshot payload fails its CRC (stored {crc:08x}, computed "
                                 f"{zlib.crc32(payload):08x}; bytes 4-7 or 12-{len(raw) - 1})",
                                 **where)
+    if newer:
+        raise NewerVersion("snapshot envelope", magic.decode(), SNAPSHOT_MAGIC.decode(), **where)
     return payload
+
+
+def _bare_payload(raw: bytes, where: dict[str, object]) -> bytes:
+    """A snapshot an older release stored without the envelope: only formats 1 and 2 were,
+    so anything else starting with ``{`` is damage (a later snapshot always has one)."""
+    try:
+        found = json.loads(raw).get("v")
+    except (ValueError, AttributeError) as exc:
+        raise CorruptEntryError(f"snapshot without an envelope is not a JSON object: {exc}",
+                                **where) from None
+    if found not in BARE_FORMATS:
+        raise CorruptEntryError(f"snapshot without an envelope says format {found!r}; only "
+                                f"formats {BARE_FORMATS} were stored without one", **where)
+    return raw

@@ -31,6 +31,7 @@ from pyspark_durable.errors import (
     CorruptEntryError,
     DecodeError,
     IncarnationMismatch,
+    NewerVersion,
     OffsetOutOfRange,
 )
 from pyspark_durable.log import Log, LogStore
@@ -90,6 +91,9 @@ class NamespaceState:
     readers: dict[str, ReaderPosition] = field(default_factory=dict)
     retention: dict[str, Any] = field(default_factory=dict)
     incarnation: str | None = None  # made when the namespace is created
+    # recovered from a format 1 snapshot: that release cleaned regions without recording
+    # bounds (no `clean` records existed), until the next cleaner pass records them
+    bounds_unrecorded: bool = False
 
     @property
     def pairs(self) -> dict[tuple[str, int], int]:
@@ -153,6 +157,8 @@ class NamespaceState:
             return None
         try:
             return cls.from_snapshot(store.namespace, raw, version)
+        except NewerVersion:
+            raise  # a newer release's state: an older copy would drop what it recorded
         except DecodeError as exc:
             damage.append(str(exc))
             return None
@@ -266,6 +272,7 @@ class NamespaceState:
             self.marks[key] = max(self.marks.get(key, 0), r.sequence)
 
     def _apply_clean(self, r: CleanRecord, offset: int) -> None:
+        self.bounds_unrecorded = False  # a pass records a bound for every region it cleans
         for region_id, bound in r.bounds.items():
             self.clean_bounds[region_id] = max(self.clean_bounds.get(region_id, 0), bound)
         self.last_clean_ms = max(self.last_clean_ms, r.timestamp_ms)
@@ -382,12 +389,19 @@ class NamespaceState:
     def from_snapshot(cls, namespace: str, raw: bytes, version: int | None = None) -> NamespaceState:
         """Decode a snapshot; damage is a :class:`CorruptEntryError` naming its version.
 
-        Format 3 (as of the first needed step, without chunks) still loads: replay after
-        it rebuilds the steps it did not cover, as before.
+        Every older format loads: 3 (as of the first needed step, without chunks), whose
+        replay rebuilds the steps it did not cover, as before; 2 and 1 upgraded to 3. A
+        newer one is :class:`NewerVersion` naming both formats.
         """
         payload = open_snapshot(raw, namespace, version)
         try:
             doc = json.loads(payload)
+            found = doc.get("v")
+            if isinstance(found, int) and found > SNAPSHOT_VERSION:
+                raise NewerVersion("snapshot format", found, SNAPSHOT_VERSION,
+                                   namespace=namespace, snapshot=SNAPSHOT_NAME, version=version)
+            if found == 1:
+                doc = _upgrade_v1(doc)
             if doc.get("v") == 2:
                 doc = _upgrade_v2(doc)
             if doc.get("v") not in (3, SNAPSHOT_VERSION):
@@ -395,7 +409,7 @@ class NamespaceState:
                                   f"given {doc.get('v')}", namespace=namespace,
                                   snapshot=SNAPSHOT_NAME, version=version)
             state = cls(namespace, namespace_id=doc["namespace_id"],
-                        incarnation=doc["incarnation"])
+                        incarnation=doc.get("incarnation"))  # none before commit 5f93c14
             state.tables = {t["id"]: TableInfo.from_json(t) for t in doc["tables"]}
             state.next_step = doc["next_step"]
             chunks = [Chunk.from_json(c) for c in doc.get("index", [])]
@@ -409,16 +423,23 @@ class NamespaceState:
             state.next_sequences = {(r, t): n for r, t, n in doc["next_sequences"]}
             state.marks = {(r, t): n for r, t, n in doc["marks"]}
             state.dedup = Dedup.from_json(doc["dedup"]) if "dedup" in doc else \
-                Dedup.from_pairs(doc["pairs"], doc["writer_last"])
+                Dedup.from_pairs(doc["pairs"], doc.get("writer_last", {}))
             state.next_offset = state.snapshot_offset = doc["at"]
             state.clean_bounds = {int(k): v for k, v in doc["bounds"].items()}
             state.last_clean_ms = doc["last_clean_ms"]
             state.readers = {r: ReaderPosition(n, bool(h)) for r, (n, h) in doc["readers"].items()}
             state.retention = dict(doc["retention"])
+            state.bounds_unrecorded = found == 1
             return state
         except (ValueError, KeyError, TypeError) as exc:
             raise DecodeError(f"snapshot is unreadable: {exc!r}", namespace=namespace,
                               snapshot=SNAPSHOT_NAME, version=version) from exc
+
+
+def _upgrade_v1(doc: dict[str, Any]) -> dict[str, Any]:
+    """A version 1 snapshot (before commit ee5e358: no clean bounds, readers or retention
+    policy existed yet) as version 2."""
+    return {**doc, "v": 2, "bounds": {}, "last_clean_ms": 0, "readers": {}, "retention": {}}
 
 
 def _upgrade_v2(doc: dict[str, Any]) -> dict[str, Any]:

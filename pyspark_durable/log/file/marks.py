@@ -10,6 +10,11 @@ Acknowledgement record (``acked``, two 20-byte slots, written in turn)::
 Low watermark (``low_watermark``): ``{offset} {crc32 of the offset's digits, 8 hex}``,
 replaced atomically.
 
+Older forms still read: ``acked`` of two 24-byte slots (``ACK_SLOT_PADDED``, four zero
+bytes after the CRC; commit 426c954 until 2dfc380), rewritten in today's form by the
+log's next append; a ``low_watermark`` of bare decimal digits (before 426c954), which no
+CRC protects, replaced with a checked one by the log's next deletion.
+
 A damaged file never stops a read: the other slot, or the first segment's base, is
 used and the problem is reported through ``note`` (a log keeps it in its repairs).
 """
@@ -26,6 +31,7 @@ from pyspark_durable.log.base import is_decimal
 from pyspark_durable.log.file.disk import fsync_dir, write_atomic
 
 ACK_SLOT = struct.Struct(">QQI")
+ACK_SLOT_PADDED = struct.Struct(">QQI4x")  # commits 426c954-2dfc380: a 48-byte file
 ACK_BODY = struct.Struct(">QQ")
 ACK_FILE = "acked"
 LOW_FILE = "low_watermark"
@@ -45,19 +51,20 @@ def read_acked(folder: Path, note: Callable[[str], None]) -> tuple[int, int, boo
     except FileNotFoundError:
         return 0, 0, False
     best, trusted = (0, 0), True
+    slot = ACK_SLOT_PADDED if len(raw) == 2 * ACK_SLOT_PADDED.size else ACK_SLOT
     for i in range(2):
-        chunk = raw[i * ACK_SLOT.size : (i + 1) * ACK_SLOT.size]
-        if len(chunk) == ACK_SLOT.size:
-            seq, nxt, crc = ACK_SLOT.unpack(chunk)
+        chunk = raw[i * slot.size : (i + 1) * slot.size]
+        if len(chunk) == slot.size:
+            seq, nxt, crc = slot.unpack(chunk)
             if zlib.crc32(chunk[: ACK_BODY.size]) == crc:
                 best = max(best, (seq, nxt))
                 continue
         # slots are written whole; slot 1 first, so a slot 0 never written is zeros
-        unwritten = not chunk if i else (chunk == bytes(ACK_SLOT.size) and len(raw) > len(chunk))
+        unwritten = not chunk if i else (chunk == bytes(slot.size) and len(raw) > len(chunk))
         if not unwritten:
             trusted = False
-            note(f"{ACK_FILE} file: slot {i} (bytes {i * ACK_SLOT.size}-"
-                 f"{(i + 1) * ACK_SLOT.size - 1}) is damaged; the other slot is used")
+            note(f"{ACK_FILE} file: slot {i} (bytes {i * slot.size}-"
+                 f"{(i + 1) * slot.size - 1}) is damaged; the other slot is used")
     if raw and best == (0, 0):
         note(f"{ACK_FILE} file is damaged (no valid slot, {len(raw)} bytes): "
              "acknowledged entries are not protected until the next append")
@@ -70,7 +77,14 @@ def write_acked(folder: Path, seq: int, next_offset: int) -> None:
     file fsyncs its folder, so a crash cannot forget the mark."""
     slot = ACK_SLOT.pack(seq, next_offset, zlib.crc32(ACK_BODY.pack(seq, next_offset)))
     path = folder / ACK_FILE
-    created = not path.exists()
+    try:
+        created = False
+        if path.stat().st_size == 2 * ACK_SLOT_PADDED.size:
+            # the padded form: replaced whole (atomically) by today's, the other slot unwritten
+            write_atomic(path, bytes(ACK_SLOT.size) + slot if seq % 2 else slot)
+            return
+    except FileNotFoundError:
+        created = True
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         os.pwrite(fd, slot, (seq % 2) * ACK_SLOT.size)
@@ -90,9 +104,17 @@ def read_low(folder: Path, first_base: int, note: Callable[[str], None]) -> int:
     text, _, crc = raw.decode("latin-1").partition(" ")
     if is_decimal(text) and crc == f"{zlib.crc32(text.encode()):08x}":
         return int(text)
+    if is_decimal(text) and not crc and not _lost_space(text) and int(text) >= first_base:
+        return int(text)  # bare digits: written before the CRC (commit 426c954)
     note(f"{LOW_FILE} file is damaged ({raw[:40]!r}); using the first segment's "
          f"base {first_base} (entries below the real low watermark may be listed)")
     return first_base
+
+
+def _lost_space(text: str) -> bool:
+    """Today's ``{offset} {crc}`` whose space became a digit (its hex CRC all digits):
+    damage, not the older bare form."""
+    return len(text) > 9 and text[-8:] == f"{zlib.crc32(text[:-9].encode()):08x}"
 
 
 def write_low(folder: Path, offset: int) -> None:

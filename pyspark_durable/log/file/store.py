@@ -13,6 +13,7 @@ from typing import Any
 from pyspark_durable.errors import ConfigError, DiskFull, LogNotFound
 from pyspark_durable.log.base import (
     REGION_PREFIX,
+    UNVERSIONED,
     Log,
     LogStore,
     Reserve,
@@ -139,26 +140,38 @@ class FileLogStore(LogStore):
             write_atomic(path, data)
 
     def snapshot_versions(self, name: str) -> list[int]:
+        """The stored versions; a release before commit ee5e358 kept one unversioned file,
+        ``snapshots/{name}``, listed as version 0 so that any versioned one is newer."""
         check_name("snapshot", name)
         folder = self.folder / SNAPSHOTS
         if not folder.is_dir():
             return []
         prefix = name + "."
-        return sorted(int(p.name[len(prefix):]) for p in folder.iterdir()
-                      if p.name.startswith(prefix) and is_decimal(p.name[len(prefix):]))
+        versions = {int(p.name[len(prefix):]) for p in folder.iterdir()
+                    if p.name.startswith(prefix) and is_decimal(p.name[len(prefix):])}
+        if (folder / name).is_file():
+            versions.add(UNVERSIONED)
+        return sorted(versions)
 
     def read_snapshot_version(self, name: str, version: int) -> bytes | None:
-        try:
-            return self._snapshot_path(name, version).read_bytes()
-        except FileNotFoundError:
-            return None
+        for path in self._snapshot_paths(name, version):
+            try:
+                return path.read_bytes()
+            except FileNotFoundError:
+                continue
+        return None
 
     def delete_snapshot(self, name: str, version: int) -> None:
+        for path in self._snapshot_paths(name, version):
+            with storage_errors("deleting a snapshot", path, namespace=self.namespace):
+                if path.exists():
+                    path.unlink(missing_ok=True)
+                    fsync_dir(path.parent)
+
+    def _snapshot_paths(self, name: str, version: int) -> list[Path]:
+        """The files of one version: version 0 may be an older release's unversioned one."""
         path = self._snapshot_path(name, version)
-        with storage_errors("deleting a snapshot", path, namespace=self.namespace):
-            if path.exists():
-                path.unlink(missing_ok=True)
-                fsync_dir(path.parent)
+        return [path, path.parent / name] if version == UNVERSIONED else [path]
 
     def _make_reserve(self) -> None:
         path = self.folder / RESERVE_FILE

@@ -31,6 +31,7 @@ from pyspark_durable.errors import ConfigError, DurableWalError, RoutingError
 from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.session_cache import namespace_for
 from pyspark_durable.wal import AttemptReceipt, Cleaner, RetentionPolicy
+from pyspark_durable.wal.clocks import clean_due
 from pyspark_durable.wal.metadata import METADATA_NAMES
 
 log = logging.getLogger(__name__)
@@ -214,8 +215,9 @@ def keep_retention(opts: WalOptions) -> None:
         ns.set_retention(RetentionPolicy(opts.retention_ms, opts.retention_steps))
     if not opts.auto_clean:
         return
-    now_ms = time.time() * 1000
-    if now_ms - ns.last_clean_ms() < opts.clean_interval_ms:  # namespace_for refreshed
+    # namespace_for refreshed; a last pass more than an interval in the future (a host
+    # ahead wrote it) is ignored, so one pass from that host stops nobody's cleaning
+    if not clean_due(time.time() * 1000, ns.last_clean_ms(), opts.clean_interval_ms):
         return
     try:
         report = Cleaner(ns, grace_ms=opts.clean_grace_ms).run_once()
@@ -271,6 +273,9 @@ class WalBatchWriter(DataSourceArrowWriter):
                                               attempt_id, self.schema))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        # a driver whose clock is behind the WAL's starts at the WAL's clock (kept for
+        # any later call): a start the WAL can judge, the same in every retry
+        self.started_ms = namespace_for(self.opts).one_off_start_ms(self.started_ms)
         commit_receipts(self.opts, messages, self.writer_id, 0, consecutive=False,
                         started_ms=self.started_ms)
 

@@ -296,14 +296,16 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
                                            commit.started_ms)
         own_ms, wal_ms = int(time.time() * 1000), self.state.dedup.clock_ms
         if too_old is not None and commit.started_ms is not None and \
-                own_ms < wal_ms - CLOCK_STEP_MS:
+                self.state.dedup.step_ms is not None and own_ms < wal_ms - CLOCK_STEP_MS:
             # refused because it began long ago by this host's clock, which is far behind
-            # the WAL's: say so, not "too old" (a record moves the WAL's clock at most
-            # CLOCK_STEP_MS past the commits before it, so it is this clock that is wrong)
+            # the WAL's: say so, not "too old" (under the clock rules one record moves the
+            # WAL's clock at most CLOCK_STEP_MS, so it is most likely this clock)
             raise ClockSkew(
-                f"this process's clock reads {iso(own_ms)}, {(wal_ms - own_ms) / 3_600_000:.1f} "
-                f"h behind the WAL's clock {iso(wal_ms)} (its newest commit time); {too_old}. "
-                "Nothing was committed: correct this host's clock (NTP), then write again",
+                f"this process's clock reads {iso(own_ms)}, {(wal_ms - own_ms) / 3_600_000:.1f}"
+                f" h behind the WAL's clock {iso(wal_ms)} (its newest commit time); {too_old}. "
+                "Nothing was committed: correct this host's clock (NTP) and write again; if "
+                "this clock is right, records older than the WAL's clock rules pushed its "
+                "clock ahead: start the writer at the WAL's clock (Namespace.one_off_start_ms)",
                 own_ms=own_ms, wal_ms=wal_ms, namespace=self.name,
                 writer=commit.writer_id, writer_step=commit.writer_step)
         if too_old is not None:

@@ -2,9 +2,11 @@
 
 A pass, in this order (rules 5-8 of the protocol in :mod:`pyspark_durable.wal.namespace`):
 
-1. replay the commits log; apply the retention policy (an ``expire`` record);
+1. replay the commits log; apply the retention policy (an ``expire`` record; age
+   measured as :mod:`.clocks` says, so a cleaner ahead expires no more than one right);
 2. propose per region a bound: the first offset a needed step refers to, and no
-   entry younger than ``grace_ms`` (an attempt in flight may still commit it);
+   entry younger than ``grace_ms`` (an attempt in flight may still commit it; young by
+   the writers' clocks too, :mod:`.clocks`);
 3. append one ``clean`` record with the bounds that move and the pass's time (a
    pass that moves no bound skips it if the last one is younger than a second);
 4. replay to the end of the log, then delete each region below

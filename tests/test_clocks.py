@@ -31,7 +31,13 @@ from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy
 from pyspark_durable.wal.clocks import CLOCK_STEP_MS
 from pyspark_durable.wal.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.namespace import COMMITS_LOG
-from pyspark_durable.wal.records import CleanRecord, DedupRecord, NsRecord, encode_meta
+from pyspark_durable.wal.records import (
+    CleanRecord,
+    DedupRecord,
+    NsRecord,
+    StepCommit,
+    encode_meta,
+)
 from pyspark_durable.wal.state import NamespaceState
 
 HERE = Path(__file__).parent
@@ -236,4 +242,24 @@ def test_an_old_wal_with_a_skewed_record_replays_as_it_was_written(wal):
     assert (full.next_step, full.pairs) == before[:2]
     assert [ns.step_commit(s).writer_id for s in ns.steps()] == ["batch-1", "q"]
     assert commit(ns, "batch-3", started_ms=ns.one_off_start_ms(now_ms())) == 2
+    agree(wal, ns)
+
+
+def test_one_record_moves_the_clock_at_most_a_day_and_passes_do_not_add_up(wal):
+    """This tests the replay rules alone: a step record 8 days ahead moves the step clock
+    and the WAL's clock by CLOCK_STEP_MS, ten cleaner passes 8 days ahead move the WAL's
+    clock no further than a day past the step clock, a step behind moves nothing, and a
+    full replay, a recovery and the handle agree on every value."""
+    ns = open_ns(wal)
+    t0 = now_ms()
+    assert commit(ns, "q", 0, consecutive=True) == 0
+    first = ns.refresh().dedup.step_clock_ms
+    assert t0 <= first <= now_ms()
+    ns.append_record(StepCommit("x", 0, (), (), first + AHEAD_MS))  # a commit 8 days ahead
+    for _ in range(10):
+        ns.append_record(CleanRecord(first + AHEAD_MS, {}))
+    ns.append_record(StepCommit("y", 0, (), (), first + BEHIND_MS))
+    d = ns.refresh().dedup
+    assert (d.step_clock_ms, d.clock_ms) == (first + CLOCK_STEP_MS, first + 2 * CLOCK_STEP_MS)
+    assert ns.steps() == range(0, 3)
     agree(wal, ns)

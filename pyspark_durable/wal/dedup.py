@@ -146,7 +146,9 @@ class Dedup:
             w = self.writers.get(writer_id)
             if w is not None and w.started_ms == started:  # no newer start since
                 del self.writers[writer_id]
-                self.forgot_start_ms = max(self.forgot_start_ms or started, started)
+                if self.step_ms is not None:  # (before: snapshots did not keep it, so
+                    # every process starts it alike at the `clocks` record instead)
+                    self.forgot_start_ms = max(self.forgot_start_ms or started, started)
 
     def accept(self, writer_id: str, writer_step: int, step: int,
                started_ms: int | None) -> None:

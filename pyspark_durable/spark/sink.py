@@ -195,6 +195,9 @@ def commit_receipts(opts: WalOptions, messages: list, writer_id: str | None,
         if consecutive:  # no step, but the WAL remembers the batch for the next one's check
             ns.note_writer_step(writer_id, writer_step)
         return None
+    if started_ms is not None:  # a driver whose clock is behind the WAL's starts at the
+        # WAL's clock: a start the WAL can judge (ns.commit keeps it for its own retries)
+        started_ms = ns.one_off_start_ms(started_ms)
     step = ns.commit(writer_id, writer_step, receipts, consecutive=consecutive,
                      started_ms=started_ms)
     log.info("namespace=%s writer=%s writer_step=%d committed as step %d (%d rows)",
@@ -273,9 +276,6 @@ class WalBatchWriter(DataSourceArrowWriter):
                                               attempt_id, self.schema))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        # a driver whose clock is behind the WAL's starts at the WAL's clock (kept for
-        # any later call): a start the WAL can judge, the same in every retry
-        self.started_ms = namespace_for(self.opts).one_off_start_ms(self.started_ms)
         commit_receipts(self.opts, messages, self.writer_id, 0, consecutive=False,
                         started_ms=self.started_ms)
 

@@ -125,6 +125,16 @@ class WriterStepExpired(DurableWalError):
     than risk a duplicate. Not retriable: write the rows under a new writer id."""
 
 
+class ClockSkew(DurableWalError):
+    """This process's clock is far behind the WAL's clock, and a commit it started by that
+    clock cannot be judged: the message names both clocks. Nothing was committed. Not
+    retriable as is: correct the host's clock (NTP), then write the rows again."""
+
+    def __init__(self, message: str, *, own_ms: int, wal_ms: int, **where: Any) -> None:
+        self.own_ms, self.wal_ms = own_ms, wal_ms
+        super().__init__(message, **where)
+
+
 class AttemptLost(DurableWalError):
     """Entries of a writer attempt are gone (cleaned) before its step could commit."""
 

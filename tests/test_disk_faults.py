@@ -58,7 +58,10 @@ FAILURES = {
     "region frames": ("fdatasync", "/region_0/0", 6, 1, "write", "BackendUnavailable"),
     "commit record": ("fdatasync", "/commits/0", 6, 1, "write", "BackendUnavailable"),
     "ack mark once": ("fdatasync", "/commits/acked", 6, 1, "write", None),
-    "ack mark twice": ("fdatasync", "/commits/acked", 6, 2, "write", "AppendIndeterminate"),
+    # 7: the same append as 6 was before a new namespace appended its `clocks` record (the
+    # 2nd step record instead, 6 now, leaves a damaged acked slot that check reports,
+    # on the code before that record too: a file-log finding, reported, not fixed here)
+    "ack mark twice": ("fdatasync", "/commits/acked", 7, 2, "write", "AppendIndeterminate"),
     "region ack mark": ("fdatasync", "/region_1/acked", 4, 2, "write", "AppendIndeterminate"),
     "snapshot": ("fsync", "/snapshots/", 2, 1, "clean", "BackendUnavailable"),
     "low watermark": ("fsync", "low_watermark", 2, 1, "clean", "BackendUnavailable"),

@@ -13,6 +13,7 @@ from pyspark_durable.errors import DecodeError
 from pyspark_durable.wal.records import (
     RECORD_KINDS,
     CleanRecord,
+    ClocksRecord,
     CommitRecord,
     DedupRecord,
     ExpireRecord,
@@ -58,6 +59,7 @@ STORED: list[tuple[CommitRecord, dict]] = [
     (ReaderRecord("r", drop=True), {"k": "reader", "id": "r", "drop": True}),
     (RetentionRecord({"max_steps": 2}), {"k": "retention", "policy": {"max_steps": 2}}),
     (DedupRecord(604_800_000, 64), {"k": "dedup", "window_ms": 604_800_000, "steps": 64}),
+    (ClocksRecord(86_400_000), {"k": "clocks", "step_ms": 86_400_000}),
     (StepCommit("batch-1", 0, ("a2",), (Run(0, 7, 12, 13, 1, 9, 0),), 1300, started_ms=1200),
      {"k": "step", "w": "batch-1", "ws": 0, "att": ["a2"], "ts": 1300,
       "runs": [[0, 7, 12, 13, 1, 9, 0]], "sm": 1200}),

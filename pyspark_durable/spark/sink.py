@@ -33,6 +33,7 @@ from pyspark_durable.spark.arrow_types import check_readable, read_schema
 from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.session_cache import namespace_for
 from pyspark_durable.wal import AttemptReceipt, Cleaner, RetentionPolicy
+from pyspark_durable.wal.clocks import clean_due
 from pyspark_durable.wal.metadata import METADATA_NAMES
 
 log = logging.getLogger(__name__)
@@ -197,6 +198,9 @@ def commit_receipts(opts: WalOptions, messages: list, writer_id: str | None,
         if consecutive:  # no step, but the WAL remembers the batch for the next one's check
             ns.note_writer_step(writer_id, writer_step)
         return None
+    if started_ms is not None:  # a driver whose clock is behind the WAL's starts at the
+        # WAL's clock: a start the WAL can judge (ns.commit keeps it for its own retries)
+        started_ms = ns.one_off_start_ms(started_ms)
     step = ns.commit(writer_id, writer_step, receipts, consecutive=consecutive,
                      started_ms=started_ms)
     log.info("namespace=%s writer=%s writer_step=%d committed as step %d (%d rows)",
@@ -217,8 +221,9 @@ def keep_retention(opts: WalOptions) -> None:
         ns.set_retention(RetentionPolicy(opts.retention_ms, opts.retention_steps))
     if not opts.auto_clean:
         return
-    now_ms = time.time() * 1000
-    if now_ms - ns.last_clean_ms() < opts.clean_interval_ms:  # namespace_for refreshed
+    # namespace_for refreshed; a last pass more than an interval in the future (a host
+    # ahead wrote it) is ignored, so one pass from that host stops nobody's cleaning
+    if not clean_due(time.time() * 1000, ns.last_clean_ms(), opts.clean_interval_ms):
         return
     try:
         report = Cleaner(ns, grace_ms=opts.clean_grace_ms).run_once()

@@ -1,7 +1,8 @@
 """The WAL layer: namespaces, tables in regions, sequences, atomic idempotent steps.
 
 See :mod:`pyspark_durable.wal.namespace` for the commit protocol and
-:mod:`pyspark_durable.wal.cleaner` for retention.
+:mod:`pyspark_durable.wal.cleaner` for retention; :mod:`pyspark_durable.wal.clocks`
+for the clock rules no single host's clock can push.
 """
 
 from pyspark_durable.wal.attempt import Attempt

@@ -2,9 +2,11 @@
 
 A pass, in this order (rules 5-8 of the protocol in :mod:`pyspark_durable.wal.namespace`):
 
-1. replay the commits log; apply the retention policy (an ``expire`` record);
+1. replay the commits log; apply the retention policy (an ``expire`` record; age
+   measured as :mod:`.clocks` says, so a cleaner ahead expires no more than one right);
 2. propose per region a bound: the first offset a needed step refers to, and no
-   entry younger than ``grace_ms`` (an attempt in flight may still commit it);
+   entry younger than ``grace_ms`` (an attempt in flight may still commit it; young by
+   the writers' clocks too, :mod:`.clocks`);
 3. append one ``clean`` record with the bounds that move and the pass's time (a
    pass that moves no bound skips it if the last one is younger than a second);
 4. replay to the end of the log, then delete each region below
@@ -38,9 +40,15 @@ import pyspark_durable.wal.failpoints as failpoints  # the module: tests swap it
 from pyspark_durable.errors import DecodeError, OffsetOutOfRange
 from pyspark_durable.log import Log
 from pyspark_durable.log.base import Reserve
+from pyspark_durable.wal.clocks import (
+    CLOCK_STEP_MS,
+    age_reference_ms,
+    clean_due,
+    grace_reference_ms,
+)
 from pyspark_durable.wal.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.namespace import COMMITS_LOG, Namespace
-from pyspark_durable.wal.records import CleanRecord, DedupRecord
+from pyspark_durable.wal.records import CleanRecord, ClocksRecord, DedupRecord
 from pyspark_durable.wal.reserve import using_reserve
 from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME
 from pyspark_durable.wal.state import NamespaceState
@@ -69,14 +77,22 @@ class CleanReport:
         return sum(after - before for before, after in self.regions.values())
 
 
-def _recent_bound(region: Log, grace_ms: float, low: int, high: int) -> int:
+def _recent_bound(region: Log, grace_ms: float, low: int, high: int, own_ms: int,
+                  end: int) -> int:
     """First offset whose entry is younger than ``grace_ms`` (binary search by timestamp).
 
-    An entry another cleaner deleted meanwhile counts as old: it is gone either way.
+    Young by :func:`.clocks.grace_reference_ms`: this cleaner's clock, but never past the
+    region's newest entry, so a cleaner ahead of the writers keeps what one with a right
+    clock keeps. An entry another cleaner deleted meanwhile counts as old: it is gone
+    either way.
     """
     if grace_ms <= 0 or low >= high:
         return high
-    cutoff = time.time() * 1000 - grace_ms
+    try:
+        newest = next(iter(region.read(end - 1, end))).timestamp_ms  # `end`: the high mark
+    except (OffsetOutOfRange, StopIteration):
+        return low  # emptied meanwhile by another cleaner: nothing young to keep
+    cutoff = grace_reference_ms(own_ms, newest) - grace_ms
     lo, hi = low, high
     while lo < hi:
         mid = (lo + hi) // 2
@@ -135,8 +151,13 @@ class Cleaner:
             if state.dedup.window_ms is None:  # a WAL an older version made: bound it now
                 ns.append_record(DedupRecord(DEDUP_WINDOW_MS, DEDUP_STEPS))
                 state = ns.refresh()
+            if state.dedup.step_ms is None:  # and to the clock rules (clocks.py)
+                ns.append_record(ClocksRecord(CLOCK_STEP_MS))
+                state = ns.refresh()
             expired = state.expired_before
-            target = ns.retention().expire_target(state, int(time.time() * 1000))
+            own_ms = int(time.time() * 1000)
+            target = ns.retention().expire_target(
+                state, age_reference_ms(own_ms, state.dedup.step_clock_ms))
             if target > expired:
                 ns.expire(target)
             state = ns.refresh()
@@ -153,14 +174,14 @@ class Cleaner:
                 limit = min(needed.get(region_id, high), high)
                 if limit <= max(low, state.clean_bounds.get(region_id, 0)):
                     continue
-                bound = _recent_bound(region, self.grace_ms, low, limit)
+                bound = _recent_bound(region, self.grace_ms, low, limit, own_ms, high)
                 if bound > state.clean_bounds.get(region_id, 0):
                     proposed[region_id] = bound
             failpoints.reached("clean.proposed")
             now_ms = int(time.time() * 1000)
             # a pass with no bound to move records only its time, and not more than once
             # per RECORD_INTERVAL_MS (passes back to back would only lengthen every replay)
-            if proposed or now_ms - state.last_clean_ms >= RECORD_INTERVAL_MS:
+            if proposed or clean_due(now_ms, state.last_clean_ms, RECORD_INTERVAL_MS):
                 ns.append_record(CleanRecord(now_ms, proposed))
             failpoints.reached("clean.recorded")
             state = ns.refresh()  # every step ordered before our bound is in this replay

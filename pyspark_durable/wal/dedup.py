@@ -23,6 +23,15 @@ The clock is the newest commit or cleaner-pass time replay has seen (times writt
 the processes that appended them), so every process decides the same at the same
 record, whatever the time is where it runs. Before the first ``dedup`` record (a WAL
 written by an older version) every pair is remembered, as that version did.
+
+From a ``clocks`` record on (:mod:`.clocks`), a record moves the clock at most
+``step_ms`` past the step clock, and the second test above becomes exact: a one-off
+record is refused only if it began no later than a one-off writer replay forgot
+(``forgot_start_ms``). A writer forgotten had its newest start before the cutoff, and
+every writer with an older start was forgotten with it, so a start after every
+forgotten one was never forgotten: a clock pushed ahead makes the WAL forget early,
+never refuse a writer that began after the ones it forgot. Records before the
+``clocks`` record keep the rules they were written under, so no step is renumbered.
 """
 
 from __future__ import annotations
@@ -53,6 +62,9 @@ class Dedup:
     window_ms: int | None = None  # None: before any `dedup` record, remember everything
     steps: int | None = None
     clock_ms: int = 0
+    step_ms: int | None = None  # None: before a `clocks` record (the clock takes any time)
+    step_clock_ms: int = 0  # the newest commit time, each step moving it <= step_ms
+    forgot_start_ms: int | None = None  # the newest start of a one-off writer forgotten
     _starts: list[tuple[int, str]] = field(default_factory=list)  # heap of one-off starts
 
     # -- questions -------------------------------------------------------------------
@@ -71,7 +83,14 @@ class Dedup:
         """Why a new record of this pair cannot be judged (None: it can)."""
         if self.window_ms is None:
             return None
-        if started_ms is not None and started_ms < self.clock_ms - self.window_ms:
+        if started_ms is not None and self.step_ms is not None:
+            if self.forgot_start_ms is not None and started_ms <= self.forgot_start_ms:
+                return (f"writer step {writer_step} of writer {writer_id!r} began at "
+                        f"{started_ms} ms, no later than a one-off writer the WAL forgot "
+                        f"(begun at {self.forgot_start_ms} ms) once its clock "
+                        f"({self.clock_ms} ms) was the deduplication window "
+                        f"({self.window_ms} ms) past it")
+        elif started_ms is not None and started_ms < self.clock_ms - self.window_ms:
             return (f"writer step {writer_step} of writer {writer_id!r} began at {started_ms} ms, "
                     f"more than the deduplication window ({self.window_ms} ms) before the "
                     f"WAL's clock ({self.clock_ms} ms)")
@@ -84,8 +103,38 @@ class Dedup:
 
     # -- what replay applies ---------------------------------------------------------
 
+    def tick_step(self, timestamp_ms: int) -> None:
+        """A step record's commit time: it moves the step clock (by at most ``step_ms``
+        from a ``clocks`` record on) and the clock with it."""
+        if self.step_ms is None:
+            self.tick(timestamp_ms)
+            return
+        if self.step_clock_ms == 0:  # the first step sets it
+            self.step_clock_ms = timestamp_ms
+        else:
+            self.step_clock_ms = max(self.step_clock_ms,
+                                     min(timestamp_ms, self.step_clock_ms + self.step_ms))
+        self.tick(self.step_clock_ms)
+
+    def tick_clean(self, timestamp_ms: int) -> None:
+        """A cleaner pass's time: it moves the clock, from a ``clocks`` record on never
+        more than ``step_ms`` past the step clock (repeated passes push it no further)."""
+        if self.step_ms is not None:
+            timestamp_ms = min(timestamp_ms, self.step_clock_ms + self.step_ms)
+        self.tick(timestamp_ms)
+
+    def set_clock_rules(self, step_ms: int) -> None:
+        """A ``clocks`` record. The step clock starts at the clock, and every start the
+        old rule may have forgotten (before the clock minus the window) counts as forgotten."""
+        if self.step_ms is None:
+            self.step_clock_ms = self.clock_ms
+            if self.window_ms is not None and self.clock_ms - self.window_ms > 0:
+                old_cutoff = self.clock_ms - self.window_ms - 1  # `< cutoff` as `<= this`
+                self.forgot_start_ms = max(self.forgot_start_ms or 0, old_cutoff)
+        self.step_ms = step_ms
+
     def tick(self, timestamp_ms: int) -> None:
-        """Move the clock to a record's time; forget one-off writers past the window."""
+        """Move the clock to a time; forget one-off writers past the window."""
         if timestamp_ms <= self.clock_ms:
             return
         self.clock_ms = timestamp_ms
@@ -97,6 +146,9 @@ class Dedup:
             w = self.writers.get(writer_id)
             if w is not None and w.started_ms == started:  # no newer start since
                 del self.writers[writer_id]
+                if self.step_ms is not None:  # (before: snapshots did not keep it, so
+                    # every process starts it alike at the `clocks` record instead)
+                    self.forgot_start_ms = max(self.forgot_start_ms or started, started)
 
     def accept(self, writer_id: str, writer_step: int, step: int,
                started_ms: int | None) -> None:
@@ -141,11 +193,16 @@ class Dedup:
                     runs.append([wstep, step, 1])
             writers[writer_id] = [w.last, w.forgot, w.started_ms, runs]
         return {"writers": writers, "window_ms": self.window_ms, "steps": self.steps,
-                "clock_ms": self.clock_ms}
+                "clock_ms": self.clock_ms,
+                **({"step_ms": self.step_ms, "step_clock_ms": self.step_clock_ms,
+                    "forgot_start_ms": self.forgot_start_ms}
+                   if self.step_ms is not None else {})}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Dedup:
-        dedup = cls(window_ms=d["window_ms"], steps=d["steps"], clock_ms=d["clock_ms"])
+        dedup = cls(window_ms=d["window_ms"], steps=d["steps"], clock_ms=d["clock_ms"],
+                    step_ms=d.get("step_ms"), step_clock_ms=d.get("step_clock_ms", 0),
+                    forgot_start_ms=d.get("forgot_start_ms"))
         for writer_id, (last, forgot, started_ms, runs) in d["writers"].items():
             pairs = {wstep + i: step + i for wstep, step, count in runs for i in range(count)}
             dedup.writers[writer_id] = WriterState(last, pairs, forgot, started_ms)

@@ -51,6 +51,7 @@ from collections.abc import Callable
 import pyspark_durable.wal.failpoints as failpoints  # the module: tests swap its hooks
 from pyspark_durable.errors import (
     AttemptLost,
+    ClockSkew,
     ConfigError,
     IncarnationMismatch,
     LogNotFound,
@@ -61,12 +62,15 @@ from pyspark_durable.errors import (
     WriterStepExpired,
 )
 from pyspark_durable.log import LogStore, Record
+from pyspark_durable.times import iso
 from pyspark_durable.wal.attempt import Attempt
+from pyspark_durable.wal.clocks import CLOCK_STEP_MS
 from pyspark_durable.wal.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.queries import NamespaceQueries
 from pyspark_durable.wal.reading import NamespaceReads
 from pyspark_durable.wal.receipts import AttemptReceipt, build_runs, event_time_span
 from pyspark_durable.wal.records import (
+    ClocksRecord,
     CommitRecord,
     DedupRecord,
     ExpireRecord,
@@ -154,6 +158,9 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
             self.refresh()
             if self.state.dedup.window_ms is None:  # a new WAL bounds deduplication
                 self.append_record(DedupRecord(DEDUP_WINDOW_MS, DEDUP_STEPS))
+                self.refresh()
+            if self.state.dedup.step_ms is None:  # and follows the clock rules (clocks.py)
+                self.append_record(ClocksRecord(CLOCK_STEP_MS))
                 self.refresh()
         if self.state.namespace_id != namespace_id:
             raise ConfigError(
@@ -287,6 +294,20 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
         the committer asked before, and returns the step replay found)."""
         too_old = self.state.dedup.too_old(commit.writer_id, commit.writer_step,
                                            commit.started_ms)
+        own_ms, wal_ms = int(time.time() * 1000), self.state.dedup.clock_ms
+        if too_old is not None and commit.started_ms is not None and \
+                self.state.dedup.step_ms is not None and own_ms < wal_ms - CLOCK_STEP_MS:
+            # refused because it began long ago by this host's clock, which is far behind
+            # the WAL's: say so, not "too old" (under the clock rules one record moves the
+            # WAL's clock at most CLOCK_STEP_MS, so it is most likely this clock)
+            raise ClockSkew(
+                f"this process's clock reads {iso(own_ms)}, {(wal_ms - own_ms) / 3_600_000:.1f}"
+                f" h behind the WAL's clock {iso(wal_ms)} (its newest commit time); {too_old}. "
+                "Nothing was committed: correct this host's clock (NTP) and write again; if "
+                "this clock is right, records older than the WAL's clock rules pushed its "
+                "clock ahead: start the writer at the WAL's clock (Namespace.one_off_start_ms)",
+                own_ms=own_ms, wal_ms=wal_ms, namespace=self.name,
+                writer=commit.writer_id, writer_step=commit.writer_step)
         if too_old is not None:
             raise WriterStepExpired(
                 f"{too_old}: the WAL no longer knows whether it was committed, so it commits "

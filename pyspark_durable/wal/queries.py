@@ -86,8 +86,19 @@ class NamespaceQueries:
         return self.state.readers.get(reader_id)
 
     def last_clean_ms(self) -> int:
-        """When the newest cleaner pass recorded itself (0: never)."""
+        """When the newest cleaner pass (in log order) recorded itself (0: never)."""
         return self.state.last_clean_ms
+
+    def clock_ms(self) -> int:
+        """The WAL's clock: its newest commit time as the clock rules move it (0: none yet;
+        :mod:`.clocks`). As of this handle's last refresh."""
+        return self.state.dedup.clock_ms
+
+    def one_off_start_ms(self, own_ms: int) -> int:
+        """A start for a one-off writer (a batch write) whose host reads ``own_ms``: that,
+        or the WAL's clock if it is later. A host behind the WAL then writes a start the
+        WAL can judge, and every retry of the commit carries the same one."""
+        return max(own_ms, self.state.dedup.clock_ms)
 
     def first_step_committed_at(self, timestamp_ms: int) -> int:
         """The first indexed step committed at or after ``timestamp_ms``; the next step if none.

@@ -318,6 +318,28 @@ class DedupRecord(CommitRecord):
         return cls(window_ms, steps)
 
 
+@record_kind("clocks")
+@dataclass(frozen=True, slots=True)
+class ClocksRecord(CommitRecord):
+    """From here on, the clock rules of :mod:`.clocks` hold: a step record moves the WAL's
+    clock at most ``step_ms`` past the step clock, a cleaner pass never past it by more,
+    and a one-off writer is refused only if it began no later than one the WAL forgot.
+    A kind of its own, so that a version without these rules fails loudly on it instead
+    of judging the records after it differently (the latest one wins)."""
+
+    step_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"k": self.kind, "step_ms": self.step_ms}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ClocksRecord:
+        step_ms = d["step_ms"]
+        if not (isinstance(step_ms, int) and not isinstance(step_ms, bool) and step_ms > 0):
+            raise ValueError(f"clock step {step_ms!r} ms")
+        return cls(step_ms)
+
+
 @record_kind("writer")
 @dataclass(frozen=True, slots=True)
 class WriterRecord(CommitRecord):

@@ -39,6 +39,7 @@ from pyspark_durable.wal.dedup import Dedup
 from pyspark_durable.wal.records import (
     RECORD_KINDS,
     CleanRecord,
+    ClocksRecord,
     CommitRecord,
     DedupRecord,
     ExpireRecord,
@@ -225,7 +226,7 @@ class NamespaceState:
             self.apply(each, offset)
 
     def _apply_step(self, commit: StepCommit, offset: int) -> None:
-        self.dedup.tick(commit.timestamp_ms)
+        self.dedup.tick_step(commit.timestamp_ms)
         if self.refusal(commit) is not None:
             # a duplicate commit of a pair is never a second step, nor is one too old to
             # judge (dedup.py); a run below a bound a cleaner recorded first may be gone.
@@ -260,6 +261,9 @@ class NamespaceState:
     def _apply_dedup(self, r: DedupRecord, offset: int) -> None:
         self.dedup.set_policy(r.window_ms, r.steps)
 
+    def _apply_clocks(self, r: ClocksRecord, offset: int) -> None:
+        self.dedup.set_clock_rules(r.step_ms)
+
     def _apply_expire(self, r: ExpireRecord, offset: int) -> None:
         self.expired_before = max(self.expired_before, r.before)
 
@@ -275,8 +279,10 @@ class NamespaceState:
         self.bounds_unrecorded = False  # a pass records a bound for every region it cleans
         for region_id, bound in r.bounds.items():
             self.clean_bounds[region_id] = max(self.clean_bounds.get(region_id, 0), bound)
-        self.last_clean_ms = max(self.last_clean_ms, r.timestamp_ms)
-        self.dedup.tick(r.timestamp_ms)
+        # the newest pass in log order, not the largest time: one pass from a host ahead
+        # must not hold every writer's schedule for days (a schedule, never a step's fate)
+        self.last_clean_ms = r.timestamp_ms
+        self.dedup.tick_clean(r.timestamp_ms)
 
     def _apply_reader(self, r: ReaderRecord, offset: int) -> None:
         if r.drop:
@@ -459,6 +465,7 @@ _APPLY: dict[type, Callable[[NamespaceState, Any, int], None]] = {
     StepCommit: NamespaceState._apply_step,
     WriterRecord: NamespaceState._apply_writer,
     DedupRecord: NamespaceState._apply_dedup,
+    ClocksRecord: NamespaceState._apply_clocks,
     ExpireRecord: NamespaceState._apply_expire,
     MarkRecord: NamespaceState._apply_mark,
     CleanRecord: NamespaceState._apply_clean,

@@ -61,7 +61,8 @@ FAILURES = {
     # 7: the same append as 6 was before a new namespace appended its `clocks` record (the
     # 2nd step record instead, 6 now, leaves a damaged acked slot that check reports,
     # on the code before that record too: a file-log finding, reported, not fixed here)
-    "ack mark twice": ("fdatasync", "/commits/acked", 7, 2, "write", "AppendIndeterminate"),
+    **{f"ack mark twice at sync {n}": ("fdatasync", "/commits/acked", n, 2, "write",
+                                        "AppendIndeterminate") for n in (5, 6, 7)},
     "region ack mark": ("fdatasync", "/region_1/acked", 4, 2, "write", "AppendIndeterminate"),
     "snapshot": ("fsync", "/snapshots/", 2, 1, "clean", "BackendUnavailable"),
     "low watermark": ("fsync", "low_watermark", 2, 1, "clean", "BackendUnavailable"),
@@ -112,31 +113,37 @@ def test_a_failed_fsync_never_acknowledges_what_it_failed_to_write(shim, tmp_pat
 @pytest.mark.crash
 @pytest.mark.parametrize("mode", ["write", "clean"])
 def test_power_cuts_keep_every_acknowledged_step(shim, tmp_path, mode):
-    """This tests that a writer (and cleaner) killed by SIGKILL at random moments, each
-    kill followed by a simulated power cut (unsynced bytes dropped, and every other cut
-    keeps a random prefix of each file's unsynced appends: torn writes), never loses an
-    acknowledged step and never shows an unacknowledged one twice: after every cut a
-    fresh process finds each acknowledged writer step exactly once, by content, dense
-    sequence numbers, and a clean ``check``; the next writer goes on from there."""
+    """This tests that a writer (and cleaner) killed by SIGKILL, each kill followed by a
+    simulated power cut (unsynced bytes dropped; every other cut keeps a random prefix of
+    each file's unsynced appends: torn writes), never loses an acknowledged step and never
+    shows one twice: after every cut a fresh process finds each acknowledged writer step
+    exactly once, by content, dense sequence numbers, and a clean ``check``; the next
+    writer goes on from there. Half the kills land at a random moment, half just before a
+    random sync (the shim kills the process there), where unsynced bytes are sure to be
+    in flight."""
     root = tmp_path / "wal"
     root.mkdir()
     rng = random.Random(0x5EED)
     acked: dict[int, int] = {}
     totals = {"dropped_bytes": 0, "torn_bytes_kept": 0, "names_lost": 0, "events": 0}
-    kills = 6
+    kills = 8
     for run in range(kills):
         image = DurableImage.baseline(shim, root)
         record = tmp_path / f"record{run}"
-        env = shim_env(shim, root, record)
-        acks, done = run_child("file", config(root), NS, mode, 400, (rng.randint(2, 8),
-                               rng.uniform(0.0, 0.05)), env=env)
+        if run % 2:
+            env = shim_env(shim, root, record, crash=f"sync:/{NS}/:{rng.randint(10, 150)}")
+            kill = None
+        else:
+            env = shim_env(shim, root, record)
+            kill = (rng.randint(2, 8), rng.uniform(0.0, 0.05))
+        acks, done = run_child("file", config(root), NS, mode, 400, kill, env=env)
         assert not done and acks, "the writer finished before its kill"
         for ws, step in acks:
             assert acked.setdefault(ws, step) == step, f"ws={ws} acknowledged as two steps"
         stats = power_cut(shim, root, record, image, tmp_path / "after",
-                          rng=rng if run % 2 else None)
+                          rng=rng if run % 4 >= 2 else None)
         for k in totals:
             totals[k] += stats[k]
         verify(root, acked, retained_only=mode == "clean")
-    assert totals["dropped_bytes"] > 0, f"no power cut dropped anything: {totals}"
+    assert totals["dropped_bytes"] + totals["names_lost"] > 0, f"no cut dropped anything: {totals}"
     print(f"\n{kills} power cuts ({mode}): {len(acked)} acknowledged steps kept; {totals}")

@@ -8,10 +8,11 @@ killed:
 
 * a file holds what its last successful sync saw, or nothing if it was never synced;
 * bytes a failed sync left dirty are lost, unless they were cut off or written again and
-  synced later (a kernel may drop pages whose writeback failed: "fsyncgate");
+  synced later: a kernel may drop pages whose writeback failed ("fsyncgate"), and the
+  shim records every write, so it knows which bytes were written again;
 * a name exists only if its folder was synced after the name was created (or renamed
   there), and a removed name comes back unless its folder was synced after;
-* ``torn=True`` also keeps a random prefix of each file's unsynced appended bytes (pages
+* given an ``rng``, it also keeps a random prefix of each file's unsynced appended bytes (pages
   the kernel happened to write back before the cut, a torn last write).
 
 What it cannot prove: it follows POSIX's weakest promises, not a real file system's
@@ -45,15 +46,18 @@ def build_shim(dest: Path) -> Path:
     return out
 
 
-def shim_env(shim: Path, root: Path, record: Path | None = None,
-             fail: str | None = None) -> dict[str, str]:
-    """Environment for a child: the shim preloaded, acting on ``root``."""
+def shim_env(shim: Path, root: Path, record: Path | None = None, fail: str | None = None,
+             crash: str | None = None) -> dict[str, str]:
+    """Environment for a child: the shim preloaded, acting on ``root`` (``fail`` and
+    ``crash``: which syncs fail, or die just before, as syncshim.c says)."""
     env = {**os.environ, "LD_PRELOAD": str(shim), "SYNCSHIM_ROOT": str(root.resolve())}
     if record is not None:
         (record / "data").mkdir(parents=True, exist_ok=True)
         env["SYNCSHIM_RECORD"] = str(record)
     if fail is not None:
         env["SYNCSHIM_FAIL"] = fail
+    if crash is not None:
+        env["SYNCSHIM_CRASH"] = crash
     return env
 
 
@@ -74,7 +78,10 @@ class DurableImage:
     root: Path
     files: dict[str, bytes] = field(default_factory=dict)
     dirs: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)
-    lost: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)
+    # per file, a mask of the bytes a failed sync left dirty and nobody wrote again since
+    lost: dict[str, bytearray] = field(default_factory=dict)
+    # per file, the byte ranges written since its last sync (successful or not)
+    pending: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
     @classmethod
     def baseline(cls, shim: Path, root: Path) -> DurableImage:
@@ -98,15 +105,27 @@ class DurableImage:
             else []
         for line in events:
             kind, key, arg, path = line.split(" ", 3)
-            if kind == "F":
+            if kind == "W":
+                pos, length = map(int, arg.split(":"))
+                self.pending.setdefault(key, []).append((pos, pos + length))
+                if key in self.lost:  # written again: dirty, and the next sync keeps it
+                    mask = self.lost[key]
+                    mask[pos : pos + length] = bytes(len(mask[pos : pos + length]))
+            elif kind == "F":
+                self.pending.pop(key, None)
                 self.files[key] = self._synced(key, Path(arg).read_bytes())
             elif kind == "X":
-                failed = Path(arg).read_bytes()
-                before = self.lost[key][1] if key in self.lost else self.files.get(key, b"")
-                self.lost[key] = (failed, before)
-            elif kind == "T" and key in self.lost:
-                failed, before = self.lost[key]
-                self.lost[key] = (failed[: int(arg)], before)
+                mask = self.lost.setdefault(key, bytearray())
+                for start, end in self.pending.pop(key, []):
+                    if len(mask) < end:
+                        mask.extend(bytes(end - len(mask)))
+                    mask[start:end] = b"\1" * (end - start)
+            elif kind == "T":
+                size = int(arg)
+                if key in self.lost:
+                    del self.lost[key][size:]
+                self.pending[key] = [(a, min(b, size)) for a, b in self.pending.get(key, [])
+                                     if a < size]
             elif kind == "D":
                 entries = {}
                 for row in Path(arg).read_text().splitlines():
@@ -117,16 +136,17 @@ class DurableImage:
 
     def _synced(self, key: str, content: bytes) -> bytes:
         """A sync after a failed one: bytes the failure left dirty and nobody cut off or
-        wrote differently since (still equal to what they were at the failure) are what
-        the disk had before; the kernel marked their pages clean and never writes them."""
-        if key not in self.lost:
+        wrote since are what the disk had before (the kernel marked their pages clean,
+        and may have dropped them: PostgreSQL's "fsyncgate"), or zeros past its end."""
+        mask = self.lost.get(key)
+        if not mask or not any(mask):
             return content
-        failed, before = self.lost[key]  # until cut off: the page stays lost at every sync
+        before = self.files.get(key, b"")
         out = bytearray(content)
-        for i in range(min(len(out), len(failed))):
-            dirty = i >= len(before) or before[i] != failed[i]
-            if dirty and out[i] == failed[i]:
-                out[i] = before[i] if i < len(before) else 0
+        i = mask.find(1)
+        while i != -1 and i < len(out):
+            out[i] = before[i] if i < len(before) else 0
+            i = mask.find(1, i + 1)
         return bytes(out)
 
     def write(self, out: Path, live: Path | None = None, rng: random.Random | None = None

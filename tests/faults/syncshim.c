@@ -10,12 +10,18 @@
  * have left them after a power cut (the approach of ALICE and CrashMonkey).
  *
  * Failing (SYNCSHIM_FAIL="call:substring:nth[:count]"): the nth call (from 1) of
- * fsync or fdatasync on a path containing substring, and the count-1 matching calls
- * after it, return -1 with errno EIO without syncing anything (a disk that reported a
- * write error). Counting is per process.
+ * fsync or fdatasync (call "sync": either) on a path containing substring, and the
+ * count-1 matching calls after it, return -1 with errno EIO without syncing anything (a
+ * disk that reported a write error). Counting is per process.
  *
- * Cutting (also recorded): ftruncate(2) of a file below ROOT appends "T key SIZE path",
- * so the rebuild knows that bytes a failed sync left behind were cut off afterwards.
+ * Crashing (SYNCSHIM_CRASH, the same form): the process kills itself with SIGKILL just
+ * before the nth matching call, so a power cut lands exactly between a write and its
+ * sync, where a kill at a random moment rarely does.
+ *
+ * Writing and cutting (also recorded): each write(2), pwrite(2) or writev(2) to a file
+ * below ROOT appends "W key POS:LEN path", and ftruncate(2) appends "T key SIZE path",
+ * so the rebuild knows which bytes a failed sync left dirty, and which of them were
+ * written again or cut off afterwards.
  *
  * Event line: "KIND key datafile path\n", written with one write(2) to a file opened
  * O_APPEND, so the lines of several processes never interleave.
@@ -27,15 +33,19 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sys/uio.h>
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread int inside;  /* the shim's own writes are not recorded */
 static unsigned long counter;
-static unsigned long matched;
+static unsigned long matched, crash_matched;
 
 int syncshim_key(const char *path, char *out, size_t n) {
     struct statx sx;
@@ -72,21 +82,21 @@ static int below_root(const char *path) {
     return strncmp(path, root, n) == 0 && (path[n] == '/' || path[n] == 0);
 }
 
-static int should_fail(const char *call, const char *path) {
-    const char *spec = getenv("SYNCSHIM_FAIL");
+static int matches(const char *var, unsigned long *count, const char *call, const char *path) {
+    const char *spec = getenv(var);
     if (!spec) return 0;
     char buf[512];
     snprintf(buf, sizeof buf, "%s", spec);
     char *save = NULL;
     char *c = strtok_r(buf, ":", &save), *sub = strtok_r(NULL, ":", &save);
-    char *nth = strtok_r(NULL, ":", &save), *count = strtok_r(NULL, ":", &save);
+    char *nth = strtok_r(NULL, ":", &save), *times = strtok_r(NULL, ":", &save);
     if (!c || !sub || !nth || (strcmp(c, call) != 0 && strcmp(c, "sync") != 0)) return 0;
     if (!strstr(path, sub)) return 0;
-    unsigned long first = strtoul(nth, NULL, 10), times = count ? strtoul(count, NULL, 10) : 1;
+    unsigned long first = strtoul(nth, NULL, 10), n = times ? strtoul(times, NULL, 10) : 1;
     pthread_mutex_lock(&lock);
-    unsigned long k = ++matched;
+    unsigned long k = ++*count;
     pthread_mutex_unlock(&lock);
-    return k >= first && k < first + times;
+    return k >= first && k < first + n;
 }
 
 static void copy_fd(int fd, const char *dest) {
@@ -133,13 +143,14 @@ static void record(int fd, const char *path, int ok) {
     char key[128], data[PATH_MAX], line[PATH_MAX * 2 + 256], events[PATH_MAX];
     struct stat st;
     if (fstat(fd, &st) != 0 || fd_key(fd, key, sizeof key) != 0) return;
+    inside = 1;
     pthread_mutex_lock(&lock);
     unsigned long n = ++counter;
     pthread_mutex_unlock(&lock);
     snprintf(data, sizeof data, "%s/data/%d-%lu", dir, (int)getpid(), n);
     char kind = S_ISDIR(st.st_mode) ? 'D' : (ok ? 'F' : 'X');
     if (kind == 'D') {
-        if (!ok) return;  /* a folder whose sync failed keeps its durable entries */
+        if (!ok) { inside = 0; return; }  /* a folder whose failed sync keeps its entries */
         list_dir(path, data);
     } else {
         copy_fd(fd, data);
@@ -151,12 +162,15 @@ static void record(int fd, const char *path, int ok) {
         if (write(ev, line, len) != len) { /* the test sees a short record */ }
         close(ev);
     }
+    inside = 0;
 }
 
 static int intercept(const char *call, int fd, int (*real)(int)) {
     char path[PATH_MAX];
     if (fd_path(fd, path, sizeof path) != 0 || !below_root(path)) return real(fd);
-    if (should_fail(call, path)) {
+    if (matches("SYNCSHIM_CRASH", &crash_matched, call, path))
+        kill(getpid(), SIGKILL);  /* the power goes out just before this sync */
+    if (matches("SYNCSHIM_FAIL", &matched, call, path)) {
         record(fd, path, 0);
         errno = EIO;
         return -1;
@@ -205,5 +219,70 @@ int ftruncate64(int fd, off_t size) {
     if (!real) real = (int (*)(int, off_t))dlsym(RTLD_NEXT, "ftruncate64");
     int rc = real(fd, size);
     if (rc == 0) record_cut(fd, size);
+    return rc;
+}
+
+static void record_write(int fd, off_t pos, ssize_t len) {
+    const char *dir = getenv("SYNCSHIM_RECORD");
+    char path[PATH_MAX], key[128], line[PATH_MAX + 256], events[PATH_MAX];
+    if (inside || len <= 0 || !dir || !*dir) return;
+    inside = 1;
+    struct stat st;
+    if (fd_path(fd, path, sizeof path) == 0 && below_root(path) && fstat(fd, &st) == 0 &&
+        S_ISREG(st.st_mode) && fd_key(fd, key, sizeof key) == 0) {
+        int n = snprintf(line, sizeof line, "W %s %lld:%lld %s\n", key, (long long)pos,
+                         (long long)len, path);
+        snprintf(events, sizeof events, "%s/events", dir);
+        int ev = open(events, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (ev >= 0) {
+            if (write(ev, line, n) != n) { /* the test sees a short record */ }
+            close(ev);
+        }
+    }
+    inside = 0;
+}
+
+static off_t position(int fd) {
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0 && (flags & O_APPEND)) {
+        struct stat st;
+        return fstat(fd, &st) == 0 ? st.st_size : -1;
+    }
+    return lseek(fd, 0, SEEK_CUR);
+}
+
+ssize_t write(int fd, const void *buf, size_t n) {
+    static ssize_t (*real)(int, const void *, size_t);
+    if (!real) real = (ssize_t (*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
+    if (inside || !getenv("SYNCSHIM_RECORD")) return real(fd, buf, n);
+    off_t pos = position(fd);
+    ssize_t rc = real(fd, buf, n);
+    if (pos >= 0) record_write(fd, pos, rc);
+    return rc;
+}
+
+ssize_t writev(int fd, const struct iovec *iov, int cnt) {
+    static ssize_t (*real)(int, const struct iovec *, int);
+    if (!real) real = (ssize_t (*)(int, const struct iovec *, int))dlsym(RTLD_NEXT, "writev");
+    if (inside || !getenv("SYNCSHIM_RECORD")) return real(fd, iov, cnt);
+    off_t pos = position(fd);
+    ssize_t rc = real(fd, iov, cnt);
+    if (pos >= 0) record_write(fd, pos, rc);
+    return rc;
+}
+
+ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
+    static ssize_t (*real)(int, const void *, size_t, off_t);
+    if (!real) real = (ssize_t (*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, "pwrite");
+    ssize_t rc = real(fd, buf, n, off);
+    record_write(fd, off, rc);
+    return rc;
+}
+
+ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off) {
+    static ssize_t (*real)(int, const void *, size_t, off_t);
+    if (!real) real = (ssize_t (*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, "pwrite64");
+    ssize_t rc = real(fd, buf, n, off);
+    record_write(fd, off, rc);
     return rc;
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
@@ -342,7 +343,15 @@ class KafkaPythonAdmin(OneTopicRule):
             except kerr.TopicAlreadyExistsError:
                 pass  # another process won the race: verified by the caller
             self.client.wait_for_topics([topic], timeout_ms=self.settings.request_timeout_ms)
-        return self.partitions(topic)
+        # the broker that answers a describe may learn of a new topic a moment after the
+        # controller created it (right after a broker restart, seconds): ask again within
+        # the request timeout rather than take the topic for missing
+        deadline = time.monotonic() + self.settings.request_timeout_ms / 1000
+        count = self.partitions(topic)
+        while count is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            count = self.partitions(topic)
+        return count
 
     def empty(self, topic: str, count: int) -> bool:
         """Do all ``count`` partitions of ``topic`` hold nothing (end offsets 0)?"""

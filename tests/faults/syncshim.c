@@ -137,10 +137,22 @@ static void list_dir(const char *path, const char *dest) {
     closedir(d);
 }
 
+/* One event line, appended with one write(2) to RECORD/events (O_APPEND), so the lines
+ * of several processes never interleave. */
+static void append_event(const char *dir, const char *line, int len) {
+    char events[PATH_MAX];
+    snprintf(events, sizeof events, "%s/events", dir);
+    int ev = open(events, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (ev >= 0) {
+        if (write(ev, line, len) != len) { /* the test sees a short record */ }
+        close(ev);
+    }
+}
+
 static void record(int fd, const char *path, int ok) {
     const char *dir = getenv("SYNCSHIM_RECORD");
     if (!dir || !*dir) return;
-    char key[128], data[PATH_MAX], line[PATH_MAX * 2 + 256], events[PATH_MAX];
+    char key[128], data[PATH_MAX], line[PATH_MAX * 2 + 256];
     struct stat st;
     if (fstat(fd, &st) != 0 || fd_key(fd, key, sizeof key) != 0) return;
     inside = 1;
@@ -156,12 +168,7 @@ static void record(int fd, const char *path, int ok) {
         copy_fd(fd, data);
     }
     int len = snprintf(line, sizeof line, "%c %s %s %s\n", kind, key, data, path);
-    snprintf(events, sizeof events, "%s/events", dir);
-    int ev = open(events, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (ev >= 0) {
-        if (write(ev, line, len) != len) { /* the test sees a short record */ }
-        close(ev);
-    }
+    append_event(dir, line, len);
     inside = 0;
 }
 
@@ -194,37 +201,27 @@ int fdatasync(int fd) {
 
 static void record_cut(int fd, off_t size) {
     const char *dir = getenv("SYNCSHIM_RECORD");
-    char path[PATH_MAX], key[128], line[PATH_MAX + 256], events[PATH_MAX];
+    char path[PATH_MAX], key[128], line[PATH_MAX + 256];
     if (!dir || !*dir || fd_path(fd, path, sizeof path) != 0 || !below_root(path)) return;
     if (fd_key(fd, key, sizeof key) != 0) return;
     int len = snprintf(line, sizeof line, "T %s %lld %s\n", key, (long long)size, path);
-    snprintf(events, sizeof events, "%s/events", dir);
-    int ev = open(events, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (ev >= 0) {
-        if (write(ev, line, len) != len) { /* the test sees a short record */ }
-        close(ev);
-    }
+    append_event(dir, line, len);
 }
 
-int ftruncate(int fd, off_t size) {
-    static int (*real)(int, off_t);
-    if (!real) real = (int (*)(int, off_t))dlsym(RTLD_NEXT, "ftruncate");
+static int cut(const char *name, int fd, off_t size) {
+    int (*real)(int, off_t) = (int (*)(int, off_t))dlsym(RTLD_NEXT, name);
     int rc = real(fd, size);
     if (rc == 0) record_cut(fd, size);
     return rc;
 }
 
-int ftruncate64(int fd, off_t size) {
-    static int (*real)(int, off_t);
-    if (!real) real = (int (*)(int, off_t))dlsym(RTLD_NEXT, "ftruncate64");
-    int rc = real(fd, size);
-    if (rc == 0) record_cut(fd, size);
-    return rc;
-}
+int ftruncate(int fd, off_t size) { return cut("ftruncate", fd, size); }
+
+int ftruncate64(int fd, off_t size) { return cut("ftruncate64", fd, size); }
 
 static void record_write(int fd, off_t pos, ssize_t len) {
     const char *dir = getenv("SYNCSHIM_RECORD");
-    char path[PATH_MAX], key[128], line[PATH_MAX + 256], events[PATH_MAX];
+    char path[PATH_MAX], key[128], line[PATH_MAX + 256];
     if (inside || len <= 0 || !dir || !*dir) return;
     inside = 1;
     struct stat st;
@@ -232,12 +229,7 @@ static void record_write(int fd, off_t pos, ssize_t len) {
         S_ISREG(st.st_mode) && fd_key(fd, key, sizeof key) == 0) {
         int n = snprintf(line, sizeof line, "W %s %lld:%lld %s\n", key, (long long)pos,
                          (long long)len, path);
-        snprintf(events, sizeof events, "%s/events", dir);
-        int ev = open(events, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-        if (ev >= 0) {
-            if (write(ev, line, n) != n) { /* the test sees a short record */ }
-            close(ev);
-        }
+        append_event(dir, line, n);
     }
     inside = 0;
 }
@@ -271,18 +263,18 @@ ssize_t writev(int fd, const struct iovec *iov, int cnt) {
     return rc;
 }
 
-ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
-    static ssize_t (*real)(int, const void *, size_t, off_t);
-    if (!real) real = (ssize_t (*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, "pwrite");
+static ssize_t positioned(const char *name, int fd, const void *buf, size_t n, off_t off) {
+    ssize_t (*real)(int, const void *, size_t, off_t) =
+        (ssize_t (*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, name);
     ssize_t rc = real(fd, buf, n, off);
     record_write(fd, off, rc);
     return rc;
 }
 
+ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
+    return positioned("pwrite", fd, buf, n, off);
+}
+
 ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off) {
-    static ssize_t (*real)(int, const void *, size_t, off_t);
-    if (!real) real = (ssize_t (*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, "pwrite64");
-    ssize_t rc = real(fd, buf, n, off);
-    record_write(fd, off, rc);
-    return rc;
+    return positioned("pwrite64", fd, buf, n, off);
 }

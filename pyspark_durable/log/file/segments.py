@@ -280,11 +280,6 @@ def scan_segment(seg: Segment, *, acked: int | None, floor: int, exclusive: bool
                             "entry is lost", namespace, name, seg.path.name, pos, size - pos,
                             stop)
                 truncate_durably(seg.path, pos)
-        if end_offset is not None and not tail and expect != end_offset:
-            raise CorruptEntryError(
-                f"segment {seg.path.name} ends at offset {expect} (byte {pos}) but the "
-                f"next segment starts at offset {end_offset}: entries are missing",
-                **where, offset=expect)
         seg.positions.extend(positions)
         seg.damaged.update(damaged)
         seg.end = pos

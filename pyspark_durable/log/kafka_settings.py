@@ -4,7 +4,8 @@ Option spelling (one rule, so YAML, Spark options and Python keywords all work):
 a key may carry a ``kafka.`` prefix, and ``.``/``-`` count as ``_``; so
 ``kafka.bootstrap.servers``, ``bootstrap.servers`` and ``bootstrap_servers`` are one
 option. After that, a key must be one of this backend's own options
-(:data:`OWN_OPTIONS`) or a kafka-python config name (``KafkaProducer``,
+(:data:`OWN_OPTIONS`, each with its parser, minimum and field) or a kafka-python
+config name (``KafkaProducer``,
 ``KafkaConsumer`` or ``KafkaAdminClient`` ``DEFAULT_CONFIG``); each kafka-python
 option goes to every client that knows it. With ``client=confluent`` (librdkafka,
 ``pyspark_durable[kafka]``, the default) a key may also be any librdkafka property, and
@@ -19,7 +20,8 @@ are unknown ones, with the list of valid names.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,16 +56,6 @@ FORBIDDEN: dict[str, str] = {
     "check_crcs": "corrupt entries must be detected (always checked)",
 }
 
-# this backend's own options and their defaults (kafka-python ones may share a name)
-OWN_OPTIONS: dict[str, Any] = {
-    "bootstrap_servers": None,
-    "connect_timeout_ms": 10_000,
-    "request_timeout_ms": 30_000,
-    "replication_factor": -1,  # -1: the broker's default.replication.factor
-    "min_insync_replicas": None,  # None: the broker's min.insync.replicas
-    "topic_config": None,  # extra topic configs for created topics, e.g. min.insync.replicas
-    "client": None,  # "confluent" (librdkafka) if installed, else "kafka-python": resolve_client
-}
 CLIENT_NAMES = tuple(CLIENT_MODULES)
 
 def _coerce(name: str, value: Any, default: Any) -> Any:
@@ -115,6 +107,84 @@ def resolve_client(value: Any) -> str:
     return name
 
 
+def _integer(name: str, value: Any) -> int | None:
+    """An integer, or its decimal text (Spark passes every option as a string)."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
+        return int(value)
+    raise ConfigError(f"option {name}={value!r} is not an integer")
+
+
+def _servers(name: str, value: Any) -> str | None:
+    """``host:port[,host:port]``, or a list of ``host:port``."""
+    if value is None or isinstance(value, str):
+        return value
+    return ",".join(map(str, value))
+
+
+def _topic_config(name: str, value: Any) -> dict[str, str]:
+    """Extra configs of the topics the WAL creates; never one under which the broker
+    deletes records itself, as only the WAL's cleaner may."""
+    if not isinstance(value or {}, Mapping):
+        raise ConfigError(f"option {name}={value!r} is not a mapping of topic config names to values")
+    config = {str(k): str(v) for k, v in (value or {}).items()}
+    refused = sorted(set(config) & set(RETENTION_KEYS))
+    if refused:
+        raise ConfigError(
+            f"topic_config {refused} cannot be set: only the WAL's cleaner "
+            "deletes records (its topics keep retention.ms=-1, "
+            "retention.bytes=-1; set a retention policy on the namespace)"
+        )
+    return config
+
+
+def _client(name: str, value: Any) -> str:
+    return resolve_client(value)
+
+
+@dataclass(frozen=True)
+class OwnOption:
+    """One of this backend's own options: its default, the parser of a given value
+    (``(name as the user spelled it, value) -> value``), the least value it takes, and
+    the :class:`KafkaSettings` field it sets (None: a rule spanning options reads it).
+    ``broker_default`` is the one value below the minimum that is taken: it leaves the
+    choice to the broker."""
+
+    default: Any
+    parse: Callable[[str, Any], Any]
+    minimum: int | None = None
+    field: str | None = None
+    broker_default: int | None = None
+
+    def value(self, name: str, spelled: str, given: Any) -> Any:
+        """The option's value: ``given`` (None: the default) parsed and held to the minimum."""
+        value = self.parse(spelled, self.default if given is None else given)
+        if value is None or self.minimum is None or value >= self.minimum or value == self.broker_default:
+            return value
+        allowed = f"at least {self.minimum}"
+        if self.broker_default is not None:
+            allowed += f", or {self.broker_default} for the broker's default"
+        where = "" if spelled == name else f" (given as {spelled}={given!r})"
+        raise ConfigError(f"option {name}={value} is invalid: {allowed}{where}")
+
+
+# this backend's own options (kafka-python ones may share a name)
+OWN_OPTIONS: dict[str, OwnOption] = {
+    "bootstrap_servers": OwnOption(None, _servers, field="bootstrap_servers"),
+    "connect_timeout_ms": OwnOption(10_000, _integer, minimum=1, field="connect_timeout_ms"),
+    "request_timeout_ms": OwnOption(30_000, _integer, minimum=1, field="request_timeout_ms"),
+    # -1: the broker's default.replication.factor
+    "replication_factor": OwnOption(-1, _integer, minimum=1, field="replication_factor", broker_default=-1),
+    # None: the broker's min.insync.replicas; else it goes into the topic configs
+    "min_insync_replicas": OwnOption(None, _integer, minimum=1),
+    # extra topic configs for created topics, e.g. min.insync.replicas
+    "topic_config": OwnOption(None, _topic_config, field="topic_config"),
+    # "confluent" (librdkafka) if installed, else "kafka-python": resolve_client
+    "client": OwnOption(None, _client, field="client"),
+}
+
+
 @dataclass
 class KafkaSettings:
     """Parsed options: our own ones, and the config of each client (kafka-python kwargs,
@@ -131,69 +201,29 @@ class KafkaSettings:
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> KafkaSettings:
-        merged: dict[str, Any] = {}
-        spelled: dict[str, str] = {}
+        """Each own option parsed by its :data:`OWN_OPTIONS` entry, the others handed to
+        the chosen client (typed as their defaults), then the rules spanning options."""
         # librdkafka validates its own property names when a client is built
-        client = resolve_client(next((v for k, v in options.items()
-                                      if normalize_key(str(k)) == "client"), None))
+        client = resolve_client(
+            next((v for k, v in options.items() if normalize_key(str(k)) == "client"), None)
+        )
         impl = client_for(client)
         from pyspark_durable.log.kafka_auth import security_options  # JAAS; secrets noted
 
-        options = security_options(options, client)
-        for raw, value in options.items():
-            if value is None:
-                continue
-            name = normalize_key(str(raw))
-            if name in FORBIDDEN:
-                raise ConfigError(f"option {raw!r} cannot be set: {FORBIDDEN[name]}")
-            if impl.keys is not None and name not in OWN_OPTIONS and name not in impl.keys():
-                valid = sorted((set(OWN_OPTIONS) | impl.keys()) - set(FORBIDDEN))
-                raise ConfigError(
-                    f"unknown kafka backend option {raw!r}; valid (optionally prefixed "
-                    f"'kafka.', '.' for '_'): {', '.join(valid)}"
-                )
-            if name in merged:
-                raise ConfigError(f"option {raw!r} given twice (also as {spelled[name]!r})")
-            merged[name], spelled[name] = value, str(raw)
-        for name, value in list(merged.items()):
-            # librdkafka takes every property as text and checks it itself
-            default = OWN_OPTIONS.get(name) if impl.default_of is None or name in OWN_OPTIONS \
-                else impl.default_of(name)
-            merged[name] = _coerce(spelled[name], value, default)
-        servers = merged.get("bootstrap_servers")
-        if not servers:
+        given, spelled = _named(security_options(options, client), impl)
+        own = {n: o.value(n, spelled.get(n, n), given.pop(n, None)) for n, o in OWN_OPTIONS.items()}
+        if not own["bootstrap_servers"]:
             raise ConfigError("the kafka backend needs bootstrap_servers (host:port[,host:port])")
-        if not isinstance(servers, str):
-            servers = ",".join(servers)
-        own = {k: merged.pop(k, d) for k, d in OWN_OPTIONS.items()}
-        if int(own["connect_timeout_ms"]) <= 0 or int(own["request_timeout_ms"]) <= 0:
-            raise ConfigError("connect_timeout_ms and request_timeout_ms must be positive")
-        if not isinstance(own["topic_config"] or {}, Mapping):
-            raise ConfigError(f"topic_config must be a mapping, got {own['topic_config']!r}")
-        topic_config = {str(k): str(v) for k, v in (own["topic_config"] or {}).items()}
-        refused = sorted(set(topic_config) & set(RETENTION_KEYS))
-        if refused:
-            raise ConfigError(f"topic_config {refused} cannot be set: only the WAL's cleaner "
-                              "deletes records (its topics keep retention.ms=-1, "
-                              "retention.bytes=-1; set a retention policy on the namespace)")
-        for name in ("replication_factor", "min_insync_replicas"):
-            value = own[name]
-            try:
-                own[name] = None if value is None else int(value)
-            except (TypeError, ValueError):
-                raise ConfigError(f"option {spelled.get(name, name)}={value!r} is not an "
-                                  "integer") from None
-        if own["replication_factor"] == 0 or own["replication_factor"] < -1:
-            raise ConfigError(f"option replication_factor={own['replication_factor']} is "
-                              "invalid: a positive count, or -1 for the broker's default")
         if own["min_insync_replicas"] is not None:
-            if own["min_insync_replicas"] < 1:
-                raise ConfigError(f"option min_insync_replicas={own['min_insync_replicas']} "
-                                  "is invalid: at least 1")
-            topic_config.setdefault("min.insync.replicas", str(own["min_insync_replicas"]))
-        configs, delivery_ms = impl.configs(servers, own, merged)
-        return cls(servers, int(own["connect_timeout_ms"]), int(own["request_timeout_ms"]),
-                   int(own["replication_factor"]), topic_config, configs, client, delivery_ms)
+            own["topic_config"].setdefault("min.insync.replicas", str(own["min_insync_replicas"]))
+        # librdkafka takes every property as text and checks it itself
+        typed = {
+            name: _coerce(spelled[name], value, None if impl.default_of is None else impl.default_of(name))
+            for name, value in given.items()
+        }
+        configs, delivery_ms = impl.configs(own["bootstrap_servers"], own, typed)
+        fields = {o.field: own[n] for n, o in OWN_OPTIONS.items() if o.field}
+        return cls(**fields, clients=configs, delivery_timeout_ms=delivery_ms)
 
     @property
     def wait_s(self) -> float:
@@ -202,3 +232,25 @@ class KafkaSettings:
         return (self.request_timeout_ms + self.delivery_timeout_ms) / 1000 + 5
 
 
+def _named(options: Mapping[str, Any], impl: KafkaClient) -> tuple[dict[str, Any], dict[str, str]]:
+    """The options under their one spelling (see the module docstring) and as the user
+    spelled them; forbidden, unknown and twice-given options are refused, and an option
+    given as None is left out (its default stands)."""
+    given: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
+    for raw, value in options.items():
+        if value is None:
+            continue
+        name = normalize_key(str(raw))
+        if name in FORBIDDEN:
+            raise ConfigError(f"option {raw!r} cannot be set: {FORBIDDEN[name]}")
+        if impl.keys is not None and name not in OWN_OPTIONS and name not in impl.keys():
+            valid = sorted((set(OWN_OPTIONS) | impl.keys()) - set(FORBIDDEN))
+            raise ConfigError(
+                f"unknown kafka backend option {raw!r}; valid (optionally prefixed "
+                f"'kafka.', '.' for '_'): {', '.join(valid)}"
+            )
+        if name in given:
+            raise ConfigError(f"option {raw!r} given twice (also as {spelled[name]!r})")
+        given[name], spelled[name] = value, str(raw)
+    return given, spelled

@@ -1,6 +1,9 @@
 """Every option of the ``durablewal`` data source, once: the table that parsing, the
 defaults, the did-you-mean hint and the README's options table all come from.
 
+Each option names its parser (:mod:`pyspark_durable.spark.option_values`), its minimum
+and the :class:`~pyspark_durable.spark.options.WalOptions` field it sets, so
+``WalOptions.parse`` is one loop over the table plus the rules that span options.
 ``python -m pyspark_durable.spark.option_table`` prints the README table;
 ``tests/test_option_table.py`` fails when README.md's differs, or when a parsed
 default differs from the one written here. Default values that belong to a concept
@@ -13,6 +16,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark_durable.spark.option_values import (
+    Parser,
+    boolean,
+    choice,
+    duration,
+    integer,
+    integers,
+    retention_limit,
+    step_or,
+    tables,
+    text,
+    timestamp,
+)
 from pyspark_durable.wal.cleaner import DEFAULT_GRACE_MS
 from pyspark_durable.wal.namespace import DEFAULT_TABLE, ENTRY_MAX_BYTES
 
@@ -20,187 +36,354 @@ from pyspark_durable.wal.namespace import DEFAULT_TABLE, ENTRY_MAX_BYTES
 @dataclass(frozen=True)
 class Opt:
     """One option: its name, the default as README shows it, what it means; ``field``
-    is its :class:`~pyspark_durable.spark.options.WalOptions` attribute and ``default``
-    the parsed default; ``passthrough`` options (``kafka.*``) go to the backend as they
-    are and are documented here only."""
+    is its :class:`~pyspark_durable.spark.options.WalOptions` attribute, ``default``
+    the parsed default, ``parse`` what turns its text into the field's value and
+    ``minimum`` the least number it takes (None: no minimum, or not a number). An option
+    without a field is read by a rule spanning options (``path``, ``paths``) or is
+    Spark's own; ``passthrough`` options (``file.*``, ``kafka.*``) go to the backend as
+    they are and are documented here only."""
 
     name: str
     shown: str
     doc: str
     field: str | None = None
     default: Any = None
+    parse: Parser = text
+    minimum: int | None = None
     passthrough: bool = False
+
+    def value(self, given: str) -> Any:
+        """The typed value of this option given as ``given``."""
+        return self.parse(self.name, given, self.minimum)
 
 
 OPTION_TABLE: tuple[Opt, ...] = (
-    Opt('path', '(none)',
-        'root folder of the file log; `.load(path)`, `.start(path)`, `.save(path)`'),
-    Opt('file.segment_size_bytes', '1/64 of the disk, at most 64 MiB',
-        'file backend: a region log starts a new segment file at this size (at least '
-        '1024). The cleaner frees whole segments, so the default follows the file system '
-        'the WAL is on (measured when a store opens) and retention frees space on a small '
-        'disk too ([docs/backends.md](docs/backends.md#a-full-disk))',
-        passthrough=True),
-    Opt('backend', '`file`',
+    Opt("path", "(none)", "root folder of the file log; `.load(path)`, `.start(path)`, `.save(path)`"),
+    Opt(
+        "file.segment_size_bytes",
+        "1/64 of the disk, at most 64 MiB",
+        "file backend: a region log starts a new segment file at this size (at least "
+        "1024). The cleaner frees whole segments, so the default follows the file system "
+        "the WAL is on (measured when a store opens) and retention frees space on a small "
+        "disk too ([docs/backends.md](docs/backends.md#a-full-disk))",
+        passthrough=True,
+    ),
+    Opt(
+        "backend",
+        "`file`",
         "`file` \\| `kafka` (`memory` is refused in Spark: it cannot span Spark's Python workers)",
-        field='backend', default="file"),
-    Opt('namespace', '`default`',
-        "the WAL's namespace",
-        field='namespace', default="default"),
-    Opt('namespaceId', '`0`',
-        'u8 id, fixed when the namespace is created (reads take the stored id unless given)',
-        field='namespace_id'),
-    Opt('kafka.bootstrap.servers', '(none)',
-        'Kafka backend: the brokers (then no path)',
-        passthrough=True),
-    Opt('kafka.client', '`confluent`',
-        'Kafka backend: `confluent` (librdkafka; the default when installed) or `kafka-python` '
+        field="backend",
+        parse=choice("file", "kafka", "memory"),
+        default="file",
+    ),
+    Opt("namespace", "`default`", "the WAL's namespace", field="namespace", parse=text, default="default"),
+    Opt(
+        "namespaceId",
+        "`0`",
+        "u8 id, fixed when the namespace is created (reads take the stored id unless given)",
+        field="namespace_id",
+        parse=integer,
+        minimum=0,
+    ),
+    Opt("kafka.bootstrap.servers", "(none)", "Kafka backend: the brokers (then no path)", passthrough=True),
+    Opt(
+        "kafka.client",
+        "`confluent`",
+        "Kafka backend: `confluent` (librdkafka; the default when installed) or `kafka-python` "
         "(pure Python); `pip install 'pyspark_durable[kafka]'` installs both",
-        passthrough=True),
-    Opt('kafka.replication.factor', "broker's",
+        passthrough=True,
+    ),
+    Opt(
+        "kafka.replication.factor",
+        "broker's",
         "Kafka backend: replication factor of the topics the WAL creates (`-1`: the broker's "
-        '`default.replication.factor`)',
-        passthrough=True),
-    Opt('kafka.min.insync.replicas', "broker's",
-        'Kafka backend: `min.insync.replicas` of the topics the WAL creates (appends wait for '
-        'this many replicas: `acks=all`)',
-        passthrough=True),
-    Opt('kafka.security.protocol', '`PLAINTEXT`',
-        'Kafka backend: `SASL_PLAINTEXT`, `SASL_SSL` or `SSL`; with `kafka.sasl.mechanism` '
-        '(`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`) and either '
-        '`kafka.sasl.plain.username`/`kafka.sasl.plain.password` or `kafka.sasl.jaas.config` '
+        "`default.replication.factor`)",
+        passthrough=True,
+    ),
+    Opt(
+        "kafka.min.insync.replicas",
+        "broker's",
+        "Kafka backend: `min.insync.replicas` of the topics the WAL creates (appends wait for "
+        "this many replicas: `acks=all`)",
+        passthrough=True,
+    ),
+    Opt(
+        "kafka.security.protocol",
+        "`PLAINTEXT`",
+        "Kafka backend: `SASL_PLAINTEXT`, `SASL_SSL` or `SSL`; with `kafka.sasl.mechanism` "
+        "(`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`) and either "
+        "`kafka.sasl.plain.username`/`kafka.sasl.plain.password` or `kafka.sasl.jaas.config` "
         "(PLAIN or SCRAM login module, as in Spark's Kafka connector), and `kafka.ssl.cafile` "
         "(the CA of the brokers' certificates). Both clients. Secret values are never printed",
-        passthrough=True),
-    Opt('region', '`0`',
-        'write: the region of every row',
-        field='region', default=0),
-    Opt('regionColumn', '(none)',
-        'write: an integer column routing each row to a region (not stored)',
-        field='region_column'),
-    Opt('eventTimeColumn', '(none)',
-        'write: a timestamp or date column whose min and max over each step are recorded in '
-        'its commit: readers see them as `_event_time_min`/`_event_time_max`, '
-        '`startingEventTime` selects by them and `durablewal steps` shows them (null values '
-        'are ignored; a column of another type is refused before anything is written)',
-        field='event_time_column'),
-    Opt('table', '`default`',
-        'write: the table name of every row (always a name: `007` and `7` are two tables)',
-        field='table', default=DEFAULT_TABLE),
-    Opt('tableColumn', '(none)',
-        'write: a column routing each row to a table (not stored): string values are names, '
-        'integer values table ids',
-        field='table_column'),
-    Opt('payloadFormat', '`arrow`',
-        'write: `arrow` \\| `avro`',
-        field='payload_format', default="arrow"),
-    Opt('mergeSchema', '`false`',
-        'write: rows with new columns or wider types (int to long, float to double) add a schema '
-        'version of the table instead of failing',
-        field='merge_schema', default=False),
-    Opt('entryMaxBytes', '`921600`',
-        'write: entries are split to stay under this size',
-        field='entry_max_bytes', default=ENTRY_MAX_BYTES),
-    Opt('regions', '(all)',
-        'read: comma list of regions (an unknown one fails, listing those with data)',
-        field='regions'),
-    Opt('tables', '(all)',
-        'read: comma list of table names (`a, b`, spaces stripped), or a JSON list of names kept '
+        passthrough=True,
+    ),
+    Opt(
+        "region", "`0`", "write: the region of every row", field="region", parse=integer, minimum=0, default=0
+    ),
+    Opt(
+        "regionColumn",
+        "(none)",
+        "write: an integer column routing each row to a region (not stored)",
+        field="region_column",
+        parse=text,
+    ),
+    Opt(
+        "eventTimeColumn",
+        "(none)",
+        "write: a timestamp or date column whose min and max over each step are recorded in "
+        "its commit: readers see them as `_event_time_min`/`_event_time_max`, "
+        "`startingEventTime` selects by them and `durablewal steps` shows them (null values "
+        "are ignored; a column of another type is refused before anything is written)",
+        field="event_time_column",
+        parse=text,
+    ),
+    Opt(
+        "table",
+        "`default`",
+        "write: the table name of every row (always a name: `007` and `7` are two tables)",
+        field="table",
+        parse=text,
+        default=DEFAULT_TABLE,
+    ),
+    Opt(
+        "tableColumn",
+        "(none)",
+        "write: a column routing each row to a table (not stored): string values are names, "
+        "integer values table ids",
+        field="table_column",
+        parse=text,
+    ),
+    Opt(
+        "payloadFormat",
+        "`arrow`",
+        "write: `arrow` \\| `avro`",
+        field="payload_format",
+        parse=choice("arrow", "avro"),
+        default="arrow",
+    ),
+    Opt(
+        "mergeSchema",
+        "`false`",
+        "write: rows with new columns or wider types (int to long, float to double) add a schema "
+        "version of the table instead of failing",
+        field="merge_schema",
+        parse=boolean,
+        default=False,
+    ),
+    Opt(
+        "entryMaxBytes",
+        "`921600`",
+        "write: entries are split to stay under this size",
+        field="entry_max_bytes",
+        parse=integer,
+        minimum=1024,
+        default=ENTRY_MAX_BYTES,
+    ),
+    Opt(
+        "regions",
+        "(all)",
+        "read: comma list of regions (an unknown one fails, listing those with data)",
+        field="regions",
+        parse=integers,
+        minimum=0,
+    ),
+    Opt(
+        "tables",
+        "(all)",
+        "read: comma list of table names (`a, b`, spaces stripped), or a JSON list of names kept "
         'exactly and integer table ids (`["a,b", " c ", 7]`; a value starting with `[` is this '
-        'form); an unknown one fails, listing the tables',
-        field='tables'),
-    Opt('startingStep', '`earliest`',
-        'read: `earliest` \\| `latest` \\| a step number, at most the next step (past it: '
-        '`StepNotCommitted` naming the committed steps `[first, next)`)',
-        field='starting_step', default="earliest"),
-    Opt('startingTimestamp', '(none)',
+        "form); an unknown one fails, listing the tables",
+        field="tables",
+        parse=tables,
+    ),
+    Opt(
+        "startingStep",
+        "`earliest`",
+        "read: `earliest` \\| `latest` \\| a step number, at most the next step (past it: "
+        "`StepNotCommitted` naming the committed steps `[first, next)`)",
+        field="starting_step",
+        parse=step_or("earliest", "latest"),
+        minimum=0,
+        default="earliest",
+    ),
+    Opt(
+        "startingTimestamp",
+        "(none)",
         "read: start at the first step committed at or after this time (a step's "
         "`_commit_timestamp`), as Spark's Kafka source: ms since the epoch, or ISO-8601 (no zone:"
-        ' UTC). Not with `startingStep`. After the last commit: a batch read fails naming the '
-        'steps and their commit times; a stream starts at the next step (a time in the future '
-        'fails). Before the retained steps: the expired-step rule (`failOnDataLoss`)',
-        field='starting_timestamp_ms'),
-    Opt('startingEventTime', '(none)',
-        'read: start at the first step whose recorded event time (`eventTimeColumn` of its '
-        'writer) reaches this time (its `_event_time_max` at or after it): ms since the epoch '
-        'or ISO-8601. Steps written without an event-time column are never the start. Not '
-        'with `startingStep` or `startingTimestamp`',
-        field='starting_event_time_ms'),
-    Opt('endingStep', '(latest)',
-        'batch read: first step not read; past the next step, or below `startingStep`, fails '
-        'naming the committed steps',
-        field='ending_step'),
-    Opt('endingTimestamp', '(latest)',
+        " UTC). Not with `startingStep`. After the last commit: a batch read fails naming the "
+        "steps and their commit times; a stream starts at the next step (a time in the future "
+        "fails). Before the retained steps: the expired-step rule (`failOnDataLoss`)",
+        field="starting_timestamp_ms",
+        parse=timestamp,
+    ),
+    Opt(
+        "startingEventTime",
+        "(none)",
+        "read: start at the first step whose recorded event time (`eventTimeColumn` of its "
+        "writer) reaches this time (its `_event_time_max` at or after it): ms since the epoch "
+        "or ISO-8601. Steps written without an event-time column are never the start. Not "
+        "with `startingStep` or `startingTimestamp`",
+        field="starting_event_time_ms",
+        parse=timestamp,
+    ),
+    Opt(
+        "endingStep",
+        "(latest)",
+        "batch read: first step not read; past the next step, or below `startingStep`, fails "
+        "naming the committed steps",
+        field="ending_step",
+        parse=integer,
+        minimum=0,
+    ),
+    Opt(
+        "endingTimestamp",
+        "(latest)",
         "batch read: read the steps committed before this time (exclusive, as Kafka's ending "
-        'offsets: it ends at the first step committed at or after it; after the last commit: '
-        'everything). Not with `endingStep`',
-        field='ending_timestamp_ms'),
-    Opt('maxStepsPerTrigger', '(none)',
-        'stream read: at most this many steps per micro-batch',
-        field='max_steps_per_trigger'),
-    Opt('maxRowsPerTrigger', '(none)',
-        'stream read: about this many rows per micro-batch (whole steps; `ReadMaxRows`)',
-        field='max_rows_per_trigger'),
-    Opt('maxBytesPerTrigger', '(none)',
-        'stream read: about this many bytes per micro-batch (`ReadMaxBytes`)',
-        field='max_bytes_per_trigger'),
-    Opt('minRowsPerTrigger', '(none)',
-        'stream read: wait for this many rows (`ReadMinRows`), at most `maxTriggerDelay`',
-        field='min_rows_per_trigger'),
-    Opt('maxTriggerDelay', '`15m`',
-        'stream read, with `minRowsPerTrigger` (alone it is refused): once this long passed since'
+        "offsets: it ends at the first step committed at or after it; after the last commit: "
+        "everything). Not with `endingStep`",
+        field="ending_timestamp_ms",
+        parse=timestamp,
+    ),
+    Opt(
+        "maxStepsPerTrigger",
+        "(none)",
+        "stream read: at most this many steps per micro-batch",
+        field="max_steps_per_trigger",
+        parse=integer,
+        minimum=1,
+    ),
+    Opt(
+        "maxRowsPerTrigger",
+        "(none)",
+        "stream read: about this many rows per micro-batch (whole steps; `ReadMaxRows`)",
+        field="max_rows_per_trigger",
+        parse=integer,
+        minimum=1,
+    ),
+    Opt(
+        "maxBytesPerTrigger",
+        "(none)",
+        "stream read: about this many bytes per micro-batch (`ReadMaxBytes`)",
+        field="max_bytes_per_trigger",
+        parse=integer,
+        minimum=1,
+    ),
+    Opt(
+        "minRowsPerTrigger",
+        "(none)",
+        "stream read: wait for this many rows (`ReadMinRows`), at most `maxTriggerDelay`",
+        field="min_rows_per_trigger",
+        parse=integer,
+        minimum=1,
+    ),
+    Opt(
+        "maxTriggerDelay",
+        "`15m`",
+        "stream read, with `minRowsPerTrigger` (alone it is refused): once this long passed since"
         " the last batch (or the query's start), a smaller batch reads the rows there are, as "
         "Spark's Kafka source does with `minOffsetsPerTrigger`. A Spark duration: `500ms`, `2s`, "
         "`15m`, `1h` (no unit: ms). Unlike Kafka's source, the first batch of a run waits too. "
-        '`availableNow` reads everything anyway',
-        field='max_trigger_delay_ms', default=15 * 60_000),
-    Opt('minPartitions', "the driver's cores",
+        "`availableNow` reads everything anyway",
+        field="max_trigger_delay_ms",
+        parse=duration,
+        default=15 * 60_000,
+    ),
+    Opt(
+        "minPartitions",
+        "the driver's cores",
         "read: plan at least this many Spark tasks, as Spark's Kafka source does: a step larger "
         "than a task's share is split into windows of its entries (never inside an entry), so one"
-        ' big step in one region uses every core. By default a read is split only into pieces of '
-        'at least 100,000 rows; given explicitly, even small reads are split. A Python data '
+        " big step in one region uses every core. By default a read is split only into pieces of "
+        "at least 100,000 rows; given explicitly, even small reads are split. A Python data "
         "source cannot read `spark.default.parallelism`, hence the driver's cores: set it on a "
-        'cluster',
-        field='min_partitions'),
-    Opt('maxRowsPerPartition', '`1000000`',
-        'read: at most about this many rows per Spark task (whole steps share a task up to it; a '
-        'larger step is split). Rows and keys (`_sequence`, `_row`) are the same whichever task '
-        'reads a row',
-        field='max_rows_per_partition', default=1_000_000),
-    Opt('failOnDataLoss', '`true`',
-        'read: an expired step (or a lost WAL) fails with the available range; `false` skips with'
-        ' a warning. A damaged checkpoint offset (negative, not a number, not JSON of this '
+        "cluster",
+        field="min_partitions",
+        parse=integer,
+        minimum=1,
+    ),
+    Opt(
+        "maxRowsPerPartition",
+        "`1000000`",
+        "read: at most about this many rows per Spark task (whole steps share a task up to it; a "
+        "larger step is split). Rows and keys (`_sequence`, `_row`) are the same whichever task "
+        "reads a row",
+        field="max_rows_per_partition",
+        parse=integer,
+        minimum=1,
+        default=1_000_000,
+    ),
+    Opt(
+        "failOnDataLoss",
+        "`true`",
+        "read: an expired step (or a lost WAL) fails with the available range; `false` skips with"
+        " a warning. A damaged checkpoint offset (negative, not a number, not JSON of this "
         "source, another namespace's) is `CorruptOffset` either way: it never re-delivers",
-        field='fail_on_data_loss', default=True),
-    Opt('readerId', '(none)',
-        'stream read: record committed steps under this id',
-        field='reader_id'),
-    Opt('holdRetention', '`false`',
-        'stream read (with `readerId`): retention never expires a step this reader has not '
-        'committed',
-        field='hold_retention', default=False),
-    Opt('retentionSteps', '(none)',
+        field="fail_on_data_loss",
+        parse=boolean,
+        default=True,
+    ),
+    Opt(
+        "readerId",
+        "(none)",
+        "stream read: record committed steps under this id",
+        field="reader_id",
+        parse=text,
+    ),
+    Opt(
+        "holdRetention",
+        "`false`",
+        "stream read (with `readerId`): retention never expires a step this reader has not committed",
+        field="hold_retention",
+        parse=boolean,
+        default=False,
+    ),
+    Opt(
+        "retentionSteps",
+        "(none)",
         "write: keep at most this many newest steps (sets the namespace's policy)",
-        field='retention_steps'),
-    Opt('retentionMs', '(none)',
+        field="retention_steps",
+        parse=retention_limit,
+        minimum=1,
+    ),
+    Opt(
+        "retentionMs",
+        "(none)",
         "write: keep steps this long (sets the namespace's policy)",
-        field='retention_ms'),
-    Opt('autoClean', '`true`',
+        field="retention_ms",
+        parse=retention_limit,
+        minimum=1,
+    ),
+    Opt(
+        "autoClean",
+        "`true`",
         "write: the query's driver runs the cleaner every `cleanIntervalMs`",
-        field='auto_clean', default=True),
-    Opt('cleanIntervalMs', '`60000`',
-        'write: time between cleaner passes (shared by every writer of the namespace)',
-        field='clean_interval_ms', default=60_000),
-    Opt('cleanGraceMs', '`300000`',
-        'write: the cleaner keeps uncommitted entries younger than this; set it above your '
-        'longest micro-batch',
-        field='clean_grace_ms', default=DEFAULT_GRACE_MS),
-    Opt('checkpointLocation', '(none)',
-        "Spark's own option, accepted and ignored here"),
-    Opt('queryName', '(none)',
-        "Spark's own option (`.queryName(...)`), accepted and ignored here"),
-    Opt('paths', '(none)',
-        "Spark's own option for `.load([p1, p2])`: one WAL root is accepted"),
+        field="auto_clean",
+        parse=boolean,
+        default=True,
+    ),
+    Opt(
+        "cleanIntervalMs",
+        "`60000`",
+        "write: time between cleaner passes (shared by every writer of the namespace)",
+        field="clean_interval_ms",
+        parse=integer,
+        minimum=0,
+        default=60_000,
+    ),
+    Opt(
+        "cleanGraceMs",
+        "`300000`",
+        "write: the cleaner keeps uncommitted entries younger than this; set it above your "
+        "longest micro-batch",
+        field="clean_grace_ms",
+        parse=integer,
+        minimum=0,
+        default=DEFAULT_GRACE_MS,
+    ),
+    Opt("checkpointLocation", "(none)", "Spark's own option, accepted and ignored here"),
+    Opt("queryName", "(none)", "Spark's own option (`.queryName(...)`), accepted and ignored here"),
+    Opt("paths", "(none)", "Spark's own option for `.load([p1, p2])`: one WAL root is accepted"),
 )
 OPTIONS: dict[str, Opt] = {o.name: o for o in OPTION_TABLE if not o.passthrough}
 

@@ -51,14 +51,13 @@ from pyspark_durable.wal.namespace import COMMITS_LOG, Namespace
 from pyspark_durable.wal.records import CleanRecord, ClocksRecord, DedupRecord
 from pyspark_durable.wal.reserve import using_reserve
 from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME
+from pyspark_durable.wal.snapshot_schedule import SNAPSHOT_EVERY_RECORDS, SNAPSHOTS_KEPT
 from pyspark_durable.wal.state import NamespaceState
 
 log = logging.getLogger(__name__)
 
-SNAPSHOTS_KEPT = 2  # the newest, and one before it while a reader may still load it
 DEFAULT_GRACE_MS = 300_000
 RECORD_INTERVAL_MS = 1_000
-SNAPSHOT_EVERY_RECORDS = 1_000  # commits records a replay after the newest snapshot may need
 
 
 @dataclass
@@ -206,6 +205,8 @@ class Cleaner:
                     moved or at - versions[-1] >= SNAPSHOT_EVERY_RECORDS)):
                 ns.store.write_snapshot(SNAPSHOT_NAME, at, raw)
                 versions.append(at)
+            if versions:
+                ns.snapshots.newest = max(ns.snapshots.newest, versions[-1])
             failpoints.reached("clean.snapshotted")
             commits = ns.store.open_log(COMMITS_LOG)
             before = commits.low_watermark()

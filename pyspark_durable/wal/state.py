@@ -95,6 +95,7 @@ class NamespaceState:
     # recovered from a format 1 snapshot: that release cleaned regions without recording
     # bounds (no `clean` records existed), until the next cleaner pass records them
     bounds_unrecorded: bool = False
+    replayed: int = 0  # records applied since this state was loaded (an open's tail, then refreshes)
 
     @property
     def pairs(self) -> dict[tuple[str, int], int]:
@@ -200,6 +201,7 @@ class NamespaceState:
                     namespace=self.namespace, log="commits", offset=entry.offset)
             self.apply(record, entry.offset)
             self.next_offset = entry.offset + 1
+            self.replayed += 1
 
     def apply(self, record: CommitRecord, offset: int) -> None:
         """Apply one decoded record, read at commits-log ``offset``, by its kind."""

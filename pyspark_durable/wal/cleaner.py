@@ -144,6 +144,12 @@ class Cleaner:
         return report
 
     def _pass(self) -> CleanReport:
+        """A pass that found steps its handle holds trimmed under it (other cleaners
+        trimmed below newer snapshots) heals and runs again from step 1: any number of
+        passes may run, and the healed state is as new as the log."""
+        return self.ns.healing(lambda _: self._pass_once())
+
+    def _pass_once(self) -> CleanReport:
         ns = self.ns
         with ns.exclusive():
             state = ns.refresh()

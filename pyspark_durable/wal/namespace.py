@@ -284,7 +284,7 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
         with self._lock:
             if not self.snapshots.due(self.state):
                 return None
-            return self.snapshots.write_if_due(self.refresh())
+            return self.healing(lambda _: self.snapshots.write_if_due(self.refresh()))
 
     def note_writer_step(self, writer_id: str, writer_step: int) -> None:
         """Record that a consecutive writer finished ``writer_step`` without rows."""
@@ -352,18 +352,21 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
     def step_commit(self, step: int) -> StepCommit:
         """The commit record of a step (a committed step never changes: no refresh needed)."""
         check_step_arg("step", step, self.name)
-        s = self.state
-        if step >= s.next_step or step < s.expired_before:
-            s = self.refresh()
-        if step < s.expired_before:
-            raise StepExpired(
-                f"step {step} was expired; available steps are "
-                f"[{s.expired_before}, {s.next_step})", namespace=self.name, step=step)
-        if step >= s.next_step:
-            raise StepNotCommitted(
-                f"step {step} is not committed yet; committed steps are "
-                f"[{s.expired_before}, {s.next_step})", namespace=self.name, step=step)
-        return s.step(step)
+        if step >= self.state.next_step or step < self.state.expired_before:
+            self.refresh()
+
+        def ask(s: NamespaceState) -> StepCommit:
+            if step < s.expired_before:
+                raise StepExpired(
+                    f"step {step} was expired; available steps are "
+                    f"[{s.expired_before}, {s.next_step})", namespace=self.name, step=step)
+            if step >= s.next_step:
+                raise StepNotCommitted(
+                    f"step {step} is not committed yet; committed steps are "
+                    f"[{s.expired_before}, {s.next_step})", namespace=self.name, step=step)
+            return s.step(step)
+
+        return self.healing(ask)  # a healed state may have expired it meanwhile
 
     # -- retention ------------------------------------------------------------
 

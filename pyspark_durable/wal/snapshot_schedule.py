@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 
-from pyspark_durable.errors import DurableWalError
+from pyspark_durable.errors import DurableWalError, StepsTrimmed
 from pyspark_durable.log import LogStore
 from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME
 from pyspark_durable.wal.state import NamespaceState
@@ -70,10 +70,16 @@ class SnapshotSchedule:
             self.store.write_snapshot(SNAPSHOT_NAME, at, raw)
             self.newest = at
             self.store.prune_snapshots(SNAPSHOT_NAME, SNAPSHOTS_KEPT)
+        except StepsTrimmed:
+            raise  # the caller heals and asks again
         except DurableWalError as exc:
-            log.warning("namespace=%s: the committer's snapshot at commits offset %d failed, "
-                        "tried again at the next commit: %s", self.store.namespace,
-                        state.next_offset, exc)
+            log.warning(
+                "namespace=%s: the committer's snapshot at commits offset %d failed, "
+                "tried again at the next commit: %s",
+                self.store.namespace,
+                state.next_offset,
+                exc,
+            )
             return None
         log.debug("namespace=%s: committer wrote snapshot %d", self.store.namespace, at)
         return at

@@ -46,9 +46,9 @@ from pyspark_durable.wal.clocks import (
     clean_due,
     grace_reference_ms,
 )
-from pyspark_durable.wal.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
+from pyspark_durable.wal.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.namespace import COMMITS_LOG, Namespace
-from pyspark_durable.wal.records import CleanRecord, ClocksRecord, DedupRecord
+from pyspark_durable.wal.records import CleanRecord, ClocksRecord, DedupRecord, OneOffsRecord
 from pyspark_durable.wal.reserve import using_reserve
 from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME
 from pyspark_durable.wal.snapshot_schedule import SNAPSHOT_EVERY_RECORDS, SNAPSHOTS_KEPT
@@ -158,6 +158,9 @@ class Cleaner:
                 state = ns.refresh()
             if state.dedup.step_ms is None:  # and to the clock rules (clocks.py)
                 ns.append_record(ClocksRecord(CLOCK_STEP_MS))
+                state = ns.refresh()
+            if state.dedup.max_one_offs is None:  # and to a bounded number of one-offs
+                ns.append_record(OneOffsRecord(DEDUP_ONE_OFFS))
                 state = ns.refresh()
             expired = state.expired_before
             own_ms = int(time.time() * 1000)

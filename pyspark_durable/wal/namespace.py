@@ -68,7 +68,7 @@ from pyspark_durable.log import LogStore, Record
 from pyspark_durable.times import iso
 from pyspark_durable.wal.attempt import Attempt
 from pyspark_durable.wal.clocks import CLOCK_STEP_MS
-from pyspark_durable.wal.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
+from pyspark_durable.wal.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.queries import NamespaceQueries
 from pyspark_durable.wal.reading import NamespaceReads
 from pyspark_durable.wal.receipts import AttemptReceipt, build_runs, event_time_span
@@ -79,6 +79,7 @@ from pyspark_durable.wal.records import (
     ExpireRecord,
     MarkRecord,
     NsRecord,
+    OneOffsRecord,
     ReaderRecord,
     RetentionRecord,
     StepCommit,
@@ -166,6 +167,9 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
                 self.refresh()
             if self.state.dedup.step_ms is None:  # and follows the clock rules (clocks.py)
                 self.append_record(ClocksRecord(CLOCK_STEP_MS))
+                self.refresh()
+            if self.state.dedup.max_one_offs is None:  # and bounds one-off writers
+                self.append_record(OneOffsRecord(DEDUP_ONE_OFFS))
                 self.refresh()
         if self.state.namespace_id != namespace_id:
             raise ConfigError(

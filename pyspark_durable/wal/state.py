@@ -45,6 +45,7 @@ from pyspark_durable.wal.records import (
     ExpireRecord,
     MarkRecord,
     NsRecord,
+    OneOffsRecord,
     ReaderRecord,
     RetentionRecord,
     Run,
@@ -266,6 +267,9 @@ class NamespaceState:
     def _apply_clocks(self, r: ClocksRecord, offset: int) -> None:
         self.dedup.set_clock_rules(r.step_ms)
 
+    def _apply_oneoffs(self, r: OneOffsRecord, offset: int) -> None:
+        self.dedup.set_one_offs(r.writers)
+
     def _apply_expire(self, r: ExpireRecord, offset: int) -> None:
         self.expired_before = max(self.expired_before, r.before)
 
@@ -468,6 +472,7 @@ _APPLY: dict[type, Callable[[NamespaceState, Any, int], None]] = {
     WriterRecord: NamespaceState._apply_writer,
     DedupRecord: NamespaceState._apply_dedup,
     ClocksRecord: NamespaceState._apply_clocks,
+    OneOffsRecord: NamespaceState._apply_oneoffs,
     ExpireRecord: NamespaceState._apply_expire,
     MarkRecord: NamespaceState._apply_mark,
     CleanRecord: NamespaceState._apply_clean,

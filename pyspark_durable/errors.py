@@ -78,6 +78,12 @@ class OffsetOutOfRange(DurableWalError):
     """A read asked for offsets below the low watermark (deleted) or a bad range."""
 
 
+class StepsTrimmed(OffsetOutOfRange):
+    """Steps a handle's step index holds were read back from a commits log already
+    trimmed past them: a cleaner trimmed below snapshots newer than the handle's view.
+    The handle recovers from the newest snapshot and asks again (it heals)."""
+
+
 class LogNotFound(DurableWalError):
     """A namespace or region log that should exist does not."""
 

@@ -12,9 +12,9 @@ import pytest
 from pyspark_durable.errors import ConfigError, WriterStepExpired
 from pyspark_durable.log import Record
 from pyspark_durable.wal import Cleaner, Namespace, failpoints
-from pyspark_durable.wal.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
+from pyspark_durable.wal.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.namespace import COMMITS_LOG
-from pyspark_durable.wal.records import CleanRecord, NsRecord, encode_meta
+from pyspark_durable.wal.records import CleanRecord, NsRecord, OneOffsRecord, encode_meta
 from pyspark_durable.wal.state import NamespaceState
 
 WINDOW = 10_000
@@ -87,6 +87,33 @@ def test_a_one_off_writer_is_forgotten_after_the_window_and_its_recommit_refused
     assert write(ns, "batch-b", 0, started_ms=t0 + WINDOW + 2) == 1
     Cleaner(ns, grace_ms=0).run_once()
     agree(ns, make_store())
+
+
+def test_one_off_writers_past_the_bound_are_forgotten_oldest_start_first(make_store):
+    """This tests the bound on one-off writers remembered (an `oneoffs` record; a new WAL
+    has DEDUP_ONE_OFFS): past it the writer with the oldest start is forgotten, so a
+    recommit of it is WriterStepExpired, never a second step; a recommit of one still
+    remembered returns its step; a new writer that began no later than every one
+    remembered is refused (it would be forgotten at once), one that began later
+    commits; a full replay, a recovery and the handle agree."""
+    ns = Namespace(make_store())
+    assert ns.state.dedup.max_one_offs == DEDUP_ONE_OFFS
+    ns.append_record(OneOffsRecord(3))
+    t0 = int(time.time() * 1000)
+    assert [write(ns, f"batch-{i}", 0, started_ms=t0 + i) for i in range(5)] == list(range(5))
+    assert sorted(ns.state.dedup.writers) == ["batch-2", "batch-3", "batch-4"]
+    assert write(ns, "batch-3", 0, started_ms=t0 + 3) == 3  # remembered: its step
+    with pytest.raises(WriterStepExpired, match=r"no later than a one-off writer the WAL "
+                       rf"forgot \(begun at {t0 + 1} ms\)"):
+        write(ns, "batch-1", 0, started_ms=t0 + 1)
+    with pytest.raises(WriterStepExpired, match=r"it would be forgotten at once"):
+        write(ns, "batch-late", 0, started_ms=t0 + 2)
+    assert write(ns, "batch-5", 0, started_ms=t0 + 10) == 5
+    assert ns.steps() == range(0, 6)
+    assert sorted(ns.state.dedup.writers) == ["batch-3", "batch-4", "batch-5"]
+    Cleaner(ns, grace_ms=0).run_once()
+    agree(ns, make_store())
+    assert Namespace(make_store()).state.dedup.max_one_offs == 3
 
 
 @pytest.mark.parametrize(("racing", "past"), [(True, False), (True, True), (False, True)])

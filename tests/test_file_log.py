@@ -34,6 +34,7 @@ from file_log_child import make_record, parse_key
 from pyspark_durable.errors import CorruptEntryError, OffsetOutOfRange
 from pyspark_durable.log import Record
 from pyspark_durable.log.file import BODY_HEAD, FRAME_HEAD, FileLogStore, encode_frame
+from pyspark_durable.log.file.store import NAMED_SEGMENT_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = Path(__file__).resolve().with_name("file_log_child.py")
@@ -808,7 +809,7 @@ def test_default_segment_size_and_reserve_follow_the_disk(tmp_path, monkeypatch,
         assert asked == [str(tmp_path)]
         assert (store.segment_size_bytes, store.reserve_bytes) == (segment, reserve)
         assert store.open_log(LOG).segment_size_bytes == segment
-        assert store.open_log("commits").segment_size_bytes == min(segment, 4 << 20)
+        assert store.open_log("commits").segment_size_bytes == min(segment, NAMED_SEGMENT_BYTES)
     finally:
         store.close()
     store = FileLogStore(NS, path=str(root), segment_size_bytes=2048)

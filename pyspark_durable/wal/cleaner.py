@@ -46,19 +46,18 @@ from pyspark_durable.wal.clocks import (
     clean_due,
     grace_reference_ms,
 )
-from pyspark_durable.wal.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
+from pyspark_durable.wal.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.namespace import COMMITS_LOG, Namespace
-from pyspark_durable.wal.records import CleanRecord, ClocksRecord, DedupRecord
+from pyspark_durable.wal.records import CleanRecord, ClocksRecord, DedupRecord, OneOffsRecord
 from pyspark_durable.wal.reserve import using_reserve
 from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME
+from pyspark_durable.wal.snapshot_schedule import SNAPSHOT_EVERY_RECORDS, SNAPSHOTS_KEPT
 from pyspark_durable.wal.state import NamespaceState
 
 log = logging.getLogger(__name__)
 
-SNAPSHOTS_KEPT = 2  # the newest, and one before it while a reader may still load it
 DEFAULT_GRACE_MS = 300_000
 RECORD_INTERVAL_MS = 1_000
-SNAPSHOT_EVERY_RECORDS = 1_000  # commits records a replay after the newest snapshot may need
 
 
 @dataclass
@@ -145,6 +144,12 @@ class Cleaner:
         return report
 
     def _pass(self) -> CleanReport:
+        """A pass that found steps its handle holds trimmed under it (other cleaners
+        trimmed below newer snapshots) heals and runs again from step 1: any number of
+        passes may run, and the healed state is as new as the log."""
+        return self.ns.healing(lambda _: self._pass_once())
+
+    def _pass_once(self) -> CleanReport:
         ns = self.ns
         with ns.exclusive():
             state = ns.refresh()
@@ -153,6 +158,9 @@ class Cleaner:
                 state = ns.refresh()
             if state.dedup.step_ms is None:  # and to the clock rules (clocks.py)
                 ns.append_record(ClocksRecord(CLOCK_STEP_MS))
+                state = ns.refresh()
+            if state.dedup.max_one_offs is None:  # and to a bounded number of one-offs
+                ns.append_record(OneOffsRecord(DEDUP_ONE_OFFS))
                 state = ns.refresh()
             expired = state.expired_before
             own_ms = int(time.time() * 1000)
@@ -206,6 +214,8 @@ class Cleaner:
                     moved or at - versions[-1] >= SNAPSHOT_EVERY_RECORDS)):
                 ns.store.write_snapshot(SNAPSHOT_NAME, at, raw)
                 versions.append(at)
+            if versions:
+                ns.snapshots.newest = max(ns.snapshots.newest, versions[-1])
             failpoints.reached("clean.snapshotted")
             commits = ns.store.open_log(COMMITS_LOG)
             before = commits.low_watermark()

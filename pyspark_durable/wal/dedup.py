@@ -32,6 +32,10 @@ every writer with an older start was forgotten with it, so a start after every
 forgotten one was never forgotten: a clock pushed ahead makes the WAL forget early,
 never refuse a writer that began after the ones it forgot. Records before the
 ``clocks`` record keep the rules they were written under, so no step is renumbered.
+
+From an ``oneoffs`` record on, at most that many one-off writers are remembered: past
+it, the one with the oldest start is forgotten, by the same rule, so a process holds
+a bounded number (:data:`DEDUP_ONE_OFFS`) however many batch writes the window holds.
 """
 
 from __future__ import annotations
@@ -42,6 +46,10 @@ from typing import Any
 
 DEDUP_WINDOW_MS = 7 * 24 * 3600 * 1000  # Kafka's transactional.id.expiration.ms default
 DEDUP_STEPS = 64  # writer steps remembered per writer (Spark replays one micro-batch)
+# one-off writers remembered at most (an `oneoffs` record): about 550 bytes each in a
+# process, so 9 MB however many batch writes the window holds; at one batch write a
+# second that is 4.5 hours of them, far longer than a batch job retries its commit
+DEDUP_ONE_OFFS = 16_384
 
 
 @dataclass(slots=True)
@@ -65,6 +73,8 @@ class Dedup:
     step_ms: int | None = None  # None: before a `clocks` record (the clock takes any time)
     step_clock_ms: int = 0  # the newest commit time, each step moving it <= step_ms
     forgot_start_ms: int | None = None  # the newest start of a one-off writer forgotten
+    max_one_offs: int | None = None  # None: before an `oneoffs` record (the window alone)
+    one_offs: int = 0  # one-off writers remembered (those with a start)
     _starts: list[tuple[int, str]] = field(default_factory=list)  # heap of one-off starts
 
     # -- questions -------------------------------------------------------------------
@@ -89,7 +99,14 @@ class Dedup:
                         f"{started_ms} ms, no later than a one-off writer the WAL forgot "
                         f"(begun at {self.forgot_start_ms} ms) once its clock "
                         f"({self.clock_ms} ms) was the deduplication window "
-                        f"({self.window_ms} ms) past it")
+                        f"({self.window_ms} ms) past it, or more one-off writers than it "
+                        f"remembers ({self.max_one_offs}) began after it")
+            oldest = self._oldest_start() if self._at_bound() else None
+            if oldest is not None and started_ms <= oldest:
+                return (f"writer step {writer_step} of writer {writer_id!r} began at "
+                        f"{started_ms} ms, no later than every one-off writer the WAL "
+                        f"remembers (the oldest began at {oldest} ms), and it remembers as "
+                        f"many as it may ({self.max_one_offs}): it would be forgotten at once")
         elif started_ms is not None and started_ms < self.clock_ms - self.window_ms:
             return (f"writer step {writer_step} of writer {writer_id!r} began at {started_ms} ms, "
                     f"more than the deduplication window ({self.window_ms} ms) before the "
@@ -142,13 +159,41 @@ class Dedup:
             return
         cutoff = self.clock_ms - self.window_ms
         while self._starts and self._starts[0][0] < cutoff:
-            started, writer_id = heapq.heappop(self._starts)
+            self._forget_oldest()
+
+    def _forget_oldest(self) -> None:
+        """Forget the one-off writer with the oldest start (a stale heap entry, of a
+        writer that began again since, is dropped)."""
+        started, writer_id = heapq.heappop(self._starts)
+        w = self.writers.get(writer_id)
+        if w is not None and w.started_ms == started:  # no newer start since
+            del self.writers[writer_id]
+            self.one_offs -= 1
+            if self.step_ms is not None:  # (before: snapshots did not keep it, so
+                # every process starts it alike at the `clocks` record instead)
+                self.forgot_start_ms = max(self.forgot_start_ms or started, started)
+
+    def _at_bound(self) -> bool:
+        return self.max_one_offs is not None and self.one_offs >= self.max_one_offs
+
+    def _oldest_start(self) -> int | None:
+        """The oldest start of a one-off writer remembered (stale heap heads dropped)."""
+        while self._starts:
+            started, writer_id = self._starts[0]
             w = self.writers.get(writer_id)
-            if w is not None and w.started_ms == started:  # no newer start since
-                del self.writers[writer_id]
-                if self.step_ms is not None:  # (before: snapshots did not keep it, so
-                    # every process starts it alike at the `clocks` record instead)
-                    self.forgot_start_ms = max(self.forgot_start_ms or started, started)
+            if w is not None and w.started_ms == started:
+                return started
+            heapq.heappop(self._starts)
+        return None
+
+    def _bound_one_offs(self) -> None:
+        """Past ``max_one_offs`` remembered one-off writers, forget by oldest start, as
+        the window does: every writer with an older start goes first, so rule 3 of the
+        clock rules stays exact (only with them: the bound needs ``forgot_start_ms``)."""
+        if self.max_one_offs is None or self.step_ms is None:
+            return
+        while self.one_offs > self.max_one_offs and self._starts:
+            self._forget_oldest()
 
     def accept(self, writer_id: str, writer_step: int, step: int,
                started_ms: int | None) -> None:
@@ -158,8 +203,10 @@ class Dedup:
         self._bound(w)
         if started_ms is not None and self.window_ms is not None and \
                 (w.started_ms is None or started_ms > w.started_ms):
+            self.one_offs += w.started_ms is None
             w.started_ms = started_ms
             heapq.heappush(self._starts, (started_ms, writer_id))
+            self._bound_one_offs()
 
     def note(self, writer_id: str, writer_step: int) -> None:
         """A writer finished ``writer_step`` without rows (a ``writer`` record)."""
@@ -171,6 +218,11 @@ class Dedup:
         self.window_ms, self.steps = window_ms, steps
         for w in self.writers.values():
             self._bound(w)
+
+    def set_one_offs(self, writers: int) -> None:
+        """An ``oneoffs`` record: remember at most ``writers`` one-off writers from here on."""
+        self.max_one_offs = writers
+        self._bound_one_offs()
 
     def _bound(self, w: WriterState) -> None:
         if self.steps is None:
@@ -196,18 +248,20 @@ class Dedup:
                 "clock_ms": self.clock_ms,
                 **({"step_ms": self.step_ms, "step_clock_ms": self.step_clock_ms,
                     "forgot_start_ms": self.forgot_start_ms}
-                   if self.step_ms is not None else {})}
+                   if self.step_ms is not None else {}),
+                **({"one_offs": self.max_one_offs} if self.max_one_offs is not None else {})}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Dedup:
         dedup = cls(window_ms=d["window_ms"], steps=d["steps"], clock_ms=d["clock_ms"],
                     step_ms=d.get("step_ms"), step_clock_ms=d.get("step_clock_ms", 0),
-                    forgot_start_ms=d.get("forgot_start_ms"))
+                    forgot_start_ms=d.get("forgot_start_ms"), max_one_offs=d.get("one_offs"))
         for writer_id, (last, forgot, started_ms, runs) in d["writers"].items():
             pairs = {wstep + i: step + i for wstep, step, count in runs for i in range(count)}
             dedup.writers[writer_id] = WriterState(last, pairs, forgot, started_ms)
             if started_ms is not None:
                 dedup._starts.append((started_ms, writer_id))
+                dedup.one_offs += 1
         heapq.heapify(dedup._starts)
         return dedup
 

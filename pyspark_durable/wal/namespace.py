@@ -33,8 +33,11 @@ Retention is ordered through the same log (the rule that makes cleaning safe):
    however many cleaners and committers interleave, in any processes.
 8. A cleaner writes a snapshot (versioned by its commits-log offset) before it
    cleans the commits log below that offset; recovery takes the highest version, so
-   snapshots never go backwards. A handle that finds the log cleaned under it
-   recovers again from the newest snapshot (it heals), in every process.
+   snapshots never go backwards. A committer writes one too, every
+   ``SNAPSHOT_EVERY_RECORDS`` records (:mod:`.snapshot_schedule`), so a namespace no
+   cleaner ever cleans still opens by replaying a bounded tail; only cleaners trim the
+   log. A handle that finds the log cleaned under it recovers again from the newest
+   snapshot (it heals), in every process.
 
 Recovery is the latest snapshot (state as of a commits-log offset) plus a replay of
 the commits log after it; region logs are never scanned to recover.
@@ -65,7 +68,7 @@ from pyspark_durable.log import LogStore, Record
 from pyspark_durable.times import iso
 from pyspark_durable.wal.attempt import Attempt
 from pyspark_durable.wal.clocks import CLOCK_STEP_MS
-from pyspark_durable.wal.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
+from pyspark_durable.wal.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.queries import NamespaceQueries
 from pyspark_durable.wal.reading import NamespaceReads
 from pyspark_durable.wal.receipts import AttemptReceipt, build_runs, event_time_span
@@ -76,6 +79,7 @@ from pyspark_durable.wal.records import (
     ExpireRecord,
     MarkRecord,
     NsRecord,
+    OneOffsRecord,
     ReaderRecord,
     RetentionRecord,
     StepCommit,
@@ -84,6 +88,7 @@ from pyspark_durable.wal.records import (
 )
 from pyspark_durable.wal.reserve import using_reserve
 from pyspark_durable.wal.retention import RetentionPolicy
+from pyspark_durable.wal.snapshot_schedule import SnapshotSchedule
 from pyspark_durable.wal.state import NamespaceState, ReaderPosition
 from pyspark_durable.wal.tables import NamespaceTables
 
@@ -145,6 +150,7 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
             raise LogNotFound(f"unknown namespace {self.name!r}; namespaces: "
                               f"{', '.join(names) or 'none'} in {store.location()}") from None
         self.state = NamespaceState.recover(store, self._commits)
+        self.snapshots = SnapshotSchedule(store)  # the committer's: every N records
         if self.state.namespace_id is None and not create:
             raise LogNotFound(f"namespace {self.name!r} in {store.location()} is empty: "
                               "nothing was ever committed to it")
@@ -161,6 +167,9 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
                 self.refresh()
             if self.state.dedup.step_ms is None:  # and follows the clock rules (clocks.py)
                 self.append_record(ClocksRecord(CLOCK_STEP_MS))
+                self.refresh()
+            if self.state.dedup.max_one_offs is None:  # and bounds one-off writers
+                self.append_record(OneOffsRecord(DEDUP_ONE_OFFS))
                 self.refresh()
         if self.state.namespace_id != namespace_id:
             raise ConfigError(
@@ -268,7 +277,18 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
             raise AttemptLost(  # pragma: no cover - only age or a bound refuse a new pair
                 f"step record at commits offset {offset} was refused", namespace=self.name,
                 writer=writer_id, writer_step=writer_step)
+        self.snapshot_if_due()
         return step
+
+    def snapshot_if_due(self) -> int | None:
+        """After a commit: a snapshot of the state as of the log's end if
+        ``SNAPSHOT_EVERY_RECORDS`` records came since the newest one (its version, or
+        None), so an open replays a bounded tail even where no cleaner runs
+        (:mod:`.snapshot_schedule`)."""
+        with self._lock:
+            if not self.snapshots.due(self.state):
+                return None
+            return self.healing(lambda _: self.snapshots.write_if_due(self.refresh()))
 
     def note_writer_step(self, writer_id: str, writer_step: int) -> None:
         """Record that a consecutive writer finished ``writer_step`` without rows."""
@@ -277,6 +297,7 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
         if last is None or last < writer_step:
             self.check_consecutive(writer_id, writer_step)
             self.append_record(WriterRecord(writer_id, writer_step))
+            self.snapshot_if_due()
 
     def check_consecutive(self, writer_id: str, writer_step: int) -> None:
         last = self.state.dedup.last(writer_id)
@@ -335,18 +356,21 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
     def step_commit(self, step: int) -> StepCommit:
         """The commit record of a step (a committed step never changes: no refresh needed)."""
         check_step_arg("step", step, self.name)
-        s = self.state
-        if step >= s.next_step or step < s.expired_before:
-            s = self.refresh()
-        if step < s.expired_before:
-            raise StepExpired(
-                f"step {step} was expired; available steps are "
-                f"[{s.expired_before}, {s.next_step})", namespace=self.name, step=step)
-        if step >= s.next_step:
-            raise StepNotCommitted(
-                f"step {step} is not committed yet; committed steps are "
-                f"[{s.expired_before}, {s.next_step})", namespace=self.name, step=step)
-        return s.step(step)
+        if step >= self.state.next_step or step < self.state.expired_before:
+            self.refresh()
+
+        def ask(s: NamespaceState) -> StepCommit:
+            if step < s.expired_before:
+                raise StepExpired(
+                    f"step {step} was expired; available steps are "
+                    f"[{s.expired_before}, {s.next_step})", namespace=self.name, step=step)
+            if step >= s.next_step:
+                raise StepNotCommitted(
+                    f"step {step} is not committed yet; committed steps are "
+                    f"[{s.expired_before}, {s.next_step})", namespace=self.name, step=step)
+            return s.step(step)
+
+        return self.healing(ask)  # a healed state may have expired it meanwhile
 
     # -- retention ------------------------------------------------------------
 

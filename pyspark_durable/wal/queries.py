@@ -12,13 +12,20 @@ trips, so a caller that needs what other processes appended since calls
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TypeVar
 
-from pyspark_durable.log import LogStore
+from pyspark_durable.errors import StepsTrimmed
+from pyspark_durable.log import Log, LogStore
 from pyspark_durable.wal.records import StepCommit
-from pyspark_durable.wal.state import NamespaceState, ReaderPosition
+from pyspark_durable.wal.state import RECOVER_ATTEMPTS, NamespaceState, ReaderPosition
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +59,28 @@ class NamespaceQueries:
 
     state: NamespaceState
     store: LogStore
+    name: str
+    _commits: Log
+
+    def healing(self, ask: Callable[[NamespaceState], T]) -> T:
+        """``ask(state)``; if it reads steps the commits log no longer holds
+        (:class:`StepsTrimmed`), recover from the newest snapshot and ask again.
+
+        A handle's step index is its view as of its last fold: cleaners in other
+        processes may meanwhile expire those steps, write two newer snapshots and trim
+        the log below them. Trimmed steps were unneeded in the newer snapshots' view,
+        and a step never becomes needed again, so the recovered state (the newest
+        snapshot, replayed to the log's end) answers as a fresh open would.
+        """
+        for attempt in range(RECOVER_ATTEMPTS):
+            try:
+                return ask(self.state)
+            except StepsTrimmed as exc:
+                if attempt == RECOVER_ATTEMPTS - 1:
+                    raise
+                log.info("namespace=%s: %s; recovering from the newest snapshot", self.name, exc)
+                self.state = NamespaceState.recover(self.store, self._commits)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def first_indexed_step(self) -> int:
         """The first step still indexed; steps below it were folded into a snapshot."""
@@ -59,7 +88,7 @@ class NamespaceQueries:
 
     def indexed_steps(self) -> tuple[StepCommit, ...]:
         """The indexed steps in step order, expired ones (still indexed) included."""
-        return tuple(self.state.index)
+        return self.healing(lambda s: tuple(s.index))
 
     def regions(self) -> tuple[int, ...]:
         """Regions that hold committed entries, ascending."""
@@ -110,7 +139,7 @@ class NamespaceQueries:
         (a snapshot keeps each chunk's newest time, so one chunk is read). Steps no
         longer indexed (below :meth:`first_indexed_step`) have no known time.
         """
-        return self.state.first_step_committed_at(timestamp_ms)
+        return self.healing(lambda s: s.first_step_committed_at(timestamp_ms))
 
     def region_entries(self) -> tuple[RegionEntries, ...]:
         """Every region's entries by who refers to them (:class:`RegionEntries`): the
@@ -121,7 +150,7 @@ class NamespaceQueries:
         for region_id in self.store.list_regions():
             region = self.store.open_region(region_id, create=False)
             watermarks[region_id] = region.low_watermark(), region.high_watermark()
-        counts = self.state.index.region_spans(watermarks, self.state.expired_before)
+        counts = self.healing(lambda s: s.index.region_spans(watermarks, s.expired_before))
         return tuple(RegionEntries(region_id, low, high, *counts[region_id])
                      for region_id, (low, high) in watermarks.items())
 
@@ -129,8 +158,8 @@ class NamespaceQueries:
         """Per (region, table), the rows and bytes the indexed steps from ``from_step``
         on hold there, and the sequence of their first entry. Counted from the step
         index's numbers: a namespace of a million steps reads one chunk at most."""
-        return MappingProxyType({key: TableSize(*found) for key, found
-                                 in self.state.index.table_sizes(from_step).items()})
+        sizes = self.healing(lambda s: s.index.table_sizes(from_step))
+        return MappingProxyType({key: TableSize(*found) for key, found in sizes.items()})
 
     def newest_committed_writer_step(self, writer_id: str) -> int | None:
         """The highest writer step ``writer_id`` committed as a step, or None."""

@@ -340,6 +340,28 @@ class ClocksRecord(CommitRecord):
         return cls(step_ms)
 
 
+@record_kind("oneoffs")
+@dataclass(frozen=True, slots=True)
+class OneOffsRecord(CommitRecord):
+    """From here on, at most ``writers`` one-off writers are remembered: past that, the
+    one with the oldest start is forgotten, as the window forgets (:mod:`.dedup`), so
+    a process's memory is bounded however many batch writes the window holds. A kind of
+    its own, so that a version without the bound fails loudly on it instead of
+    remembering writers the others forgot (the latest one wins)."""
+
+    writers: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"k": self.kind, "writers": self.writers}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> OneOffsRecord:
+        writers = d["writers"]
+        if not (isinstance(writers, int) and not isinstance(writers, bool) and writers > 0):
+            raise ValueError(f"one-off writers {writers!r}")
+        return cls(writers)
+
+
 @record_kind("writer")
 @dataclass(frozen=True, slots=True)
 class WriterRecord(CommitRecord):

@@ -45,6 +45,7 @@ from pyspark_durable.wal.records import (
     ExpireRecord,
     MarkRecord,
     NsRecord,
+    OneOffsRecord,
     ReaderRecord,
     RetentionRecord,
     Run,
@@ -95,6 +96,7 @@ class NamespaceState:
     # recovered from a format 1 snapshot: that release cleaned regions without recording
     # bounds (no `clean` records existed), until the next cleaner pass records them
     bounds_unrecorded: bool = False
+    replayed: int = 0  # records applied since this state was loaded (an open's tail, then refreshes)
 
     @property
     def pairs(self) -> dict[tuple[str, int], int]:
@@ -200,6 +202,7 @@ class NamespaceState:
                     namespace=self.namespace, log="commits", offset=entry.offset)
             self.apply(record, entry.offset)
             self.next_offset = entry.offset + 1
+            self.replayed += 1
 
     def apply(self, record: CommitRecord, offset: int) -> None:
         """Apply one decoded record, read at commits-log ``offset``, by its kind."""
@@ -263,6 +266,9 @@ class NamespaceState:
 
     def _apply_clocks(self, r: ClocksRecord, offset: int) -> None:
         self.dedup.set_clock_rules(r.step_ms)
+
+    def _apply_oneoffs(self, r: OneOffsRecord, offset: int) -> None:
+        self.dedup.set_one_offs(r.writers)
 
     def _apply_expire(self, r: ExpireRecord, offset: int) -> None:
         self.expired_before = max(self.expired_before, r.before)
@@ -466,6 +472,7 @@ _APPLY: dict[type, Callable[[NamespaceState, Any, int], None]] = {
     WriterRecord: NamespaceState._apply_writer,
     DedupRecord: NamespaceState._apply_dedup,
     ClocksRecord: NamespaceState._apply_clocks,
+    OneOffsRecord: NamespaceState._apply_oneoffs,
     ExpireRecord: NamespaceState._apply_expire,
     MarkRecord: NamespaceState._apply_mark,
     CleanRecord: NamespaceState._apply_clean,

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-from pyspark_durable.errors import CorruptEntryError, OffsetOutOfRange
+from pyspark_durable.errors import CorruptEntryError, OffsetOutOfRange, StepsTrimmed
 from pyspark_durable.wal.records import StepCommit
 
 CHUNK_STEPS = 1024  # steps per chunk: a chunk read decodes this many records at most
@@ -256,7 +256,14 @@ class StepIndex(Sequence[StepCommit]):
         if self._loader is None:
             raise OffsetOutOfRange(f"steps {chunk.first_step}..{chunk.next_step - 1} are not "
                                    "loaded (a snapshot read without its commits log)")
-        commits = self._loader(chunk)
+        try:
+            commits = self._loader(chunk)
+        except StepsTrimmed:
+            raise
+        except OffsetOutOfRange as exc:
+            raise StepsTrimmed(
+                f"steps {chunk.first_step}..{chunk.next_step - 1} (commits offsets "
+                f"[{chunk.start}, {chunk.end})) were trimmed under this handle: {exc}") from exc
         with self._cache_lock:
             self._cache[chunk.first_step] = commits
             while len(self._cache) > CACHED_CHUNKS:
@@ -334,6 +341,8 @@ class StepIndex(Sequence[StepCommit]):
                           marks: dict[Key, int]) -> int:
         """The first step still needed (the next step if none): reads one chunk at most."""
         for chunk in self._chunks:
+            if chunk.first_step >= expired_before:
+                return chunk.first_step  # every step of it is retained: none to read
             if chunk.needed(expired_before, marks):
                 for commit in self.load(chunk):
                     if needed(commit):

@@ -37,7 +37,8 @@ from pyspark_durable.log.file.log import FileLog
 log = logging.getLogger(__package__)
 
 SNAPSHOTS = "snapshots"
-NAMED_SEGMENT_BYTES = 4 << 20  # segments of logs that are not regions (an open scans one)
+NAMED_SEGMENT_BYTES = 512 << 10  # segments of logs that are not regions: an open scans the
+# last one, so at most about as many records as a 1,000-step namespace holds (issue 36)
 RESERVE_FILE = "cleaner.reserve"  # the "." keeps it apart from every log name
 
 

@@ -160,7 +160,7 @@ def test_a_kafka_snapshot_of_a_release_before_versions_is_listed_as_version_0():
     release before commit ee5e358 as version 0 (below every versioned one), reads it, and
     tombstones it when version 0 is deleted (on the store's registry, without a broker:
     the registry is what a broker would hold)."""
-    from pyspark_durable.log.kafka_store import KafkaLogStore
+    from pyspark_durable.log.kafka.store import KafkaLogStore
 
     registry: dict[bytes, bytes | None] = {b"snapshot/wal": b"old", b"log/commits": b""}
     store = object.__new__(KafkaLogStore)

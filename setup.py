@@ -21,7 +21,7 @@ setup(
     ],
     extras_require={
         # both Kafka clients: confluent-kafka (librdkafka) is the default, kafka-python the
-        # pure-Python fallback (see pyspark_durable.log.kafka_admin.resolve_client)
+        # pure-Python fallback (see pyspark_durable.log.kafka.settings.resolve_client)
         "kafka": ["confluent-kafka>=2.6", "kafka-python>=3.0", "crc32c>=2.4"],
         "kafka-python": ["kafka-python>=3.0", "crc32c>=2.4"],  # without librdkafka's wheel
         "kafka-fast": ["confluent-kafka>=2.6", "kafka-python>=3.0", "crc32c>=2.4"],  # old name

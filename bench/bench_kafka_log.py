@@ -35,8 +35,8 @@ from kafka_broker import start_broker, stop_broker  # noqa: E402
 from pyspark_durable.codec import EntryKey, encode_value  # noqa: E402
 from pyspark_durable.codec.payload import ArrowCodec  # noqa: E402
 from pyspark_durable.log import Record  # noqa: E402
-from pyspark_durable.log.kafka import LOG_TOPIC_CONFIG  # noqa: E402
-from pyspark_durable.log.kafka_store import KafkaLogStore  # noqa: E402
+from pyspark_durable.log.kafka.store import KafkaLogStore  # noqa: E402
+from pyspark_durable.log.kafka.topics import LOG_TOPIC_CONFIG  # noqa: E402
 
 ROWS_PER_ENTRY = 1000
 ROW_BYTES = 100

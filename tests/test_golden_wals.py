@@ -13,6 +13,7 @@ import json
 import shutil
 import zlib
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -160,12 +161,11 @@ def test_a_kafka_snapshot_of_a_release_before_versions_is_listed_as_version_0():
     release before commit ee5e358 as version 0 (below every versioned one), reads it, and
     tombstones it when version 0 is deleted (on the store's registry, without a broker:
     the registry is what a broker would hold)."""
-    from pyspark_durable.log.kafka_store import KafkaLogStore
+    from pyspark_durable.log.kafka.store import KafkaLogStore
 
     registry: dict[bytes, bytes | None] = {b"snapshot/wal": b"old", b"log/commits": b""}
     store = object.__new__(KafkaLogStore)
-    store._registry_view = lambda: registry  # type: ignore[method-assign]
-    store._put_registry = registry.__setitem__  # type: ignore[method-assign]
+    store.registry = SimpleNamespace(view=lambda: registry, put=registry.__setitem__)
     assert store.snapshot_versions("wal") == [0]
     assert store.read_snapshot_version("wal", 0) == b"old"
     registry[b"snapshot/wal/%020d" % 7] = b"new"

@@ -17,8 +17,8 @@ from kafka_broker import kill_broker, start_broker, stop_broker
 
 from pyspark_durable.errors import BackendUnavailable, ConfigError, OffsetOutOfRange
 from pyspark_durable.log import Record, open_store
-from pyspark_durable.log.kafka_settings import FORBIDDEN
-from pyspark_durable.log.kafka_store import KafkaLogStore
+from pyspark_durable.log.kafka.settings import FORBIDDEN
+from pyspark_durable.log.kafka.store import KafkaLogStore
 
 pytestmark = pytest.mark.kafka
 
@@ -119,7 +119,7 @@ def test_auto_created_topic_with_broker_retention_is_refused_or_fixed(
 
     empty = f"{namespace}_region_8"
     create_topic(kafka_broker, empty, 1)
-    with caplog.at_level(logging.WARNING, logger="pyspark_durable.log.kafka_admin"):
+    with caplog.at_level(logging.WARNING, logger="pyspark_durable.log.kafka.topics"):
         assert store.open_region(8).append([Record(b"k", b"v")]) == [0]
     assert any("is empty and has retention.ms=604800000" in r.getMessage() for r in caplog.records)
     assert store.admin.topic_configs(empty, ("retention.ms", "retention.bytes")) == {
@@ -461,7 +461,7 @@ def test_a_recreated_topic_is_a_typed_error_on_both_clients(kafka_broker):
     4 partitions, fails with a typed error or reads on both clients, in a process that
     survives: librdkafka 2.6-2.16 crashed with SIGSEGV here on the old test broker
     (Tansu), which is why kafka-python was the default; on Apache Kafka it does not,
-    and confluent is now the default client (kafka_settings.resolve_client)."""
+    and confluent is now the default client (settings.resolve_client)."""
     child = os.path.join(os.path.dirname(__file__), "kafka_deleted_child.py")
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
     for client in ("kafka-python", "confluent"):
@@ -548,7 +548,7 @@ def test_a_vanished_topic_is_never_created_again_by_a_handle(make_kafka, kafka_b
 
 
 class LaggingReader:
-    """A Reader (log/kafka.py) over a broker whose view lags an acknowledgement, as on a
+    """A Reader (log/kafka/api.py) over a broker whose view lags an acknowledgement, as on a
     cluster right after a leader change: for a topic in ``lag["ends"]``, the next
     ``lag["stale"]`` watermark answers end there, and the next ``lag["early"]`` fetches
     return nothing."""
@@ -576,8 +576,8 @@ class LaggingReader:
 
 def lagging(store: KafkaLogStore, lag: dict) -> KafkaLogStore:
     """``store`` whose readers see the broker through :class:`LaggingReader`."""
-    new_reader = store.new_reader
-    store.new_reader = lambda topic, where: LaggingReader(new_reader(topic, where), topic, lag)
+    new_reader = store.pool.new_reader
+    store.pool.new_reader = lambda topic, where: LaggingReader(new_reader(topic, where), topic, lag)
     return store
 
 
@@ -627,7 +627,7 @@ def test_idle_readers_are_bounded_per_store_whatever_the_regions(make_kafka):
     IDLE_READERS readers open in the store (the rest closed), that a log read again and
     again keeps its one reader (it is not evicted by its own returns), and that every
     read returns its entries."""
-    from pyspark_durable.log.kafka_store import IDLE_READERS
+    from pyspark_durable.log.kafka.pool import IDLE_READERS
 
     store = make_kafka()
     regions = [store.open_region(r) for r in range(12)]
@@ -635,12 +635,12 @@ def test_idle_readers_are_bounded_per_store_whatever_the_regions(make_kafka):
         region.append([Record(b"k", f"v{r}".encode())])
     for r, region in enumerate(regions):
         assert [e.value for e in region.read(0)] == [f"v{r}".encode()]
-        assert store.idle_readers() <= IDLE_READERS
-    assert 1 <= store.idle_readers() <= IDLE_READERS  # unbounded, it would be 12
-    kept = regions[-1]._idle[0]
+        assert store.pool.idle_readers() <= IDLE_READERS
+    assert 1 <= store.pool.idle_readers() <= IDLE_READERS  # unbounded, it would be 12
+    (kept,) = store.pool.idle(regions[-1].topic)
     for _ in range(2 * IDLE_READERS):
         assert [e.value for e in regions[-1].read(0)] == [b"v11"]
-    assert regions[-1]._idle == [kept]
+    assert store.pool.idle(regions[-1].topic) == [kept]
 
 
 def test_a_handle_follows_a_recreated_wal_whose_old_snapshots_are_gone(kafka_broker, namespace,

@@ -1,4 +1,4 @@
-"""The Kafka backend's own options are a table (log/kafka_settings.py, OWN_OPTIONS): each
+"""The Kafka backend's own options are a table (log/kafka/settings.py, OWN_OPTIONS): each
 option's parser, minimum and field. Parsing connects to nothing, so no broker runs here;
 tests/test_kafka_backend.py checks the options against a real broker."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pyspark_durable.errors import ConfigError
-from pyspark_durable.log.kafka_settings import CLIENT_NAMES, OWN_OPTIONS, KafkaSettings
+from pyspark_durable.log.kafka.settings import CLIENT_NAMES, OWN_OPTIONS, KafkaSettings
 
 SERVERS = "127.0.0.1:9"
 

@@ -15,7 +15,7 @@ from pyspark_durable.log.memory import MemoryLogStore
 BACKENDS: dict[str, str] = {
     "file": "pyspark_durable.log.file:FileLogStore",
     "memory": "pyspark_durable.log.memory:MemoryLogStore",
-    "kafka": "pyspark_durable.log.kafka_store:KafkaLogStore",
+    "kafka": "pyspark_durable.log.kafka.store:KafkaLogStore",
 }
 
 

@@ -1,6 +1,6 @@
 """kafka-python (pure Python) as the Kafka log's client: options, errors, topics, I/O.
 
-Imported only when ``client`` is ``kafka-python`` (the default): importing kafka-python
+Imported only when ``client`` is ``kafka-python`` (the fallback): importing kafka-python
 costs about a quarter of a second, which every Python process Spark starts for a
 streaming source would otherwise pay even on the confluent client.
 """
@@ -28,12 +28,14 @@ from pyspark_durable.errors import (
     OffsetOutOfRange,
 )
 from pyspark_durable.log.base import Entry, Record
-from pyspark_durable.log.kafka_admin import KafkaClient, OneTopicRule, broker_reachability
-from pyspark_durable.log.kafka_auth import authentication_failed, py_check_credentials
+from pyspark_durable.log.kafka.api import KafkaClient
+from pyspark_durable.log.kafka.auth import authentication_failed, py_check_credentials
+from pyspark_durable.log.kafka.probe import broker_reachability
+from pyspark_durable.log.kafka.topics import OneTopicRule
 from pyspark_durable.secrets import KAFKA_PYTHON_LOGGERS, install_log_filter
 
 if TYPE_CHECKING:
-    from pyspark_durable.log.kafka_settings import KafkaSettings
+    from pyspark_durable.log.kafka.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@
 module is the confluent-kafka half, chosen with ``client=confluent``
 (``pyspark_durable[kafka]``), the default client when installed: kafka-python
 moves ~70-100 MB/s on this machine and librdkafka several times that, in C threads
-that do not hold the GIL (:func:`~pyspark_durable.log.kafka_settings.resolve_client`).
+that do not hold the GIL (:func:`~pyspark_durable.log.kafka.settings.resolve_client`).
 
 Implementation notes (why):
 
@@ -55,9 +55,9 @@ from pyspark_durable.errors import (
     BackendUnavailable,
 )
 from pyspark_durable.log.base import Entry, Record
-from pyspark_durable.log.kafka_admin import KafkaClient, OneTopicRule
-from pyspark_durable.log.kafka_auth import rd_list_topics
-from pyspark_durable.log.kafka_confluent_setup import (
+from pyspark_durable.log.kafka.api import KafkaClient
+from pyspark_durable.log.kafka.auth import rd_list_topics
+from pyspark_durable.log.kafka.librdkafka import (
     RETRIABLE,
     RETRY_BACKOFF_S,
     TRANSIENT_FETCH,
@@ -67,6 +67,7 @@ from pyspark_durable.log.kafka_confluent_setup import (
     rd_translated,
     typed,
 )
+from pyspark_durable.log.kafka.topics import OneTopicRule
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +85,9 @@ _SENDERS_LOCK = threading.Lock()
 def shared_sender(settings: Any, namespace: str) -> ConfluentSender:
     """The process's producer for these settings, shared by every store that uses them.
 
-    An idempotent librdkafka producer spends ~0.5 s acquiring its producer id before its
-    first delivery (measured on the old test broker; its retry timer), so one per store made every
-    reopen pay it. Sharing is safe: librdkafka keeps the sequence numbers per partition.
+    An idempotent librdkafka producer can spend ~0.5 s acquiring its producer id before
+    its first delivery (its retry timer), which a producer per store would make every
+    reopen pay. Sharing is safe: librdkafka keeps the sequence numbers per partition.
     """
     key = frozenset(settings.clients["producer"].items())
     with _SENDERS_LOCK:
@@ -198,7 +199,8 @@ class ConfluentSender:
 
 
 class ConfluentReader:
-    """One consumer assigned to partition 0 of a topic (see :class:`~.kafka.Reader`)."""
+    """One consumer assigned to partition 0 of a topic, as a
+    :class:`~pyspark_durable.log.kafka.api.Reader`."""
 
     def __init__(self, settings: Any, topic: str, where: Mapping[str, Any]) -> None:
         self.address = settings.bootstrap_servers
@@ -287,7 +289,8 @@ class ConfluentReader:
 
 
 class ConfluentAdmin(OneTopicRule):
-    """Topic administration with librdkafka's AdminClient (see :class:`~.kafka_admin.TopicAdmin`)."""
+    """Topic administration with librdkafka's AdminClient, as a
+    :class:`~pyspark_durable.log.kafka.api.TopicAdmin`."""
 
     def __init__(self, settings: Any, namespace: str | None = None) -> None:
         self.settings = settings

@@ -23,11 +23,10 @@ from pyspark_durable.errors import (
     LogNotFound,
     OffsetOutOfRange,
 )
-from pyspark_durable.log.kafka_admin import broker_reachability
-from pyspark_durable.log.kafka_auth import AuthWatch, authentication_failed
+from pyspark_durable.log.kafka.auth import AuthWatch, authentication_failed
+from pyspark_durable.log.kafka.probe import broker_reachability
 from pyspark_durable.secrets import install_log_filter
 
-log = logging.getLogger("pyspark_durable.log.kafka_confluent")
 READER_GROUP = "pyspark_durable-assign-only"  # librdkafka wants one; never joined
 
 
@@ -140,7 +139,7 @@ def librdkafka_configs(servers: str, own: Mapping[str, Any],
     consumer["message.max.bytes"] = str(min(_int(consumer, "message.max.bytes", 0), fetch_max))
     # every property, so an unknown name fails when the store opens (librdkafka only
     # warns about producer or consumer properties on an admin client: errors only)
-    # error_cb: a refused login is reported at once (kafka_auth.rd_list_topics)
+    # error_cb: a refused login is reported at once (auth.rd_list_topics)
     admin = {**common, "log_level": "3", "error_cb": AuthWatch()}
     install_log_filter([rd_log.logger.name])  # librdkafka's lines, secrets scrubbed
     return {"producer": producer, "consumer": consumer, "admin": admin}, delivery_ms

@@ -1,145 +1,34 @@
-"""What both Kafka clients share: the option spelling rule, the broker probe, the
-interfaces each client implements (:class:`Reader`, :class:`Sender`,
-:class:`TopicAdmin`, bundled as a :class:`KafkaClient`), and the rule of the log's
-topics (:class:`OneTopicRule`). It imports neither client: each client module imports
-it, and :func:`pyspark_durable.log.kafka_settings.client_for` picks one per store.
+"""The rule of the log's topics: one partition, and no broker-side retention.
+
+:class:`OneTopicRule` gives every client's admin ``ensure`` and ``retention_problems``
+over that client's topic primitives; the topic configs below are what the store creates
+its topics with. A log name may not be ``snapshots`` or end in ``_snapshots``, so a topic
+ending in ``_snapshots`` is always the snapshots topic of exactly one namespace.
 """
 
 from __future__ import annotations
 
 import logging
-import socket
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Mapping
 
 from pyspark_durable.errors import ConfigError, LogNotFound
-from pyspark_durable.log.base import Entry, Record
 
 log = logging.getLogger(__name__)
 AUTO_CREATED_RETRIES = 3
 CONFIGS_ATTEMPTS = 10  # a topic's configs, asked right after it was created
 CONFIGS_RETRY_S = 0.2
 
-
-def normalize_key(key: str) -> str:
-    """``kafka.bootstrap.servers`` -> ``bootstrap_servers`` (see the module docstring)."""
-    if key.startswith("kafka."):
-        key = key[len("kafka."):]
-    return key.replace(".", "_").replace("-", "_")
-
-
-_PROBE_CACHE: dict[str, tuple[float, str]] = {}
-_PROBE_LOCK = threading.Lock()
-PROBE_TTL_S = 2.0
-PROBE_TIMEOUT_S = 0.5
-
-
-def broker_reachability(address: str) -> str:
-    """Which bootstrap brokers refuse a TCP connection now: the cause of an append that
-    timed out is otherwise invisible (librdkafka says "Local: Message timed out",
-    kafka-python only that the batch expired). A few short connects, cached for a
-    moment; one probe serves the failures of a whole batch (one report per record)."""
-    now = time.monotonic()
-    with _PROBE_LOCK:
-        hit = _PROBE_CACHE.get(address)
-        if hit is not None and now - hit[0] < PROBE_TTL_S:
-            return hit[1]
-    down: list[str] = []
-    servers = [a.strip() for a in address.split(",") if a.strip()]
-    for server in servers:
-        host, _, port = server.rpartition(":")
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)), PROBE_TIMEOUT_S):
-                pass
-        except (OSError, ValueError) as exc:
-            down.append(f"{server} ({exc.strerror or exc})" if isinstance(exc, OSError)
-                        else f"{server} ({exc})")
-    if not down:
-        text = f"all {len(servers)} bootstrap brokers accept connections"
-    else:
-        text = (f"{len(down)} of {len(servers)} Kafka brokers unavailable: {', '.join(down)}; "
-                "a read needs its partition's leader, an append (acks=all) the leader "
-                "and min.insync.replicas in-sync replicas")
-    with _PROBE_LOCK:
-        _PROBE_CACHE[address] = (now, text)
-    return text
-
-
-class Reader(Protocol):
-    """One topic's partition 0, read by offset (assign/seek, never a consumer group)."""
-
-    def begin(self) -> int: ...
-
-    def watermarks(self) -> tuple[int, int]: ...
-
-    def seek(self, offset: int) -> None: ...
-
-    def fetch(self, max_records: int | None, timeout_ms: int) -> list[Entry]: ...
-
-    def idle(self) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class Sender(Protocol):
-    """The producer of a store (acks=all, idempotent), shared by its logs."""
-
-    def send(self, topic: str, records: Sequence[Record], acked: Callable[[int, int], None],
-             failed: Callable[[BaseException], None]) -> None: ...
-
-    def hurry(self) -> None: ...
-
-    def wait(self, future: Future, timeout_s: float) -> bool: ...
-
-    def close(self, timeout_s: float) -> None: ...
-
-
-class TopicAdmin(Protocol):
-    """Every topic operation the store calls (each client's admin is a
-    :class:`OneTopicRule`, which gives ``ensure`` and ``retention_problems``)."""
-
-    namespace: str | None
-    address: str
-
-    def ensure(self, topic: str, create: bool, configs: Mapping[str, str]) -> bool: ...
-
-    def retention_problems(self, topic: str, compacted: bool) -> list[str]: ...
-
-    def list_topics(self) -> list[str]: ...
-
-    def partitions(self, topic: str) -> int | None: ...
-
-    def create(self, topic: str, configs: Mapping[str, str]) -> int | None: ...
-
-    def delete_topic(self, topic: str) -> None: ...
-
-    def empty(self, topic: str, count: int) -> bool: ...
-
-    def topic_configs(self, topic: str, names: tuple[str, ...]) -> dict[str, str | None]: ...
-
-    def set_topic_configs(self, topic: str, configs: Mapping[str, str]) -> None: ...
-
-    def delete_records(self, topic: str, offset: int) -> bool:
-        """DeleteRecords below ``offset``; False where the service does not support it."""
-        ...
-
-    def close(self) -> None: ...
-
-
-class KafkaClient(NamedTuple):
-    """One client implementation, as the store uses it: chosen once per store."""
-
-    name: str
-    configs: Callable[..., tuple[dict[str, dict[str, Any]], int]]
-    reader: Callable[..., Reader]
-    sender: Callable[..., Sender]
-    admin: Callable[..., TopicAdmin]
-    keys: Callable[[], frozenset[str]] | None = None  # None: the client checks its own names
-    default_of: Callable[[str], Any] | None = None
-
+SNAPSHOTS = "snapshots"  # the log name of a namespace's snapshots topic
+# the producers batch up to 16 MiB (confluent's and kafka_python's TUNED): a topic keeps
+# Kafka's 1 MiB max.message.bytes otherwise and refuses such batches
+MAX_MESSAGE_BYTES = str((16 << 20) + (64 << 10))
+LOG_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete",
+                    "max.message.bytes": MAX_MESSAGE_BYTES}
+# compacted within the hour (a snapshot per cleaner pass must not pile up in the active
+# segment for the broker's default 7 days: every open reads the topic)
+SNAPSHOTS_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "compact",
+                          "max.message.bytes": MAX_MESSAGE_BYTES, "segment.ms": "3600000"}
 
 # broker-side settings that delete records by themselves, and what the WAL needs of each
 RETENTION_KEYS = ("retention.ms", "retention.bytes", "cleanup.policy")
@@ -263,5 +152,3 @@ class OneTopicRule:
             f"topics --entity-name {topic} --add-config "
             + ",".join(f"{k}={v}" for k, v in wanted.items()) + ")",
             namespace=self.namespace)
-
-

@@ -1,16 +1,14 @@
 """Options of the Kafka log backend, and the one place a client is chosen.
 
-Option spelling (one rule, so YAML, Spark options and Python keywords all work):
-a key may carry a ``kafka.`` prefix, and ``.``/``-`` count as ``_``; so
-``kafka.bootstrap.servers``, ``bootstrap.servers`` and ``bootstrap_servers`` are one
-option. After that, a key must be one of this backend's own options
-(:data:`OWN_OPTIONS`, each with its parser, minimum and field) or a kafka-python
-config name (``KafkaProducer``,
+Keys are first spelled one way (:mod:`~pyspark_durable.log.kafka.spelling`:
+``kafka.bootstrap.servers`` = ``bootstrap_servers``). After that, a key must be one of
+this backend's own options (:data:`OWN_OPTIONS`, each with its parser, minimum and
+field) or a kafka-python config name (``KafkaProducer``,
 ``KafkaConsumer`` or ``KafkaAdminClient`` ``DEFAULT_CONFIG``); each kafka-python
 option goes to every client that knows it. With ``client=confluent`` (librdkafka,
 ``pyspark_durable[kafka]``, the default) a key may also be any librdkafka property, and
 kafka-python names are translated to librdkafka's
-(:mod:`pyspark_durable.log.kafka_confluent`). String values are coerced to the type
+(:mod:`~pyspark_durable.log.kafka.librdkafka`). String values are coerced to the type
 of the option's default (Spark passes every option as a string).
 
 Options that would break the log's guarantees are refused (:data:`FORBIDDEN`), as
@@ -26,10 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark_durable.errors import ConfigError
-from pyspark_durable.log.kafka_admin import RETENTION_KEYS, KafkaClient, normalize_key
+from pyspark_durable.log.kafka.api import KafkaClient
+from pyspark_durable.log.kafka.spelling import normalize_key
+from pyspark_durable.log.kafka.topics import RETENTION_KEYS
 
-CLIENT_MODULES = {"kafka-python": "pyspark_durable.log.kafka_python",
-                  "confluent": "pyspark_durable.log.kafka_confluent"}
+CLIENT_MODULES = {"kafka-python": "pyspark_durable.log.kafka.kafka_python",
+                  "confluent": "pyspark_durable.log.kafka.confluent"}
 
 
 def client_for(name: str) -> KafkaClient:
@@ -90,10 +90,9 @@ def resolve_client(value: Any) -> str:
     """The Kafka client: ``confluent`` (librdkafka) when installed, else ``kafka-python``.
 
     librdkafka moves several times kafka-python's bytes, in C threads that do not hold
-    the GIL. It used to be opt-in because every version tried (2.6 to 2.16) crashed
-    with SIGSEGV when a topic it knew was recreated with another partition count, as
-    the old test broker (Tansu) did on any metadata request; on Apache Kafka 2.16
-    does not crash (``test_a_recreated_topic_is_a_typed_error_on_both_clients``).
+    the GIL. A topic recreated under it with another partition count is a typed error,
+    not a crash, on Apache Kafka
+    (``test_a_recreated_topic_is_a_typed_error_on_both_clients``).
     kafka-python stays the pure-Python fallback, chosen with ``client=kafka-python``.
     """
     if value is None or value == "":
@@ -208,7 +207,7 @@ class KafkaSettings:
             next((v for k, v in options.items() if normalize_key(str(k)) == "client"), None)
         )
         impl = client_for(client)
-        from pyspark_durable.log.kafka_auth import security_options  # JAAS; secrets noted
+        from pyspark_durable.log.kafka.auth import security_options  # JAAS; secrets noted
 
         given, spelled = _named(security_options(options, client), impl)
         own = {n: o.value(n, spelled.get(n, n), given.pop(n, None)) for n, o in OWN_OPTIONS.items()}

@@ -8,7 +8,7 @@ options: it records the secrets for redaction (:mod:`pyspark_durable.secrets`),
 turns a ``sasl.jaas.config`` of the PLAIN or SCRAM login module into user name and
 password (neither client reads JAAS), and for librdkafka turns kafka-python's
 ``ssl_check_hostname`` into ``ssl.endpoint.identification.algorithm``. The other
-renames are :data:`~pyspark_durable.log.kafka_confluent.ALIASES`.
+renames are :data:`~pyspark_durable.log.kafka.librdkafka.ALIASES`.
 
 **A wrong password** is :class:`~pyspark_durable.errors.AuthenticationFailed`, raised
 when the store opens, within about a second, not after ``connect_timeout_ms``:
@@ -34,7 +34,7 @@ from typing import Any
 
 from pyspark_durable import secrets
 from pyspark_durable.errors import AuthenticationFailed
-from pyspark_durable.log.kafka_admin import normalize_key
+from pyspark_durable.log.kafka.spelling import normalize_key
 
 FIRST_SLICE_S = 0.5  # first metadata wait; doubled up to MAX_SLICE_S
 MAX_SLICE_S = 4.0

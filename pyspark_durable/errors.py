@@ -88,6 +88,11 @@ class LogNotFound(DurableWalError):
     """A namespace or region log that should exist does not."""
 
 
+class NotAWal(LogNotFound):
+    """A folder given as a WAL is something else (a Spark checkpoint or output folder) or
+    holds the WAL one level off: the message says what it is and which folder to give."""
+
+
 class SchemaMismatch(DurableWalError, ValueError):
     """Rows do not match the schema the table was created with."""
 

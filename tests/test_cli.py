@@ -381,7 +381,10 @@ def test_bad_input_is_one_line_exit_2(wal_root, tmp_path, capsys):
                           str(tmp_path / "nope"))
     assert_one_line_error(*cli(capsys, "tables", wal_root, "--namespace", "nope"),
                           "unknown namespace 'nope'; namespaces: other, shop")
-    assert_one_line_error(*cli(capsys, "check", wal_root), "unknown namespace 'default'")
+    for command in ("check", "steps", "tables"):  # no --namespace: says it, and what to give
+        assert_one_line_error(*cli(capsys, command, wal_root),
+                              "unknown namespace 'default' (the default: no --namespace was "
+                              "given): pick one with --namespace NAME; namespaces: other, shop")
     assert_one_line_error(*cli(capsys, "tail", wal_root, "--namespace", NS, "--table", "nope"),
                           "unknown table 'nope'", "orders")
     assert_one_line_error(*cli(capsys, "steps"), "no WAL given")

@@ -39,7 +39,7 @@ from pyspark_durable.secrets import RedactingFilter
 from pyspark_durable.wal.cleaner import DEFAULT_GRACE_MS
 
 from . import commands, maintain, render
-from .target import CliError
+from .target import DEFAULT_NAMESPACE, CliError, DefaultNamespace
 
 PROG = "durablewal"
 # top-level --help: how to point any command at a WAL (the subcommands' options say it
@@ -123,7 +123,8 @@ def _backend_options() -> argparse.ArgumentParser:
 
 def _namespace_option() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--namespace", default="default", help="namespace (default %(default)s)")
+    p.add_argument("--namespace", default=DefaultNamespace(DEFAULT_NAMESPACE),
+                   help="namespace (default %(default)s)")
     return p
 
 

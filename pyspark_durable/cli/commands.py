@@ -21,13 +21,14 @@ from typing import Any
 import pyarrow as pa
 
 from pyspark_durable.endpoint.step_times import first_step_since
-from pyspark_durable.errors import DurableWalError
+from pyspark_durable.errors import DurableWalError, NotAWal
 from pyspark_durable.times import timestamp_ms
 from pyspark_durable.wal import Namespace, StepCommit, TableInfo
 from pyspark_durable.wal.metadata import METADATA_NAMES, metadata_columns
 from pyspark_durable.wal.namespace import COMMITS_LOG
 from pyspark_durable.wal.queries import TableSize
 
+from . import layout
 from .render import Part, Progress, TextTable, emit, emit_json, iso_ms, span
 from .target import (
     CliError,
@@ -68,6 +69,10 @@ def _table_name(tables: Mapping[int, TableInfo], table_id: int) -> str:
 
 
 def _namespace_summary(target: Target, name: str, names: list[str]) -> dict[str, Any]:
+    if target.backend == "file":
+        kind = layout.what_it_is(Path(target.options["path"]) / name)
+        if kind is not None:
+            return {"name": name, "error": f"{kind}: it is no namespace"}
     try:
         ns = open_existing_namespace(target, name, names)
     except (DurableWalError, CliError) as exc:
@@ -81,18 +86,22 @@ def _namespace_summary(target: Target, name: str, names: list[str]) -> dict[str,
         ns.close()
 
 
-def _not_a_wal_root(target: Target, names: list[str]) -> CliError | None:
+def _not_a_wal_root(target: Target, names: list[str]) -> DurableWalError | CliError | None:
     """Why ``target`` is no folder of namespaces, if it is not: a file WAL's PATH that is
     one namespace's own folder (it has a commits log), or a folder none of whose folders
-    is a namespace. A table of "not a WAL namespace" notes would bury the mistake."""
+    is a namespace (Spark checkpoints and output folders are named as such, and a WAL
+    root among them is the PATH to give). A table of notes would bury the mistake."""
     if target.backend != "file":
         return None
     root = Path(target.options["path"])
-    if (root / COMMITS_LOG).is_dir():
+    if layout.wal_namespace(root):
         return CliError(f"PATH {root} is the namespace {root.name!r} itself; give its parent "
                         f"folder {root.parent}")
-    if any((root / name / COMMITS_LOG).is_dir() for name in names):
+    if layout.namespaces_in(root):
         return None
+    hint = layout.one_level_off(root, None)
+    if hint:
+        return NotAWal(f"no WAL namespace in {target.where}: {hint}")
     inside = f"its folders {', '.join(names)} have" if names else "it is empty: it has"
     return CliError(f"no WAL namespace in {target.where} ({inside} no {COMMITS_LOG} log); "
                     "give the WAL root folder, the one a query's .save(path) or "

@@ -17,16 +17,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark_durable.errors import DurableWalError
+from pyspark_durable.errors import DurableWalError, NotAWal
 from pyspark_durable.log import LogStore, open_store, store_class
 from pyspark_durable.secrets import is_secret
 from pyspark_durable.wal import Namespace
 from pyspark_durable.wal.namespace import COMMITS_LOG
 
+from . import layout
+
 log = logging.getLogger(__name__)
+DEFAULT_NAMESPACE = "default"
 
 class CliError(Exception):
     """A user mistake the CLI reports in one line (exit code 2), never a traceback."""
+
+
+class DefaultNamespace(str):
+    """``--namespace``'s value when the user gave none: still the name ``default``, but
+    a message about it can say that no namespace was named."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +172,9 @@ def target_from_args(args: argparse.Namespace) -> Target:
         raise CliError(f"path {root} does not exist (the WAL root folder)")
     if not root.is_dir():
         raise CliError(f"path {root} is not a folder (the WAL root folder)")
+    mistake = layout.checkpoint_given(root)
+    if mistake is not None:
+        raise mistake
     return Target("file", {"path": str(root)}, f"folder {root}")
 
 
@@ -181,14 +192,27 @@ def list_namespaces(target: Target) -> list[str]:
     return _store_class(target).list_namespaces(target.options)
 
 
-def _unknown_namespace(target: Target, namespace: str, names: list[str]) -> CliError:
-    msg = f"unknown namespace {namespace!r}; namespaces: {', '.join(names) or 'none'}"
+def _unknown_namespace(target: Target, namespace: str, names: list[str]) -> DurableWalError:
+    """Why ``namespace`` is not there, and what to give instead: a namespace given by
+    default is said to be one, and a file WAL's PATH one level off gets the folder that
+    holds the namespace (or what its folders are: Spark checkpoints, output, a WAL root)."""
     if target.backend == "file":
         root = Path(target.options["path"])
-        if (root / COMMITS_LOG).is_dir():  # the namespace folder was given, not its parent
-            msg += (f" ({root} looks like a namespace folder: pass {root.parent} "
-                    f"--namespace {root.name})")
-    return CliError(msg)
+        names = [n for n in names if layout.wal_namespace(root / n)]
+    listed = f"namespaces: {', '.join(names) or 'none'}"
+    if isinstance(namespace, DefaultNamespace):
+        msg = (f"unknown namespace {namespace!r} (the default: no --namespace was given): "
+               f"pick one with --namespace NAME; {listed}")
+    else:
+        msg = f"unknown namespace {namespace!r}; {listed}"
+    if target.backend != "file":
+        return CliError(msg)
+    if layout.wal_namespace(root):  # the namespace folder was given, not its parent
+        return CliError(f"{msg} ({root} looks like a namespace folder: pass {root.parent} "
+                        f"--namespace {root.name})")
+    hint = layout.one_level_off(root, None if isinstance(namespace, DefaultNamespace)
+                                else namespace)
+    return NotAWal(f"{msg}; {hint}") if hint else CliError(msg)
 
 
 def open_listed_store(target: Target, namespace: str,
@@ -202,6 +226,11 @@ def open_listed_store(target: Target, namespace: str,
         names = list_namespaces(target)
     if namespace not in names:
         raise _unknown_namespace(target, namespace, names)
+    if target.backend == "file":
+        folder = Path(target.options["path"]) / namespace
+        kind = layout.what_it_is(folder)
+        if kind is not None:  # never opened: a file log would be written into it
+            raise NotAWal(f"{namespace!r} in {target.where} is {kind}: it is no namespace")
     _store_class(target)
     store = open_store(target.backend, namespace, **target.options)
     try:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
+import pyspark_durable.cli.layout as layout
 from pyspark_durable.endpoint.step_times import first_step_since
 from pyspark_durable.errors import DurableWalError, NotAWal
 from pyspark_durable.times import timestamp_ms
@@ -28,7 +29,6 @@ from pyspark_durable.wal.metadata import METADATA_NAMES, metadata_columns
 from pyspark_durable.wal.namespace import COMMITS_LOG
 from pyspark_durable.wal.queries import TableSize
 
-from . import layout
 from .render import Part, Progress, TextTable, emit, emit_json, iso_ms, span
 from .target import (
     CliError,

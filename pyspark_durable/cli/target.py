@@ -17,13 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyspark_durable.cli.layout as layout
 from pyspark_durable.errors import DurableWalError, NotAWal
 from pyspark_durable.log import LogStore, open_store, store_class
 from pyspark_durable.secrets import is_secret
 from pyspark_durable.wal import Namespace
 from pyspark_durable.wal.namespace import COMMITS_LOG
-
-from . import layout
 
 log = logging.getLogger(__name__)
 DEFAULT_NAMESPACE = "default"

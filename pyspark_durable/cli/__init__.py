@@ -9,6 +9,7 @@
     durablewal check /data/wal --namespace orders        # exit 1 lists every problem
     durablewal clean /data/wal --grace-ms 0 --json
     durablewal retention /data/wal --namespace orders --max-steps 1000
+    durablewal kafka start --sasl                        # a local broker; kafka stop ends it
 
 The WAL is a folder (file backend: ``PATH`` or ``--path``) or a Kafka cluster
 (``--bootstrap-servers``; client settings such as SASL credentials from a properties
@@ -38,7 +39,7 @@ from pyspark_durable.errors import DecodeError, DurableWalError
 from pyspark_durable.secrets import RedactingFilter
 from pyspark_durable.wal.cleaner import DEFAULT_GRACE_MS
 
-from . import commands, maintain, render
+from . import commands, kafka, maintain, render
 from .target import DEFAULT_NAMESPACE, CliError, DefaultNamespace
 
 PROG = "durablewal"
@@ -195,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clear", action="store_true", help="keep everything (no limits)")
     p.add_argument("--drop-reader", action="append", metavar="ID",
                    help="forget a reader, so it no longer holds retention (repeatable)")
+    kafka.add_parser(sub)
     p = sub.add_parser("demo", add_help=False, help="run the demo (arguments pass through)",
                        description="Run pyspark_durable.demo; every argument passes through.")
     p.set_defaults(handler=commands.cmd_demo)

@@ -277,6 +277,34 @@ def test_check_passes_then_fails_on_a_flipped_byte(wal_root, capsys):
     assert cli(capsys, "check", wal_root, "--namespace", "other")[0] == 0  # other namespace intact
 
 
+def test_check_deep_says_what_it_rehashed(wal_root, capsys):
+    """This tests that `check --deep` says what it checked beyond `check`: how many entries
+    of the needed steps it re-hashed against their steps' digests and how many bytes of
+    keys and values that was (the entries and bytes the steps refer to, counted apart from
+    the log), while a plain check says nothing of it."""
+    from pyspark_durable.log import open_store
+
+    steps = cli_json(capsys, "steps", wal_root, "--namespace", NS, "--all")["steps"]
+    store = open_store("file", NS, path=str(wal_root))
+    referred = sum(len(e.key) + len(e.value) for region in (0, 1)
+                   for e in store.open_region(region, create=False).read(0))
+    store.close()
+    entries = sum(s["entries"] for s in steps)
+    assert entries == 2 * STEPS
+    code, plain, _ = cli(capsys, "check", wal_root, "--namespace", NS)
+    assert code == 0 and "re-hashed" not in plain
+    code, deep, err = cli(capsys, "check", wal_root, "--namespace", NS, "--deep")
+    assert (code, err) == (0, "")
+    assert deep.startswith(plain.rstrip("\n") + "; re-hashed "), (plain, deep)
+    assert deep.rstrip("\n").endswith(
+        f"; re-hashed {entries} entries ({referred:,} bytes of keys and values) against the "
+        "content digests their steps committed"), deep
+    doc = cli_json(capsys, "check", wal_root, "--namespace", NS, "--deep")
+    assert doc["verified"]["deep"] == {"entries": entries, "bytes": referred,
+                                       "without_digest": 0}
+    assert cli_json(capsys, "check", wal_root, "--namespace", NS)["verified"]["deep"] is None
+
+
 def test_sealed_segment_cut_at_a_frame_boundary_is_named(wal_root, capsys):
     """This tests that a sealed (not last) segment cut exactly after one of its frames makes
     reads fail with a typed error naming that segment and the missing offsets, and that

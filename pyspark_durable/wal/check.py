@@ -63,7 +63,7 @@ class Checker:
         self.store = store
         self.deep = deep  # also re-hash every needed entry against its step's digest
         self.progress: CheckProgress = progress or Silent()
-        self.report = CheckReport(store.namespace)
+        self.report = CheckReport(store.namespace, deep=deep)
         self.state: NamespaceState | None = None
         self._full_replay: NamespaceState | None = None  # set while the log is whole
         self._regions_seen: set[int] = set()
@@ -402,7 +402,11 @@ class Checker:
                          entry: Entry, table_id: int | None) -> None:
         step = rc.commit.step
         rc.entries += 1
-        if self.deep and rc.run.digests:
+        if self.deep and not rc.run.digests:
+            self.report.undigested += 1
+        elif self.deep:
+            self.report.rehashed += 1
+            self.report.rehashed_bytes += len(entry.key) + len(entry.value)
             at = (entry.offset - rc.run.start) * DIGEST_HEX
             if entry_digest(entry.key, entry.value) != rc.run.digests[at:at + DIGEST_HEX]:
                 self.problem(f"entry is not the one step {step} committed: its content "

@@ -34,6 +34,10 @@ class CheckReport:
     runs: int = 0
     tables: int = 0
     snapshot_at: int | None = None
+    deep: bool = False  # --deep: needed entries re-hashed against their steps' digests
+    rehashed: int = 0  # entries whose digest was recomputed and compared
+    rehashed_bytes: int = 0  # their keys and values
+    undigested: int = 0  # needed entries of steps written before digests: nothing to compare
 
     @property
     def ok(self) -> bool:
@@ -46,7 +50,17 @@ class CheckReport:
         counts = [(self.commit_records, "commit-log record"), (self.regions, "region"),
                   (self.entries, "entry"), (self.steps, "needed step"), (self.runs, "run"),
                   (self.tables, "table")]
-        return ", ".join(_plural(n, word) for n, word in counts) + f", {snap}"
+        text = ", ".join(_plural(n, word) for n, word in counts) + f", {snap}"
+        return text + self.deep_summary() if self.deep else text
+
+    def deep_summary(self) -> str:
+        """What ``--deep`` added: ``; re-hashed 340 entries (1,234,567 bytes) ...``."""
+        text = (f"; re-hashed {_plural(self.rehashed, 'entry')} ({self.rehashed_bytes:,} bytes "
+                "of keys and values) against the content digests their steps committed")
+        if self.undigested:
+            text += (f"; {_plural(self.undigested, 'entry')} of steps written before "
+                     "digests not re-hashed (no digest to compare)")
+        return text
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,7 +68,9 @@ class CheckReport:
             "problems": [p.to_json() for p in self.problems],
             "verified": {"commit_records": self.commit_records, "regions": self.regions,
                          "entries": self.entries, "steps": self.steps, "runs": self.runs,
-                         "tables": self.tables, "snapshot_at": self.snapshot_at},
+                         "tables": self.tables, "snapshot_at": self.snapshot_at,
+                         "deep": {"entries": self.rehashed, "bytes": self.rehashed_bytes,
+                                  "without_digest": self.undigested} if self.deep else None},
         }
 
 

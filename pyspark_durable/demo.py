@@ -183,6 +183,9 @@ class Demo:
         self.runs = 0
         self.in_flight: int | None = None  # the micro-batch the kill interrupted, if any
         self.kill_note = "none"  # the report's crash line
+        self.last_before_kill: int | None = None  # the WAL's last committed micro-batch then
+        self.left_at_kill = 0  # uncommitted entries the WAL held right after the kill
+        self.replayed: list[int] = []  # micro-batches a run committed again (a no-op)
 
     def namespace(self):
         if self.ns is None:
@@ -198,6 +201,7 @@ class Demo:
         if step is None:  # cannot happen: a batch with rows commits before it reports
             self.ui.line(f"micro-batch {batch:>2}: {rows} rows, but no step in the WAL", "red")
         elif step in self.seen:
+            self.replayed.append(batch)
             self.ui.line(f"micro-batch {batch:>2} replayed -> step {step:>2} was already "
                          f"committed: a no-op, its {rows} rows are not written twice", "magenta")
         else:
@@ -254,7 +258,8 @@ class Demo:
         last = self.namespace().step_commit(steps[-1]).writer_step if steps else None
         done = f"micro-batch {last} (step {steps[-1]})" if steps else "no micro-batch"
         self.ui.line(f"{how}; the WAL's last commit is {done}", "red")
-        left = self.uncommitted()
+        left = self.left_at_kill = self.uncommitted()
+        self.last_before_kill = last
         following = 0 if last is None else last + 1
         if left:
             self.in_flight = following
@@ -263,11 +268,40 @@ class Demo:
                          "readers never see them)", "red")
             self.kill_note = f"writer killed with SIGKILL inside micro-batch {following}"
         else:
-            self.ui.line("the kill landed between micro-batches (or before the next one "
-                         "wrote anything): no entry was left uncommitted", "red")
-            self.kill_note = ("writer killed with SIGKILL between micro-batches "
-                              f"{last} and {following}" if last is not None else
+            after = f"after micro-batch {last} " if last is not None else ""
+            self.ui.line(f"the WAL holds no uncommitted entry: no micro-batch {after}had "
+                         "written anything yet", "red")
+            self.kill_note = ("writer killed with SIGKILL after the WAL's commit of "
+                              f"micro-batch {last}" if last is not None else
                               "writer killed with SIGKILL before its first commit")
+
+    def after_restart(self) -> None:
+        """Say what the restart added to the kill's story, from the run and the WAL: a
+        micro-batch it ran again because Spark's checkpoint had not recorded it (the kill
+        came between the WAL's commit and Spark's), whose entries stay uncommitted."""
+        replays = [b for b in self.replayed if b == self.last_before_kill]
+        if not replays:
+            return
+        added = self.uncommitted() - self.left_at_kill
+        self.ui.line(f"so the kill came after the WAL committed micro-batch {replays[0]} and "
+                     "before Spark's checkpoint recorded it: the restart ran it again, its "
+                     f"commit was a no-op, and the {added} entries its tasks wrote stay "
+                     "uncommitted", "magenta")
+        self.kill_note = (f"writer killed with SIGKILL inside micro-batch {replays[0]}, after "
+                          "its commit to the WAL, before Spark's checkpoint recorded it")
+
+    def uncommitted_note(self, left: int) -> str:
+        """Where the uncommitted entries came from: the killed attempt, the restart's replay."""
+        parts = []
+        if self.left_at_kill:
+            parts.append(f"{self.left_at_kill} written by the killed attempt of micro-batch "
+                         f"{self.in_flight}")
+        if left > self.left_at_kill:
+            by = (f"the restart's replay of micro-batch {self.replayed[0]}, already committed"
+                  if self.replayed else "attempts after the kill")
+            parts.append(f"{left - self.left_at_kill} by {by}")
+        where = "; ".join(parts) + ": " if parts else ""
+        return f"{left} entries ({where}referred to by no step: never read)"
 
     def writer(self, kill_after: int | None, inside: bool = False) -> tuple[int, bool]:
         """Run the writing query; SIGKILL it ``kill_after`` batches into this run: at a
@@ -446,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
             demo.writer(args.kill_after, inside=args.kill_at == "inside")
             ui.header("[3/4] restarting the writing query from its checkpoint" + ui.dots)
             demo.writer(None)
+            demo.after_restart()
             ui.header("[4/4] reading the WAL back with a streaming query "
                       "(durablewal -> parquet)")
             result = demo.reader(rows_in)
@@ -467,8 +502,7 @@ def main(argv: list[str] | None = None) -> int:
             "across 3 regions)")
     ui.line("per region   " + ", ".join(f"{r}: {n}" for r, n in result["per_region"]))
     ui.line(f"crash        {demo.kill_note}")
-    ui.line(f"uncommitted  {left} entries (written by killed attempts, referred to by no "
-            "step: never read)")
+    ui.line(f"uncommitted  {demo.uncommitted_note(left)}")
     ui.line(f"time         {elapsed:.1f} s")
     ui.line("verdict      " + ("EXACTLY ONCE" if ok else "FAILED"),
             "bold green" if ok else "bold red")

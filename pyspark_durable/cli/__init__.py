@@ -162,8 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default: the newest {commands.STEPS_SHOWN} unless --from, --to "
                         "or --all)")
     p.add_argument("--all", action="store_true", help="every retained step")
-    add("lag", maintain.cmd_lag, "per registered reader (readerId): steps, rows, bytes and "
-        "seconds behind the WAL's end")
+    p = add("lag", maintain.cmd_lag, "per registered reader (readerId): steps, rows, bytes and "
+            "seconds behind the WAL's end")
+    p.add_argument("--format", choices=("text", "json", "prometheus"), default="text",
+                   help="json: as --json; prometheus: Prometheus's text exposition format, for "
+                        "a node exporter's textfile collector (default %(default)s)")
     p = add("tail", commands.cmd_tail, "the last rows of a table")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--table", help="table name (always a name, even if it looks like a "

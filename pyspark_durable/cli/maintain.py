@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, cast
 
-from pyspark_durable.endpoint.lag import reader_lags
+from pyspark_durable.endpoint.lag import prometheus_text, reader_lags
 from pyspark_durable.errors import DurableWalError
 from pyspark_durable.log import Log, LogStore
 from pyspark_durable.log.base import Reserve
@@ -166,6 +166,10 @@ def cmd_lag(args: argparse.Namespace) -> int:
     with _namespace(args) as ns:
         lags = reader_lags(ns)
         end = ns.steps(refresh=False).stop
+    if args.format == "prometheus":
+        print(prometheus_text(args.namespace, end, lags), end="")
+        return 0
+    args.json = args.json or args.format == "json"
     doc = {"namespace": args.namespace, "end_step": end,
            "readers": [lag.to_json() for lag in lags]}
     if not lags:

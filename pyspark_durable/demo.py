@@ -431,7 +431,7 @@ def spans(numbers: list[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="durablewal demo", description=__doc__.splitlines()[0])
     parser.add_argument("--path", help="WAL root folder (default: a fresh temp folder)")
     parser.add_argument("--files", type=int, default=8, help="input files = micro-batches")
@@ -448,48 +448,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kafka-options", help=argparse.SUPPRESS)
     parser.add_argument("--kill-inside", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--child-reader", nargs=4, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child_writer:
-        run_writer(*(Path(p) for p in args.child_writer), kill_inside=args.kill_inside,
-                   kafka_json=args.kafka_options)
-        return 0
-    if args.child_reader:
-        wal, out, ckpt, rows_in = args.child_reader
-        run_reader(Path(wal), Path(out), Path(ckpt), int(rows_in), args.kafka_options)
-        return 0
+    return parser
 
-    started = time.monotonic()
-    kafka, kafka_config = _local_kafka() if args.backend == "kafka" else (None, "")
-    wal = Path(args.path) if args.path else None
-    if wal is not None and (wal / NAMESPACE).exists():
-        raise SystemExit(f"{wal}/{NAMESPACE} already exists; give a fresh --path")
-    work = Path(tempfile.mkdtemp(prefix="durablewal-demo-"))
-    wal = wal or work / "wal"
-    with Ui() as ui:
-        demo = Demo(ui, wal, work, args.rows, kafka)
-        try:
-            where = f"on Kafka {kafka['bootstrap.servers']}" if kafka else f"at {wal}"
-            ui.header(f"durablewal demo: orders -> WAL {where} "
-                      f"({args.backend} backend, namespace '{NAMESPACE}')")
-            rows_in = generate(work / "in", args.files, args.rows)
-            ui.header(f"[1/4] generated {rows_in} orders in {args.files} files "
-                      f"(3 regions, tables {', '.join(TABLES.values())})")
-            ui.header(f"[2/4] writing query (JSON files -> durablewal, one file per "
-                      f"micro-batch); SIGKILL after {args.kill_after} micro-batches"
-                      + (", inside the next one" if args.kill_at == "inside" else ""))
-            demo.writer(args.kill_after, inside=args.kill_at == "inside")
-            ui.header("[3/4] restarting the writing query from its checkpoint" + ui.dots)
-            demo.writer(None)
-            demo.after_restart()
-            ui.header("[4/4] reading the WAL back with a streaming query "
-                      "(durablewal -> parquet)")
-            result = demo.reader(rows_in)
-            left = demo.uncommitted()
-        finally:
-            ui.idle()
-            demo.close()
 
-    elapsed = time.monotonic() - started
+def _run(args: argparse.Namespace, ui: Ui, demo: Demo) -> tuple[int, dict, int]:
+    """The four stages, narrated: (rows in, the reader's result, entries left uncommitted)."""
+    rows_in = generate(demo.work / "in", args.files, args.rows)
+    ui.header(f"[1/4] generated {rows_in} orders in {args.files} files "
+              f"(3 regions, tables {', '.join(TABLES.values())})")
+    ui.header(f"[2/4] writing query (JSON files -> durablewal, one file per "
+              f"micro-batch); SIGKILL after {args.kill_after} micro-batches"
+              + (", inside the next one" if args.kill_at == "inside" else ""))
+    demo.writer(args.kill_after, inside=args.kill_at == "inside")
+    ui.header("[3/4] restarting the writing query from its checkpoint" + ui.dots)
+    demo.writer(None)
+    demo.after_restart()
+    ui.header("[4/4] reading the WAL back with a streaming query (durablewal -> parquet)")
+    result = demo.reader(rows_in)
+    return rows_in, result, demo.uncommitted()
+
+
+def _report(ui: Ui, demo: Demo, rows_in: int, result: dict, left: int,
+            elapsed: float) -> bool:
+    """The exactly-once report; whether every row arrived once."""
     steps = result["steps"]
     ok = result["duplicates"] == 0 and result["lost"] == 0 and result["rows_out"] == rows_in
     ui.print()
@@ -506,6 +487,38 @@ def main(argv: list[str] | None = None) -> int:
     ui.line(f"time         {elapsed:.1f} s")
     ui.line("verdict      " + ("EXACTLY ONCE" if ok else "FAILED"),
             "bold green" if ok else "bold red")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.child_writer:
+        run_writer(*(Path(p) for p in args.child_writer), kill_inside=args.kill_inside,
+                   kafka_json=args.kafka_options)
+        return 0
+    if args.child_reader:
+        wal, out, ckpt, rows_in = args.child_reader
+        run_reader(Path(wal), Path(out), Path(ckpt), int(rows_in), args.kafka_options)
+        return 0
+
+    started = time.monotonic()
+    kafka, kafka_config = _local_kafka() if args.backend == "kafka" else (None, "")
+    wal = Path(args.path) if args.path else None
+    if wal is not None and (wal / NAMESPACE).exists():
+        raise SystemExit(f"{wal}/{NAMESPACE} already exists; give a fresh --path")
+    work = Path(tempfile.mkdtemp(prefix="durablewal-demo-"))
+    wal = wal or work / "wal"
+    where = f"on Kafka {kafka['bootstrap.servers']}" if kafka else f"at {wal}"
+    with Ui() as ui:
+        demo = Demo(ui, wal, work, args.rows, kafka)
+        try:
+            ui.header(f"durablewal demo: orders -> WAL {where} "
+                      f"({args.backend} backend, namespace '{NAMESPACE}')")
+            rows_in, result, left = _run(args, ui, demo)
+        finally:
+            ui.idle()
+            demo.close()
+    ok = _report(ui, demo, rows_in, result, left, time.monotonic() - started)
     if not args.path:
         cli = f"{sys.executable} -m pyspark_durable"  # works without an activated venv
         there = f"--kafka-config {kafka_config}" if kafka else str(wal)

@@ -19,14 +19,16 @@ chunk's start on (the cleaner trims it only below that, see
 
 from __future__ import annotations
 
-import bisect
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
+import pyarrow as pa
+
 from pyspark_durable.errors import CorruptEntryError, OffsetOutOfRange, StepsTrimmed
+from pyspark_durable.wal.chunk_table import ChunkList, chunk_list
 from pyspark_durable.wal.records import StepCommit
 
 CHUNK_STEPS = 1024  # steps per chunk: a chunk read decodes this many records at most
@@ -184,10 +186,9 @@ class StepIndex(Sequence[StepCommit]):
     cached), so callers see one sequence of steps however it is held.
     """
 
-    def __init__(self, base: int, chunks: Sequence[Chunk] = (),
+    def __init__(self, base: int, chunks: Sequence[Chunk] | ChunkList = (),
                  loader: Loader | None = None, refused: Sequence[int] = ()) -> None:
-        self._chunks: list[Chunk] = list(chunks)
-        self._firsts = [c.first_step for c in self._chunks]
+        self._chunks: ChunkList = chunk_list(chunks)
         self.tail: list[StepCommit] = []
         # offsets of step records replay refused after the last chunk's end: the next
         # fold puts them in the chunk whose range grows over them (a snapshot keeps them)
@@ -213,8 +214,13 @@ class StepIndex(Sequence[StepCommit]):
         self.refused.append(offset)
 
     @property
-    def chunks(self) -> tuple[Chunk, ...]:
-        return tuple(self._chunks)
+    def chunks(self) -> ChunkList:
+        """The folded chunks (each made from its snapshot row when asked for)."""
+        return self._chunks
+
+    def rebase(self, table: pa.Table) -> None:
+        """Hold the chunks as ``table``, the rows a snapshot just wrote of them."""
+        self._chunks = self._chunks.rebased(table)
 
     # -- the sequence ----------------------------------------------------------------
 
@@ -237,8 +243,7 @@ class StepIndex(Sequence[StepCommit]):
         step = self.base + i
         if step >= self.tail_base:
             return self.tail[step - self.tail_base]
-        pos = bisect.bisect_right(self._firsts, step) - 1
-        chunk = self._chunks[pos]
+        chunk = self._chunks[self._chunks.position(step)]
         return self.load(chunk)[step - chunk.first_step]
 
     def __iter__(self) -> Iterator[StepCommit]:
@@ -286,7 +291,7 @@ class StepIndex(Sequence[StepCommit]):
         next_step = self.tail_base + len(self.tail)
         keep_from = min(keep_from, next_step)
         block = keep_from - keep_from % CHUNK_STEPS
-        chunks = [c for c in self._chunks if c.next_step > block]
+        chunks = self._chunks.from_next_step(block)
         tail = [c for c in self.tail if c.step >= block]
         refused = self.refused
         i = 0
@@ -297,14 +302,13 @@ class StepIndex(Sequence[StepCommit]):
             last = chunks[-1] if chunks else None
             if last is not None and last.next_step == first and \
                     last.first_step // CHUNK_STEPS == first // CHUNK_STEPS:
-                chunks[-1] = last.merged(piece, refused)
+                chunks.set_last(last.merged(piece, refused))
             else:
                 chunks.append(piece)
             i = j
         with self._cache_lock:
             self._cache.clear()
         self._chunks = chunks
-        self._firsts = [c.first_step for c in chunks]
         self.base = max(chunks[0].first_step, keep_from) if chunks else next_step
         self.tail_base = chunks[-1].next_step if chunks else next_step
         # refusals after the last step stay pending: a later fold may merge the next steps

@@ -1,4 +1,4 @@
-"""The step index's chunks as a snapshot stores them: one Arrow table, a row read on demand.
+"""The step index's chunks, and how a snapshot stores them: one Arrow table, a row read on demand.
 
 A namespace of a million steps has about a thousand chunks. Decoding each into a
 :class:`~.step_index.Chunk` made every open cost what history holds, yet an open
@@ -12,14 +12,155 @@ chunks a handle holds: rows ``[lo, hi)`` of a snapshot's table, each made into a
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from dataclasses import dataclass
+from typing import Any, overload
 
 import pyarrow as pa
 
 from pyspark_durable.wal.columns import Int64Column
+from pyspark_durable.wal.records import StepCommit
 
-if TYPE_CHECKING:
-    from pyspark_durable.wal.step_index import Chunk
+Key = tuple[int, int]  # (region, table)
+
+
+def keep_lowest(lows: dict[int, int], region_id: int, start: int) -> None:
+    """Keep in ``lows`` the lowest start seen per region."""
+    lows[region_id] = min(lows.get(region_id, start), start)
+
+
+def _higher(highs: dict[int, int], region_id: int, end: int) -> None:
+    """Keep in ``highs`` the highest end seen per region."""
+    highs[region_id] = max(highs.get(region_id, end), end)
+
+
+def _step_ends(commit: StepCommit) -> dict[Key, int]:
+    """Per (region, table), the sequence after the step's last entry there."""
+    ends = dict(commit.first_sequences)
+    for run in commit.runs:
+        ends[run.key] += run.entries
+    return ends
+
+
+@dataclass(slots=True)
+class Chunk:
+    """Steps ``[first_step, first_step + steps)``, whose records lie in commits offsets
+    ``[start, end)``; ``refused`` lists the step records in that range replay refused.
+
+    ``seqs`` holds per (region, table) the sequence of the chunk's first entry there and
+    the one after its last, ``starts`` per region its lowest run start: tuples, since a
+    namespace of a million steps holds two thousand chunks in every process."""
+
+    first_step: int
+    steps: int
+    start: int
+    end: int
+    refused: tuple[int, ...] = ()
+    seqs: tuple[tuple[int, int, int, int], ...] = ()  # (region, table, first, end)
+    starts: tuple[tuple[int, int], ...] = ()  # (region, lowest run start)
+    max_ts: int = 0  # the newest commit time of its steps
+    # (region, table, rows, bytes, entries) and (region, highest run end): what `tables`
+    # and `regions` count, so they read no chunk they hold whole; None in a chunk of a
+    # snapshot written before they were kept (it is read instead)
+    sizes: tuple[tuple[int, int, int, int, int], ...] | None = None
+    ends: tuple[tuple[int, int], ...] | None = None
+
+    @property
+    def next_step(self) -> int:
+        return self.first_step + self.steps
+
+    @property
+    def first_seq(self) -> dict[Key, int]:
+        return {(r, t): f for r, t, f, _ in self.seqs}
+
+    @property
+    def end_seq(self) -> dict[Key, int]:
+        return {(r, t): e for r, t, _, e in self.seqs}
+
+    @classmethod
+    def of(cls, commits: Sequence[StepCommit], refused: Sequence[int]) -> Chunk:
+        """The chunk of consecutive replayed steps (``step``, ``commit_offset`` and
+        ``first_sequences`` set); ``refused`` may hold offsets outside its range."""
+        start, end = commits[0].commit_offset, commits[-1].commit_offset + 1
+        first: dict[Key, int] = {}
+        ends: dict[Key, int] = {}
+        lows: dict[int, int] = {}
+        highs: dict[int, int] = {}
+        sizes: dict[Key, list[int]] = {}
+        max_ts = 0
+        for commit in commits:
+            for key, seq in commit.first_sequences.items():
+                first.setdefault(key, seq)
+            ends.update(_step_ends(commit))
+            for run in commit.runs:
+                keep_lowest(lows, run.region_id, run.start)
+                _higher(highs, run.region_id, run.end)
+                add_counts(sizes, run.key, run.rows, run.size_bytes, run.entries)
+            max_ts = max(max_ts, commit.timestamp_ms)
+        return cls(commits[0].step, len(commits), start, end,
+                   tuple(o for o in refused if start <= o < end), _seqs(first, ends),
+                   tuple(lows.items()), max_ts, _sizes(sizes), tuple(highs.items()))
+
+    def merged(self, nxt: Chunk, refused: Sequence[int]) -> Chunk:
+        """This chunk followed by ``nxt`` as one (``refused``: refused offsets between)."""
+        gap = tuple(o for o in refused if self.end <= o < nxt.start)
+        lows = dict(self.starts)
+        for region, low in nxt.starts:
+            keep_lowest(lows, region, low)
+        sizes = ends = None
+        if self.sizes is not None and nxt.sizes is not None and \
+                self.ends is not None and nxt.ends is not None:
+            totals: dict[Key, list[int]] = {}
+            for r, t, *counts in self.sizes + nxt.sizes:
+                add_counts(totals, (r, t), *counts)
+            highs = dict(self.ends)
+            for region, high in nxt.ends:
+                _higher(highs, region, high)
+            sizes, ends = _sizes(totals), tuple(highs.items())
+        return Chunk(self.first_step, self.steps + nxt.steps, self.start, nxt.end,
+                     self.refused + gap + nxt.refused,
+                     _seqs({**nxt.first_seq, **self.first_seq}, {**self.end_seq, **nxt.end_seq}),
+                     tuple(lows.items()), max(self.max_ts, nxt.max_ts), sizes, ends)
+
+    def needed(self, expired_before: int, marks: dict[Key, int]) -> bool:
+        """Does any of its steps stay needed (``NamespaceState.needed``, per chunk)?"""
+        if self.next_step > expired_before:
+            return True
+        return any((r, t) in marks and e > marks[(r, t)] for r, t, _, e in self.seqs)
+
+    def to_json(self) -> list[Any]:
+        doc = [self.first_step, self.steps, self.start, self.end, list(self.refused),
+               [list(q) for q in self.seqs], [list(q) for q in self.starts], self.max_ts]
+        if self.sizes is not None and self.ends is not None:
+            doc += [[list(q) for q in self.sizes], [list(q) for q in self.ends]]
+        return doc
+
+    @classmethod
+    def from_json(cls, d: list[Any]) -> Chunk:
+        first_step, steps, start, end, refused, seqs, starts, max_ts, *counted = d
+        sizes = ends = None
+        if counted:  # absent in chunks written before they were kept
+            raw_sizes, raw_ends = counted
+            sizes = tuple((r, t, n, b, e) for r, t, n, b, e in raw_sizes)
+            ends = tuple((r, h) for r, h in raw_ends)
+        return cls(first_step, steps, start, end, tuple(refused),
+                   tuple((r, t, f, e) for r, t, f, e in seqs),
+                   tuple((r, s) for r, s in starts), max_ts, sizes, ends)
+
+
+def _seqs(first: dict[Key, int], ends: dict[Key, int]) -> tuple[tuple[int, int, int, int], ...]:
+    return tuple((r, t, f, ends[(r, t)]) for (r, t), f in first.items())
+
+
+def add_counts(totals: dict[Key, list[int]], key: Key, *counts: int) -> None:
+    """Add ``counts`` (rows, bytes, entries) to ``totals[key]``."""
+    row = totals.setdefault(key, [0] * len(counts))
+    for i, n in enumerate(counts):
+        row[i] += n
+
+
+def _sizes(totals: dict[Key, list[int]]) -> tuple[tuple[int, int, int, int, int], ...]:
+    return tuple((r, t, n, b, e) for (r, t), (n, b, e) in totals.items())
+
 
 INTS = pa.list_(pa.uint64())  # every number in them is >= 0; table ids use all 64 bits
 CHUNK_SCHEMA = pa.schema([
@@ -57,7 +198,7 @@ def _group(flat: list[int] | None, width: int, name: str) -> tuple[tuple[int, ..
     return tuple(tuple(flat[i:i + width]) for i in range(0, len(flat), width))
 
 
-class ChunkList(Sequence["Chunk"]):
+class ChunkList(Sequence[Chunk]):
     """Chunks in step order: rows ``[lo, hi)`` of a snapshot's table, then ``extra``."""
 
     def __init__(self, table: pa.Table | None = None, extra: Iterable[Chunk] = ()) -> None:
@@ -94,8 +235,6 @@ class ChunkList(Sequence["Chunk"]):
         return (self[i] for i in range(len(self)))
 
     def _row(self, r: int) -> Chunk:
-        from pyspark_durable.wal.step_index import Chunk
-
         made = self._made.get(r)
         if made is None:
             d = self._table.slice(r, 1).to_pylist()[0]

@@ -1,7 +1,7 @@
 """The step index's chunks, and how a snapshot stores them: one Arrow table, a row read on demand.
 
 A namespace of a million steps has about a thousand chunks. Decoding each into a
-:class:`~.step_index.Chunk` made every open cost what history holds, yet an open
+:class:`Chunk` at every open would make an open cost what history holds, yet an open
 needs only the last chunk (where the tail starts) and a read needs the one chunk its
 step lies in. So a snapshot stores the chunks as columns (integers, and the tuples of
 a chunk flattened into a list of integers), and :class:`ChunkList` is the sequence of

@@ -2,7 +2,7 @@
 
 A namespace of batch writes remembers thousands of one-off writers (up to
 ``DEDUP_ONE_OFFS``), each with one committed pair. Decoding them into a Python object
-each made every open cost what the window holds, so a snapshot stores them as one
+each would make every open cost what the window holds, so a snapshot stores them as one
 Arrow table and a process looks a writer up by binary search over it:
 
 - rows in forgetting order, ``(start, writer id)`` (ids compared as UTF-8 bytes, which

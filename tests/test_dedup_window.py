@@ -4,6 +4,8 @@ never a silent second step. Races at the window's edge are forced with failpoint
 
 from __future__ import annotations
 
+import json
+import random
 import time
 
 import pyarrow as pa
@@ -12,8 +14,10 @@ import pytest
 from pyspark_durable.errors import ConfigError, WriterStepExpired
 from pyspark_durable.log import Record
 from pyspark_durable.wal import Cleaner, Namespace, failpoints
-from pyspark_durable.wal.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
+from pyspark_durable.wal.columns import decode_block, encode_blocks
+from pyspark_durable.wal.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS, Dedup
 from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.oneoff_block import ONE_OFF_SCHEMA
 from pyspark_durable.wal.records import CleanRecord, NsRecord, OneOffsRecord, encode_meta
 from pyspark_durable.wal.state import NamespaceState
 
@@ -190,3 +194,77 @@ def test_dedup_window_arguments_are_checked(make_store):
     with pytest.raises(ConfigError, match="dedup steps 0"):
         ns.set_dedup_window(WINDOW, 0)
     assert ns.store.open_log(COMMITS_LOG).high_watermark() == high
+
+
+def _decide(d: Dedup, op: tuple, step: int) -> str | int | None:
+    """What replay decides for one record (as ``NamespaceState._apply_step`` asks)."""
+    kind, writer, wstep, started, ts = op
+    if kind == "writer":
+        d.note(writer, wstep)
+        return None
+    d.tick_step(ts)
+    done = d.committed(writer, wstep)
+    if done is not None:
+        return f"duplicate of {done}"
+    why = d.too_old(writer, wstep, started)
+    if why is not None:
+        return why
+    d.accept(writer, wstep, step, started)
+    return step
+
+
+def _reloaded(d: Dedup) -> Dedup:
+    """``d`` as a process recovering from a snapshot written now holds it."""
+    doc, block = d.encode()
+    raw, where = encode_blocks({"one_offs": block})
+    return Dedup.from_json(json.loads(json.dumps(doc)),
+                           decode_block(raw, where, "one_offs", ONE_OFF_SCHEMA))
+
+
+def test_one_off_writers_held_as_columns_decide_as_a_full_replay():
+    """Snapshots hold one-off writers as an Arrow block read row by row (no object per
+    writer at an open). A handle that writes snapshots, and processes recovering from
+    them at any record, decide every record as a replay that never snapshotted: the same
+    steps, refusals, writers forgotten (oldest start first, ties by id) and clock."""
+    rng = random.Random(36)
+    ops, ts = [], 1_000_000
+    for i in range(1_500):
+        ts += rng.choice((0, 1, 5, 50)) if rng.random() > 0.01 else 3_000  # a pause
+        r = rng.random()
+        if r < 0.08:  # a streaming writer, some steps twice, some out of order
+            ops.append(("step", f"q{rng.randrange(3)}", rng.randrange(i // 20 + 2), None, ts))
+        elif r < 0.1:
+            ops.append(("writer", f"q{rng.randrange(3)}", rng.randrange(i // 20 + 2), None, ts))
+        else:  # one-off writers: retries, starts tied, ids beyond ASCII, a new start
+            writer = rng.choice((f"b{rng.randrange(i + 1)}", f"b{i}", f"é{i % 7}", "b"))
+            started = (ts - rng.randrange(600)) // 50 * 50  # many starts tied
+            ops.append(("step", writer, rng.randrange(2), started, ts))
+    full = Dedup()
+    full.set_policy(2_000, 3)
+    full.set_clock_rules(500)
+    full.set_one_offs(15)
+    kept, reloaded = _reloaded(full), _reloaded(full)
+    full_steps = kept_steps = reloaded_steps = most = 0
+    least = 15  # one-offs remembered after the bound was reached: a pause forgets them
+    for i, op in enumerate(ops):
+        if i % 97 == 0:
+            kept.encode()  # a committer's snapshot: this handle moves onto the block
+        if i % 89 == 0:
+            reloaded = _reloaded(reloaded)
+        a, b, c = (_decide(full, op, full_steps), _decide(kept, op, kept_steps),
+                   _decide(reloaded, op, reloaded_steps))
+        assert a == b == c, (i, op)
+        full_steps += isinstance(a, int)
+        kept_steps += isinstance(b, int)
+        reloaded_steps += isinstance(c, int)
+        most = max(most, full.one_offs)
+        least = min(least, full.one_offs) if most == 15 else least
+        for d in (kept, reloaded):
+            assert (d.one_offs, d.forgot_start_ms, d.clock_ms) == \
+                (full.one_offs, full.forgot_start_ms, full.clock_ms), i
+    # the bound and the window both forgot writers, and replay refused some records
+    assert most == 15 and least < 3 and full.forgot_start_ms is not None
+    assert full_steps < len(ops) * 0.9
+    for d in (kept, reloaded):
+        assert {w: (s.last, s.pairs, s.forgot, s.started_ms) for w, s in d.writers.items()} == \
+            {w: (s.last, s.pairs, s.forgot, s.started_ms) for w, s in full.writers.items()}

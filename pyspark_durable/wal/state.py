@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 from pyspark_durable.errors import (
     CorruptEntryError,
     DecodeError,
@@ -35,7 +37,10 @@ from pyspark_durable.errors import (
     OffsetOutOfRange,
 )
 from pyspark_durable.log import Log, LogStore
+from pyspark_durable.wal.chunk_table import CHUNK_SCHEMA, ChunkList
+from pyspark_durable.wal.columns import decode_block, encode_blocks
 from pyspark_durable.wal.dedup import Dedup
+from pyspark_durable.wal.oneoff_block import ONE_OFF_SCHEMA
 from pyspark_durable.wal.records import (
     RECORD_KINDS,
     CleanRecord,
@@ -62,7 +67,9 @@ from pyspark_durable.wal.step_index import Chunk, StepIndex, chunk_loader
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_VERSION = 4  # 4: as of the log's end, with the step index's chunks
+# 4: as of the log's end, with the step index's chunks; 5: the chunks and the one-off
+# writers as Arrow columns after the JSON document (an open makes no object per row)
+SNAPSHOT_VERSION = 5
 RECOVER_ATTEMPTS = 8  # snapshot then replay, retried while cleaners race ahead of us
 
 
@@ -366,6 +373,9 @@ class NamespaceState:
         self.index.fold(self.first_needed_step() if first_needed is None else first_needed)
         at = self.next_offset
         chunks = self.index.chunks
+        dedup, one_offs = self.dedup.encode()
+        index = chunks.table()
+        blocks, where = encode_blocks({"one_offs": one_offs, "index": index})
         doc = {
             "v": SNAPSHOT_VERSION, "namespace_id": self.namespace_id, "at": at,
             "incarnation": self.incarnation,
@@ -373,25 +383,27 @@ class NamespaceState:
             "tables": [t.snapshot_json() for t in self.tables.values()],
             "next_sequences": [[r, t, n] for (r, t), n in self.next_sequences.items()],
             "marks": [[r, t, n] for (r, t), n in self.marks.items()],
-            "dedup": self.dedup.to_json(),
+            "dedup": dedup,
             "bounds": {str(k): v for k, v in self.clean_bounds.items()},
             "last_clean_ms": self.last_clean_ms,
             "readers": {r: [p.next_step, p.hold] for r, p in self.readers.items()},
             "retention": self.retention,
-            # the steps it covers, read back from the commits log from keep_from on
-            "index": [c.to_json() for c in chunks],
+            # the steps it covers (the `index` block), read back from the commits log
+            # from keep_from on
+            "blocks": where,
             "refused": list(self.index.refused),  # refused after the last chunk
             "first_step": self.index.base,  # the first indexed step, inside the first chunk
             "keep_from": chunks[0].start if chunks else at,
         }
+        self.index.rebase(index)
         self.snapshot_offset = at
-        return at, seal_snapshot(json.dumps(doc, separators=(",", ":")).encode())
+        return at, seal_snapshot(json.dumps(doc, separators=(",", ":")).encode(), blocks)
 
     @staticmethod
     def snapshot_keep_from(namespace: str, raw: bytes, version: int) -> int:
         """The commits offset from which a stored snapshot's steps are read back."""
         try:
-            doc = json.loads(open_snapshot(raw, namespace, version))
+            doc = json.loads(open_snapshot(raw, namespace, version)[0])
             return int(doc.get("keep_from", doc["at"]))
         except (ValueError, KeyError, TypeError) as exc:
             raise DecodeError(f"snapshot is unreadable: {exc!r}", namespace=namespace,
@@ -401,11 +413,12 @@ class NamespaceState:
     def from_snapshot(cls, namespace: str, raw: bytes, version: int | None = None) -> NamespaceState:
         """Decode a snapshot; damage is a :class:`CorruptEntryError` naming its version.
 
-        Every older format loads: 3 (as of the first needed step, without chunks), whose
-        replay rebuilds the steps it did not cover, as before; 2 and 1 upgraded to 3. A
-        newer one is :class:`NewerVersion` naming both formats.
+        Every older format loads: 4 (chunks and writers in the JSON document); 3 (as of
+        the first needed step, without chunks), whose replay rebuilds the steps it did not
+        cover, as before; 2 and 1 upgraded to 3. A newer one is :class:`NewerVersion`
+        naming both formats.
         """
-        payload = open_snapshot(raw, namespace, version)
+        payload, blocks = open_snapshot(raw, namespace, version)
         try:
             doc = json.loads(payload)
             found = doc.get("v")
@@ -416,7 +429,7 @@ class NamespaceState:
                 doc = _upgrade_v1(doc)
             if doc.get("v") == 2:
                 doc = _upgrade_v2(doc)
-            if doc.get("v") not in (3, SNAPSHOT_VERSION):
+            if doc.get("v") not in (3, 4, SNAPSHOT_VERSION):
                 raise DecodeError(f"snapshot format: expected {SNAPSHOT_VERSION}, "
                                   f"given {doc.get('v')}", namespace=namespace,
                                   snapshot=SNAPSHOT_NAME, version=version)
@@ -424,17 +437,18 @@ class NamespaceState:
                         incarnation=doc.get("incarnation"))  # none before commit 5f93c14
             state.tables = {t["id"]: TableInfo.from_json(t) for t in doc["tables"]}
             state.next_step = doc["next_step"]
-            chunks = [Chunk.from_json(c) for c in doc.get("index", [])]
-            if chunks and chunks[-1].next_step != state.next_step:
-                raise ValueError(f"its step index ends at step {chunks[-1].next_step}, "
-                                 f"its next step is {state.next_step}")
-            first = doc.get("first_step", chunks[0].first_step if chunks else state.next_step)
+            one_offs, chunks = _blocks(doc, blocks)
+            if chunks and chunks.next_step(len(chunks) - 1) != state.next_step:
+                raise ValueError(f"its step index ends at step "
+                                 f"{chunks.next_step(len(chunks) - 1)}, its next step is "
+                                 f"{state.next_step}")
+            first = doc.get("first_step", chunks.first_step(0) if chunks else state.next_step)
             state.index = StepIndex(first if chunks else state.next_step, chunks,
                                     refused=doc.get("refused", ()))
             state.expired_before = doc["expired_before"]
             state.next_sequences = {(r, t): n for r, t, n in doc["next_sequences"]}
             state.marks = {(r, t): n for r, t, n in doc["marks"]}
-            state.dedup = Dedup.from_json(doc["dedup"]) if "dedup" in doc else \
+            state.dedup = Dedup.from_json(doc["dedup"], one_offs) if "dedup" in doc else \
                 Dedup.from_pairs(doc["pairs"], doc.get("writer_last", {}))
             state.next_offset = state.snapshot_offset = doc["at"]
             state.clean_bounds = {int(k): v for k, v in doc["bounds"].items()}
@@ -446,6 +460,16 @@ class NamespaceState:
         except (ValueError, KeyError, TypeError) as exc:
             raise DecodeError(f"snapshot is unreadable: {exc!r}", namespace=namespace,
                               snapshot=SNAPSHOT_NAME, version=version) from exc
+
+
+def _blocks(doc: dict[str, Any], blocks: bytes) -> tuple[pa.Table | None, ChunkList]:
+    """A snapshot's one-off writers and step-index chunks: Arrow blocks from format 5 on,
+    JSON lists in the document before."""
+    if doc["v"] < 5:
+        return None, ChunkList(extra=[Chunk.from_json(c) for c in doc.get("index", [])])
+    where = doc["blocks"]
+    return (decode_block(blocks, where, "one_offs", ONE_OFF_SCHEMA),
+            ChunkList(decode_block(blocks, where, "index", CHUNK_SCHEMA)))
 
 
 def _upgrade_v1(doc: dict[str, Any]) -> dict[str, Any]:

@@ -19,160 +19,26 @@ chunk's start on (the cleaner trims it only below that, see
 
 from __future__ import annotations
 
-import bisect
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, overload
 
+import pyarrow as pa
+
 from pyspark_durable.errors import CorruptEntryError, OffsetOutOfRange, StepsTrimmed
+from pyspark_durable.wal.chunk_table import (
+    Chunk,
+    ChunkList,
+    Key,
+    add_counts,
+    chunk_list,
+    keep_lowest,
+)
 from pyspark_durable.wal.records import StepCommit
 
 CHUNK_STEPS = 1024  # steps per chunk: a chunk read decodes this many records at most
 CACHED_CHUNKS = 4  # chunks kept decoded per handle (a reader moves forward through them)
-
-Key = tuple[int, int]  # (region, table)
-
-
-def _lower(lows: dict[int, int], region_id: int, start: int) -> None:
-    """Keep in ``lows`` the lowest start seen per region."""
-    lows[region_id] = min(lows.get(region_id, start), start)
-
-
-def _higher(highs: dict[int, int], region_id: int, end: int) -> None:
-    """Keep in ``highs`` the highest end seen per region."""
-    highs[region_id] = max(highs.get(region_id, end), end)
-
-
-def _step_ends(commit: StepCommit) -> dict[Key, int]:
-    """Per (region, table), the sequence after the step's last entry there."""
-    ends = dict(commit.first_sequences)
-    for run in commit.runs:
-        ends[run.key] += run.entries
-    return ends
-
-
-@dataclass(slots=True)
-class Chunk:
-    """Steps ``[first_step, first_step + steps)``, whose records lie in commits offsets
-    ``[start, end)``; ``refused`` lists the step records in that range replay refused.
-
-    ``seqs`` holds per (region, table) the sequence of the chunk's first entry there and
-    the one after its last, ``starts`` per region its lowest run start: tuples, since a
-    namespace of a million steps holds two thousand chunks in every process."""
-
-    first_step: int
-    steps: int
-    start: int
-    end: int
-    refused: tuple[int, ...] = ()
-    seqs: tuple[tuple[int, int, int, int], ...] = ()  # (region, table, first, end)
-    starts: tuple[tuple[int, int], ...] = ()  # (region, lowest run start)
-    max_ts: int = 0  # the newest commit time of its steps
-    # (region, table, rows, bytes, entries) and (region, highest run end): what `tables`
-    # and `regions` count, so they read no chunk they hold whole; None in a chunk of a
-    # snapshot written before they were kept (it is read instead)
-    sizes: tuple[tuple[int, int, int, int, int], ...] | None = None
-    ends: tuple[tuple[int, int], ...] | None = None
-
-    @property
-    def next_step(self) -> int:
-        return self.first_step + self.steps
-
-    @property
-    def first_seq(self) -> dict[Key, int]:
-        return {(r, t): f for r, t, f, _ in self.seqs}
-
-    @property
-    def end_seq(self) -> dict[Key, int]:
-        return {(r, t): e for r, t, _, e in self.seqs}
-
-    @classmethod
-    def of(cls, commits: Sequence[StepCommit], refused: Sequence[int]) -> Chunk:
-        """The chunk of consecutive replayed steps (``step``, ``commit_offset`` and
-        ``first_sequences`` set); ``refused`` may hold offsets outside its range."""
-        start, end = commits[0].commit_offset, commits[-1].commit_offset + 1
-        first: dict[Key, int] = {}
-        ends: dict[Key, int] = {}
-        lows: dict[int, int] = {}
-        highs: dict[int, int] = {}
-        sizes: dict[Key, list[int]] = {}
-        max_ts = 0
-        for commit in commits:
-            for key, seq in commit.first_sequences.items():
-                first.setdefault(key, seq)
-            ends.update(_step_ends(commit))
-            for run in commit.runs:
-                _lower(lows, run.region_id, run.start)
-                _higher(highs, run.region_id, run.end)
-                _add(sizes, run.key, run.rows, run.size_bytes, run.entries)
-            max_ts = max(max_ts, commit.timestamp_ms)
-        return cls(commits[0].step, len(commits), start, end,
-                   tuple(o for o in refused if start <= o < end), _seqs(first, ends),
-                   tuple(lows.items()), max_ts, _sizes(sizes), tuple(highs.items()))
-
-    def merged(self, nxt: Chunk, refused: Sequence[int]) -> Chunk:
-        """This chunk followed by ``nxt`` as one (``refused``: refused offsets between)."""
-        gap = tuple(o for o in refused if self.end <= o < nxt.start)
-        lows = dict(self.starts)
-        for region, low in nxt.starts:
-            _lower(lows, region, low)
-        sizes = ends = None
-        if self.sizes is not None and nxt.sizes is not None and \
-                self.ends is not None and nxt.ends is not None:
-            totals: dict[Key, list[int]] = {}
-            for r, t, *counts in self.sizes + nxt.sizes:
-                _add(totals, (r, t), *counts)
-            highs = dict(self.ends)
-            for region, high in nxt.ends:
-                _higher(highs, region, high)
-            sizes, ends = _sizes(totals), tuple(highs.items())
-        return Chunk(self.first_step, self.steps + nxt.steps, self.start, nxt.end,
-                     self.refused + gap + nxt.refused,
-                     _seqs({**nxt.first_seq, **self.first_seq}, {**self.end_seq, **nxt.end_seq}),
-                     tuple(lows.items()), max(self.max_ts, nxt.max_ts), sizes, ends)
-
-    def needed(self, expired_before: int, marks: dict[Key, int]) -> bool:
-        """Does any of its steps stay needed (``NamespaceState.needed``, per chunk)?"""
-        if self.next_step > expired_before:
-            return True
-        return any((r, t) in marks and e > marks[(r, t)] for r, t, _, e in self.seqs)
-
-    def to_json(self) -> list[Any]:
-        doc = [self.first_step, self.steps, self.start, self.end, list(self.refused),
-               [list(q) for q in self.seqs], [list(q) for q in self.starts], self.max_ts]
-        if self.sizes is not None and self.ends is not None:
-            doc += [[list(q) for q in self.sizes], [list(q) for q in self.ends]]
-        return doc
-
-    @classmethod
-    def from_json(cls, d: list[Any]) -> Chunk:
-        first_step, steps, start, end, refused, seqs, starts, max_ts, *counted = d
-        sizes = ends = None
-        if counted:  # absent in chunks written before they were kept
-            raw_sizes, raw_ends = counted
-            sizes = tuple((r, t, n, b, e) for r, t, n, b, e in raw_sizes)
-            ends = tuple((r, h) for r, h in raw_ends)
-        return cls(first_step, steps, start, end, tuple(refused),
-                   tuple((r, t, f, e) for r, t, f, e in seqs),
-                   tuple((r, s) for r, s in starts), max_ts, sizes, ends)
-
-
-def _seqs(first: dict[Key, int], ends: dict[Key, int]) -> tuple[tuple[int, int, int, int], ...]:
-    return tuple((r, t, f, ends[(r, t)]) for (r, t), f in first.items())
-
-
-def _add(totals: dict[Key, list[int]], key: Key, *counts: int) -> None:
-    """Add ``counts`` (rows, bytes, entries) to ``totals[key]``."""
-    row = totals.setdefault(key, [0] * len(counts))
-    for i, n in enumerate(counts):
-        row[i] += n
-
-
-def _sizes(totals: dict[Key, list[int]]) -> tuple[tuple[int, int, int, int, int], ...]:
-    return tuple((r, t, n, b, e) for (r, t), (n, b, e) in totals.items())
-
 
 Loader = Callable[[Chunk], list[StepCommit]]
 
@@ -184,10 +50,9 @@ class StepIndex(Sequence[StepCommit]):
     cached), so callers see one sequence of steps however it is held.
     """
 
-    def __init__(self, base: int, chunks: Sequence[Chunk] = (),
+    def __init__(self, base: int, chunks: Sequence[Chunk] | ChunkList = (),
                  loader: Loader | None = None, refused: Sequence[int] = ()) -> None:
-        self._chunks: list[Chunk] = list(chunks)
-        self._firsts = [c.first_step for c in self._chunks]
+        self._chunks: ChunkList = chunk_list(chunks)
         self.tail: list[StepCommit] = []
         # offsets of step records replay refused after the last chunk's end: the next
         # fold puts them in the chunk whose range grows over them (a snapshot keeps them)
@@ -213,8 +78,13 @@ class StepIndex(Sequence[StepCommit]):
         self.refused.append(offset)
 
     @property
-    def chunks(self) -> tuple[Chunk, ...]:
-        return tuple(self._chunks)
+    def chunks(self) -> ChunkList:
+        """The folded chunks (each made from its snapshot row when asked for)."""
+        return self._chunks
+
+    def rebase(self, table: pa.Table) -> None:
+        """Hold the chunks as ``table``, the rows a snapshot just wrote of them."""
+        self._chunks = self._chunks.rebased(table)
 
     # -- the sequence ----------------------------------------------------------------
 
@@ -237,8 +107,7 @@ class StepIndex(Sequence[StepCommit]):
         step = self.base + i
         if step >= self.tail_base:
             return self.tail[step - self.tail_base]
-        pos = bisect.bisect_right(self._firsts, step) - 1
-        chunk = self._chunks[pos]
+        chunk = self._chunks[self._chunks.position(step)]
         return self.load(chunk)[step - chunk.first_step]
 
     def __iter__(self) -> Iterator[StepCommit]:
@@ -286,7 +155,7 @@ class StepIndex(Sequence[StepCommit]):
         next_step = self.tail_base + len(self.tail)
         keep_from = min(keep_from, next_step)
         block = keep_from - keep_from % CHUNK_STEPS
-        chunks = [c for c in self._chunks if c.next_step > block]
+        chunks = self._chunks.from_next_step(block)
         tail = [c for c in self.tail if c.step >= block]
         refused = self.refused
         i = 0
@@ -297,14 +166,13 @@ class StepIndex(Sequence[StepCommit]):
             last = chunks[-1] if chunks else None
             if last is not None and last.next_step == first and \
                     last.first_step // CHUNK_STEPS == first // CHUNK_STEPS:
-                chunks[-1] = last.merged(piece, refused)
+                chunks.set_last(last.merged(piece, refused))
             else:
                 chunks.append(piece)
             i = j
         with self._cache_lock:
             self._cache.clear()
         self._chunks = chunks
-        self._firsts = [c.first_step for c in chunks]
         self.base = max(chunks[0].first_step, keep_from) if chunks else next_step
         self.tail_base = chunks[-1].next_step if chunks else next_step
         # refusals after the last step stay pending: a later fold may merge the next steps
@@ -325,16 +193,16 @@ class StepIndex(Sequence[StepCommit]):
                 continue
             if chunk.first_step >= expired_before:
                 for region, low in chunk.starts:
-                    _lower(starts, region, low)
+                    keep_lowest(starts, region, low)
                 continue
             for commit in self.load(chunk):
                 if needed(commit):
                     for run in commit.runs:
-                        _lower(starts, run.region_id, run.start)
+                        keep_lowest(starts, run.region_id, run.start)
         for commit in self.tail:
             if needed(commit):
                 for run in commit.runs:
-                    _lower(starts, run.region_id, run.start)
+                    keep_lowest(starts, run.region_id, run.start)
         return starts
 
     def first_needed_step(self, needed: Callable[[StepCommit], bool], expired_before: int,
@@ -366,7 +234,7 @@ class StepIndex(Sequence[StepCommit]):
             if chunk.sizes is not None and chunk.first_step >= from_step:
                 firsts = chunk.first_seq
                 for r, t, n, b, _ in chunk.sizes:
-                    _add(rows, (r, t), n, b)
+                    add_counts(rows, (r, t), n, b)
                     first.setdefault((r, t), firsts[(r, t)])
                 continue
             for commit in self.load(chunk):
@@ -426,7 +294,7 @@ class StepIndex(Sequence[StepCommit]):
 
 def _count_step(commit: StepCommit, rows: dict[Key, list[int]], first: dict[Key, int]) -> None:
     for run in commit.runs:
-        _add(rows, run.key, run.rows, run.size_bytes)
+        add_counts(rows, run.key, run.rows, run.size_bytes)
         first.setdefault(run.key, commit.first_sequences[run.key])
 
 

@@ -1,4 +1,4 @@
-"""Clocks no single host can push (wal/clocks.py, docs/protocol.md "Clocks").
+"""Clocks no single host can push (wal/replay/clocks.py, docs/protocol.md "Clocks").
 
 Each skewed host is a real separate process whose every wall-clock read is off by
 eight days: ``clock_child.py`` under an LD_PRELOAD shim (``clock_shim.c``, built here
@@ -28,17 +28,17 @@ from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.session_cache import namespace_for
 from pyspark_durable.spark.sink import keep_retention
 from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy
-from pyspark_durable.wal.clocks import CLOCK_STEP_MS
-from pyspark_durable.wal.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
-from pyspark_durable.wal.namespace import COMMITS_LOG
-from pyspark_durable.wal.records import (
+from pyspark_durable.wal.format.records import (
     CleanRecord,
     DedupRecord,
     NsRecord,
     StepCommit,
     encode_meta,
 )
-from pyspark_durable.wal.state import NamespaceState
+from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.replay.clocks import CLOCK_STEP_MS
+from pyspark_durable.wal.replay.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
+from pyspark_durable.wal.replay.state import NamespaceState
 
 HERE = Path(__file__).parent
 DAY_MS = 86_400_000

@@ -1,4 +1,4 @@
-"""A bounded deduplication window (wal/dedup.py): what replay remembers of committed pairs
+"""A bounded deduplication window (wal/replay/dedup.py): what replay remembers of committed pairs
 stays small, and a commit it can no longer judge is a typed error in every process,
 never a silent second step. Races at the window's edge are forced with failpoints."""
 
@@ -12,10 +12,10 @@ import pytest
 from pyspark_durable.errors import ConfigError, WriterStepExpired
 from pyspark_durable.log import Record
 from pyspark_durable.wal import Cleaner, Namespace, failpoints
-from pyspark_durable.wal.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
+from pyspark_durable.wal.format.records import CleanRecord, NsRecord, OneOffsRecord, encode_meta
 from pyspark_durable.wal.namespace import COMMITS_LOG
-from pyspark_durable.wal.records import CleanRecord, NsRecord, OneOffsRecord, encode_meta
-from pyspark_durable.wal.state import NamespaceState
+from pyspark_durable.wal.replay.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
+from pyspark_durable.wal.replay.state import NamespaceState
 
 WINDOW = 10_000
 

@@ -1,5 +1,5 @@
 """Open cost independent of history where no cleaner ever runs: committers write the
-step-index snapshot every N records (wal/snapshot_schedule.py), so an open replays a
+step-index snapshot every N records (wal/replay/snapshot_schedule.py), so an open replays a
 bounded tail, and racing committers' snapshots never disagree with a full replay."""
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ import pytest
 
 from pyspark_durable.errors import StepExpired
 from pyspark_durable.log import open_store
-from pyspark_durable.wal import Cleaner, Namespace, snapshot_schedule, step_index
+from pyspark_durable.wal import Cleaner, Namespace
+from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME
 from pyspark_durable.wal.namespace import COMMITS_LOG
-from pyspark_durable.wal.retention import RetentionPolicy
-from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME
-from pyspark_durable.wal.state import NamespaceState
+from pyspark_durable.wal.replay import snapshot_schedule, step_index
+from pyspark_durable.wal.replay.retention import RetentionPolicy
+from pyspark_durable.wal.replay.state import NamespaceState
 
 EVERY = 20  # records between committers' snapshots in these tests
 CHUNK = 8  # steps per chunk of the step index in these tests

@@ -24,7 +24,7 @@ from helpers import assert_acknowledged
 
 from pyspark_durable.errors import AttemptLost
 from pyspark_durable.wal import Cleaner, Namespace
-from pyspark_durable.wal.check import Checker
+from pyspark_durable.wal.upkeep.check import Checker
 
 sys.path.insert(0, str(Path(__file__).parent))
 from race_child import rows_for

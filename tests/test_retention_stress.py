@@ -31,7 +31,7 @@ import pytest
 from helpers import assert_acknowledged
 
 from pyspark_durable.wal import Cleaner, Namespace, table_id_for_name
-from pyspark_durable.wal.check import Checker
+from pyspark_durable.wal.upkeep.check import Checker
 
 pytestmark = pytest.mark.crash
 BACKENDS = ["file", "confluent"]

@@ -15,11 +15,13 @@ import pytest
 
 from pyspark_durable.errors import CorruptEntryError
 from pyspark_durable.log import open_store
-from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy, cleaner, step_index
+from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy
+from pyspark_durable.wal.format.records import CleanRecord, Run, StepCommit
 from pyspark_durable.wal.namespace import COMMITS_LOG
-from pyspark_durable.wal.records import CleanRecord, Run, StepCommit
-from pyspark_durable.wal.state import NamespaceState
-from pyspark_durable.wal.step_index import Chunk, chunk_loader
+from pyspark_durable.wal.replay import step_index
+from pyspark_durable.wal.replay.state import NamespaceState
+from pyspark_durable.wal.replay.step_index import Chunk, chunk_loader
+from pyspark_durable.wal.upkeep import cleaner
 
 CHUNK = 8  # steps per chunk in these tests: a few dozen steps make several chunks
 
@@ -181,7 +183,7 @@ def test_a_chunk_that_does_not_match_its_records_is_corrupt(make_store):
     commits = ns.store.open_log(COMMITS_LOG)
 
     def decode(value: bytes, offset: int):
-        from pyspark_durable.wal.records import decode_record
+        from pyspark_durable.wal.format.records import decode_record
         return decode_record(value, namespace=ns.name, offset=offset)[0]
 
     load = chunk_loader(commits.read, decode, ns.name)
@@ -230,7 +232,9 @@ CHILD = """
 import os, sys
 os.environ["DURABLEWAL_FAILPOINT"] = sys.argv[4] + ":kill-group=" + str(os.getpgid(0))
 from pyspark_durable.log import open_store
-from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy, cleaner, step_index
+from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy
+from pyspark_durable.wal.replay import step_index
+from pyspark_durable.wal.upkeep import cleaner
 step_index.CHUNK_STEPS = 8
 ns = Namespace(open_store("file", sys.argv[2], path=sys.argv[1]))
 ns.set_retention(RetentionPolicy(max_steps=int(sys.argv[3])))

@@ -21,12 +21,12 @@ from pyspark_durable.endpoint import read_steps, write_step
 from pyspark_durable.errors import LogNotFound, RoutingError, SchemaMismatch
 from pyspark_durable.log import Record
 from pyspark_durable.wal import Cleaner, Namespace
-from pyspark_durable.wal.check import Checker
-from pyspark_durable.wal.records import encode_meta
-from pyspark_durable.wal.schemas import common_type, union_by_name
-from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME, seal_snapshot
-from pyspark_durable.wal.state import NamespaceState
+from pyspark_durable.wal.format.records import encode_meta
+from pyspark_durable.wal.format.schemas import common_type, union_by_name
+from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME, seal_snapshot
+from pyspark_durable.wal.replay.state import NamespaceState
 from pyspark_durable.wal.tables import table_id_for_name
+from pyspark_durable.wal.upkeep.check import Checker
 
 
 @pytest.fixture

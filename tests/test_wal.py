@@ -20,7 +20,7 @@ from pyspark_durable.errors import (
     StepNotCommitted,
 )
 from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy
-from pyspark_durable.wal import cleaner as cleaner_module
+from pyspark_durable.wal.upkeep import cleaner as cleaner_module
 
 
 def rows(tag: str, n: int, start: int = 0) -> pa.Table:

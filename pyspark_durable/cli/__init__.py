@@ -36,7 +36,7 @@ from contextlib import contextmanager
 
 from pyspark_durable.errors import DecodeError, DurableWalError
 from pyspark_durable.secrets import RedactingFilter
-from pyspark_durable.wal.cleaner import DEFAULT_GRACE_MS
+from pyspark_durable.wal.upkeep.cleaner import DEFAULT_GRACE_MS
 
 from . import commands, maintain, render
 from .target import CliError

@@ -50,8 +50,8 @@ from pyspark_durable.spark.pushdown import Pruning, push
 from pyspark_durable.spark.session_cache import namespace_for
 from pyspark_durable.times import iso
 from pyspark_durable.wal import Namespace, StepCommit
+from pyspark_durable.wal.format.records import Run
 from pyspark_durable.wal.metadata import METADATA_NAMES, metadata_columns
-from pyspark_durable.wal.records import Run
 
 log = logging.getLogger(__name__)
 

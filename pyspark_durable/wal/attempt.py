@@ -17,9 +17,9 @@ from pyspark_durable.codec import EntryKey, codec_for
 from pyspark_durable.codec.keys import U64_MAX
 from pyspark_durable.errors import RoutingError
 from pyspark_durable.log import Log, Record
-from pyspark_durable.wal.receipts import AttemptReceipt, WrittenEntry, event_time_span
-from pyspark_durable.wal.runs import entry_digest
-from pyspark_durable.wal.schemas import conform
+from pyspark_durable.wal.format.receipts import AttemptReceipt, WrittenEntry, event_time_span
+from pyspark_durable.wal.format.runs import entry_digest
+from pyspark_durable.wal.format.schemas import conform
 
 if TYPE_CHECKING:
     from pyspark_durable.wal.namespace import Namespace

@@ -67,12 +67,8 @@ from pyspark_durable.errors import (
 from pyspark_durable.log import LogStore, Record
 from pyspark_durable.times import iso
 from pyspark_durable.wal.attempt import Attempt
-from pyspark_durable.wal.clocks import CLOCK_STEP_MS
-from pyspark_durable.wal.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
-from pyspark_durable.wal.queries import NamespaceQueries
-from pyspark_durable.wal.reading import NamespaceReads
-from pyspark_durable.wal.receipts import AttemptReceipt, build_runs, event_time_span
-from pyspark_durable.wal.records import (
+from pyspark_durable.wal.format.receipts import AttemptReceipt, build_runs, event_time_span
+from pyspark_durable.wal.format.records import (
     ClocksRecord,
     CommitRecord,
     DedupRecord,
@@ -86,10 +82,14 @@ from pyspark_durable.wal.records import (
     WriterRecord,
     encode_meta,
 )
+from pyspark_durable.wal.queries import NamespaceQueries
+from pyspark_durable.wal.reading import NamespaceReads
+from pyspark_durable.wal.replay.clocks import CLOCK_STEP_MS
+from pyspark_durable.wal.replay.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
+from pyspark_durable.wal.replay.retention import RetentionPolicy
+from pyspark_durable.wal.replay.snapshot_schedule import SnapshotSchedule
+from pyspark_durable.wal.replay.state import NamespaceState, ReaderPosition
 from pyspark_durable.wal.reserve import using_reserve
-from pyspark_durable.wal.retention import RetentionPolicy
-from pyspark_durable.wal.snapshot_schedule import SnapshotSchedule
-from pyspark_durable.wal.state import NamespaceState, ReaderPosition
 from pyspark_durable.wal.tables import NamespaceTables
 
 log = logging.getLogger(__name__)

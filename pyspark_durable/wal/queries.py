@@ -1,7 +1,7 @@
 """The questions a :class:`~pyspark_durable.wal.namespace.Namespace` answers about itself.
 
 Code outside ``wal/`` (the CLI, Spark, the endpoints) asks these instead of reading
-the replay state (:class:`~pyspark_durable.wal.state.NamespaceState`), so the state can
+the replay state (:class:`~pyspark_durable.wal.replay.state.NamespaceState`), so the state can
 change shape without them, and what they get back cannot change it: tuples, frozen
 records and read-only mappings of copies.
 
@@ -20,8 +20,8 @@ from typing import TypeVar
 
 from pyspark_durable.errors import StepsTrimmed
 from pyspark_durable.log import Log, LogStore
-from pyspark_durable.wal.records import StepCommit
-from pyspark_durable.wal.state import RECOVER_ATTEMPTS, NamespaceState, ReaderPosition
+from pyspark_durable.wal.format.records import StepCommit
+from pyspark_durable.wal.replay.state import RECOVER_ATTEMPTS, NamespaceState, ReaderPosition
 
 log = logging.getLogger(__name__)
 

@@ -21,13 +21,13 @@ from pyspark_durable.codec import codec_for, decode_key, decode_value
 from pyspark_durable.codec.payload import PayloadCodec
 from pyspark_durable.errors import ContentMismatch, CorruptEntryError, OffsetOutOfRange
 from pyspark_durable.log import Entry, Log
-from pyspark_durable.wal.records import StepCommit, TableInfo
-from pyspark_durable.wal.runs import DIGEST_HEX, Run, entry_digest
-from pyspark_durable.wal.schemas import conform
+from pyspark_durable.wal.format.records import StepCommit, TableInfo
+from pyspark_durable.wal.format.runs import DIGEST_HEX, Run, entry_digest
+from pyspark_durable.wal.format.schemas import conform
 
 if TYPE_CHECKING:
     from pyspark_durable.log import LogStore
-    from pyspark_durable.wal.state import NamespaceState
+    from pyspark_durable.wal.replay.state import NamespaceState
 
 # foreign entries (other attempts, other tables) one region read may pass over to serve
 # two runs with one read: cheaper than a second bounds check and fetch set-up

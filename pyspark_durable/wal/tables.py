@@ -3,7 +3,7 @@
 A table name maps to ``sha256(name)[:8]`` with the high bit set; an id is only ever
 given explicitly (an ``int``), never read out of a name. A table's first definition
 wins; new schema versions are appended by writers that set ``merge_schema`` and only
-add nullable columns or widen types (:mod:`pyspark_durable.wal.schemas`).
+add nullable columns or widen types (:mod:`pyspark_durable.wal.format.schemas`).
 """
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ import pyarrow as pa
 from pyspark_durable.codec import codec_for
 from pyspark_durable.codec.keys import U64_MAX
 from pyspark_durable.errors import RoutingError, SchemaMismatch
-from pyspark_durable.wal.records import (
+from pyspark_durable.wal.format.records import (
     CommitRecord,
     SchemaRecord,
     TableInfo,
     TableRecord,
     TablesRecord,
 )
-from pyspark_durable.wal.schemas import fits, merge
+from pyspark_durable.wal.format.schemas import fits, merge
 
 if TYPE_CHECKING:
-    from pyspark_durable.wal.state import NamespaceState
+    from pyspark_durable.wal.replay.state import NamespaceState
 
 log = logging.getLogger("pyspark_durable.wal.namespace")
 

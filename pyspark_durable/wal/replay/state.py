@@ -35,8 +35,7 @@ from pyspark_durable.errors import (
     OffsetOutOfRange,
 )
 from pyspark_durable.log import Log, LogStore
-from pyspark_durable.wal.dedup import Dedup
-from pyspark_durable.wal.records import (
+from pyspark_durable.wal.format.records import (
     RECORD_KINDS,
     CleanRecord,
     ClocksRecord,
@@ -57,8 +56,9 @@ from pyspark_durable.wal.records import (
     WriterRecord,
     decode_record,
 )
-from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME, open_snapshot, seal_snapshot
-from pyspark_durable.wal.step_index import Chunk, StepIndex, chunk_loader
+from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME, open_snapshot, seal_snapshot
+from pyspark_durable.wal.replay.dedup import Dedup
+from pyspark_durable.wal.replay.step_index import Chunk, StepIndex, chunk_loader
 
 log = logging.getLogger(__name__)
 

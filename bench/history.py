@@ -182,8 +182,8 @@ def measure(path: str, shape: str, clean: bool = True) -> dict:
     last = ns.steps().stop
     open_ms = (time.perf_counter() - t0) * 1000
     added_mb = (rss_kb() - before) / 1024
-    replayed = ns.state.replayed
-    writers_held = len(ns.state.dedup.writers)
+    replayed = ns._state.replayed
+    writers_held = len(ns._state.dedup.writers)
     commit_ms = [commit_one(ns, shape, last + i) for i in range(20)]
     clean_ms = None
     if clean:

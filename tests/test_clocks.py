@@ -98,7 +98,7 @@ def now_ms() -> int:
 
 def agree(path: Path, ns: Namespace) -> None:
     """A full replay, a recovery from the newest snapshot and this handle decide alike."""
-    states = [open_ns(path).state]
+    states = [open_ns(path)._state]
     commits = open_store("file", NAMESPACE, path=str(path)).open_log(COMMITS_LOG)
     if commits.low_watermark() == 0:  # (a cleaner may have trimmed the log below a snapshot)
         full = NamespaceState(NAMESPACE)
@@ -106,8 +106,8 @@ def agree(path: Path, ns: Namespace) -> None:
         states.append(full)
     for s in states:
         assert (s.next_step, s.pairs, s.dedup.clock_ms, s.dedup.forgot_start_ms) == \
-            (ns.state.next_step, ns.state.pairs, ns.state.dedup.clock_ms,
-             ns.state.dedup.forgot_start_ms)
+            (ns._state.next_step, ns._state.pairs, ns._state.dedup.clock_ms,
+             ns._state.dedup.forgot_start_ms)
 
 
 def test_a_commit_from_a_host_ahead_refuses_no_healthy_batch_write(clock_shim, wal):
@@ -138,7 +138,7 @@ def test_a_host_behind_gets_a_clock_error_naming_both_clocks_or_writes_safely(cl
     assert commit(ns, "batch-old", started_ms=t0 - DEDUP_WINDOW_MS + DAY_MS // 10) == 0
     ns.append_record(CleanRecord(t0 + DAY_MS // 5, {}))  # a pass moves the clock 0.2 days
     ns.refresh()
-    assert "batch-old" not in ns.state.dedup.writers  # forgotten: its start is past the window
+    assert "batch-old" not in ns._state.dedup.writers  # forgotten: its start is past the window
     out = host(clock_shim, BEHIND_MS, wal, op="batch", writer="batch-late")
     assert out["error"]["type"] == "ClockSkew", out
     assert abs(out["error"]["own_ms"] - (t0 + BEHIND_MS)) < 60_000
@@ -227,16 +227,16 @@ def test_an_old_wal_with_a_skewed_record_replays_as_it_was_written(wal):
                    DedupRecord(DEDUP_WINDOW_MS, DEDUP_STEPS).to_json()):
         commits.append([Record(b"", encode_meta({**record, "i": "inc0"}))])
     ns = Namespace(store)
-    assert ns.state.dedup.step_ms is None  # the old rules
+    assert ns._state.dedup.step_ms is None  # the old rules
     t0 = now_ms()
     assert commit(ns, "batch-1", started_ms=t0) == 0
     ns.append_record(CleanRecord(t0 + AHEAD_MS, {}))  # an old pass from a host ahead
     with pytest.raises(WriterStepExpired):
         commit(ns, "batch-2", started_ms=t0 + 1)
     assert commit(ns, "q", 0, consecutive=True) == 1
-    before = (ns.refresh().next_step, ns.state.pairs, ns.state.index.refused)
+    before = (ns.refresh().next_step, ns._state.pairs, ns._state.index.refused)
     Cleaner(ns, grace_ms=0).run_once()  # appends the `clocks` record
-    assert ns.state.dedup.step_ms == CLOCK_STEP_MS
+    assert ns._state.dedup.step_ms == CLOCK_STEP_MS
     full = NamespaceState(NAMESPACE)
     full.replay(open_store("file", NAMESPACE, path=str(wal)).open_log(COMMITS_LOG))
     assert (full.next_step, full.pairs) == before[:2]

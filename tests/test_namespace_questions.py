@@ -1,9 +1,7 @@
-"""Outside ``wal/``, code asks a Namespace questions; it never reads its replay state."""
+"""Outside ``wal/``, code asks a Namespace questions; its replay state is private by name
+(``_state``), which ruff's SLF001 holds outside the class (pyproject.toml)."""
 
 from __future__ import annotations
-
-import re
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -11,27 +9,6 @@ import pytest
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
 from pyspark_durable.wal.replay.state import ReaderPosition
-
-PACKAGE = Path(__file__).resolve().parent.parent / "pyspark_durable"
-# a Namespace handle's replay state or private members, reached from outside wal/
-REACHING_IN = re.compile(r"\bns\.(state|_lock|_append_meta|_commits)\b|\bns\.refresh\(\)\.")
-
-
-def test_nothing_outside_wal_reads_a_namespaces_state_or_private_members():
-    """This tests that no module outside pyspark_durable/wal/ reads a Namespace's replay
-    state (ns.state, the state ns.refresh() returns) or its private members, so the state
-    can change shape without breaking the CLI, Spark or the endpoints."""
-    found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if path.relative_to(PACKAGE).parts[0] == "wal":
-            continue
-        for number, line in enumerate(path.read_text().splitlines(), 1):
-            code = line.split("#", 1)[0]
-            used_as_value = "ns.refresh()" in code and code.strip() not in (
-                "ns.refresh()", "self.ns.refresh()")
-            if REACHING_IN.search(code) or used_as_value:
-                found.append(f"{path.relative_to(PACKAGE.parent)}:{number}: {line.strip()}")
-    assert not found, "\n".join(found)
 
 
 def test_answers_cannot_change_the_namespace(tmp_path):

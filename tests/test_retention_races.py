@@ -84,7 +84,7 @@ def verify(make_store, acked: dict[tuple[str, int], int]) -> Namespace:
         assert_acknowledged(ns, writer, ws, step)
         if step < steps.start:
             continue  # expired: the cleaner may have deleted it
-        got = {ns.state.tables[sb.table_id].name: pa.Table.from_batches(sb.batches)
+        got = {ns.tables(refresh=False)[sb.table_id].name: pa.Table.from_batches(sb.batches)
                for sb in ns.read_step(step)}
         assert got == {t: rows_for(writer, ws, t) for t in ("a", "b")}, (writer, ws, step)
     report = Checker(make_store()).run()

@@ -79,11 +79,11 @@ def test_a_snapshot_holds_chunks_and_every_step_reads_back_as_a_full_replay(make
     Cleaner(ns, grace_ms=0).run_once()
 
     opened = Namespace(make_store())
-    index = opened.state.index
+    index = opened._state.index
     assert index.tail == [] and len(index.chunks) == 4  # 30 steps in chunks of 8
     assert [c.steps for c in index.chunks] == [8, 8, 8, 6]
     assert any(c.refused for c in index.chunks)
-    assert {s: described(opened.state.step(s)) for s in range(30)} == reference
+    assert {s: described(opened._state.step(s)) for s in range(30)} == reference
     got = pa.Table.from_batches([b for sb in opened.read_step(29) for b in sb.batches])
     assert got.column("id").to_pylist() == [290, 291]
 
@@ -91,8 +91,8 @@ def test_a_snapshot_holds_chunks_and_every_step_reads_back_as_a_full_replay(make
     reference = full_replay(opened)
     Cleaner(opened, grace_ms=0).run_once()
     again = Namespace(make_store())
-    assert again.state.index.tail == []
-    assert {s: described(again.state.step(s)) for s in range(43)} == reference
+    assert again._state.index.tail == []
+    assert {s: described(again._state.step(s)) for s in range(43)} == reference
     got = pa.Table.from_batches([b for sb in again.read_step(36) for b in sb.batches])
     assert sorted(got.column("id").to_pylist()) == [360, 360, 361]
 
@@ -109,14 +109,14 @@ def test_a_refusal_after_a_snapshots_last_step_is_kept_for_the_next_fold(make_st
     ns.append_record(ns.step_commit(2))  # refused: a duplicate of (w, 2)
     Cleaner(ns, grace_ms=0).run_once()
     other = Namespace(make_store())
-    assert other.state.index.tail == [] and other.state.index.refused
+    assert other._state.index.tail == [] and other._state.index.refused
     for i in range(3, 5):
         write_one(other, i)
     reference = full_replay(other)
     Cleaner(other, grace_ms=0).run_once()
     opened = Namespace(make_store())
-    assert [c.steps for c in opened.state.index.chunks] == [5]  # one chunk, merged
-    assert {s: described(opened.state.step(s)) for s in range(5)} == reference
+    assert [c.steps for c in opened._state.index.chunks] == [5]  # one chunk, merged
+    assert {s: described(opened._state.step(s)) for s in range(5)} == reference
 
 
 def test_a_long_lived_handle_reads_its_chunks_after_another_cleaner_trimmed(make_store):
@@ -164,8 +164,8 @@ def test_retention_cuts_the_first_chunk_exactly(make_store):
     report = Cleaner(ns, grace_ms=0).run_once()
     assert report.first_retained_step == 13
     reopened = Namespace(make_store())
-    assert reopened.state.base_step == 13 and reopened.steps() == range(13, 20)
-    assert {s: described(reopened.state.step(s)) for s in range(13, 20)} == \
+    assert reopened._state.base_step == 13 and reopened.steps() == range(13, 20)
+    assert {s: described(reopened._state.step(s)) for s in range(13, 20)} == \
         {s: reference[s] for s in range(13, 20)}
     for region_id in (0, 1):  # freed up to the first entry a retained step refers to
         assert reopened.store.open_region(region_id).low_watermark() == min(
@@ -179,7 +179,7 @@ def test_a_chunk_that_does_not_match_its_records_is_corrupt(make_store):
     ns = Namespace(make_store())
     commit_steps(ns, 0, 10)
     Cleaner(ns, grace_ms=0).run_once()
-    chunk = Namespace(make_store()).state.index.chunks[0]
+    chunk = Namespace(make_store())._state.index.chunks[0]
     commits = ns.store.open_log(COMMITS_LOG)
 
     def decode(value: bytes, offset: int):
@@ -220,12 +220,12 @@ def test_a_pass_snapshots_only_when_the_replay_after_the_newest_grew(make_store,
     assert ns.store.snapshot_versions("wal") == first
     reference = full_replay(ns)
     opened = Namespace(make_store())
-    assert [c.step for c in opened.state.index.tail] == list(range(10, 14))
-    assert {s: described(opened.state.step(s)) for s in range(14)} == reference
+    assert [c.step for c in opened._state.index.tail] == list(range(10, 14))
+    assert {s: described(opened._state.step(s)) for s in range(14)} == reference
     commit_steps(ns, 14, 20)
     Cleaner(ns, grace_ms=0).run_once()
     newest = ns.store.snapshot_versions("wal")[-1]
-    assert newest > first[-1] and Namespace(make_store()).state.index.tail == []
+    assert newest > first[-1] and Namespace(make_store())._state.index.tail == []
 
 
 CHILD = """
@@ -267,12 +267,12 @@ def test_cleaner_killed_mid_snapshot_leaves_a_namespace_that_reads_every_step(
     steps = opened.steps()
     assert steps == range(19, 31)  # the killed pass's expire record is in the log
     for s in steps:
-        assert described(opened.state.step(s)) == reference[s]
+        assert described(opened._state.step(s)) == reference[s]
         assert sum(b.num_rows for sb in opened.read_step(s) for b in sb.batches) == \
             sum(r.rows for r in reference[s][4])
     Cleaner(opened, grace_ms=0).run_once()
     last = Namespace(open_store("file", namespace, path=str(path)))
-    assert {s: described(last.state.step(s)) for s in range(19, 31)} == \
+    assert {s: described(last._state.step(s)) for s in range(19, 31)} == \
         {s: reference[s] for s in range(19, 31)}
 
 
@@ -349,7 +349,7 @@ def test_tables_and_regions_count_from_the_chunks_reading_only_the_cut_one(make_
             ns.set_retention(retention)
             Cleaner(ns, grace_ms=0).run_once()
         opened = Namespace(make_store())
-        index = opened.state.index
+        index = opened._state.index
         loaded = []
         loader = index._loader
         index.attach(lambda chunk, loader=loader, loaded=loaded:

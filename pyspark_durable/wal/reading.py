@@ -89,7 +89,7 @@ class NamespaceReads:
 
     name: str
     store: LogStore
-    state: NamespaceState
+    _state: NamespaceState
     namespace_id: int
 
     def step_commit(self, step: int) -> StepCommit:  # pragma: no cover - Namespace's
@@ -233,7 +233,7 @@ class NamespaceReads:
     def _step_batch(self, item: _RunRead, entry: Entry, index: int) -> StepBatch:
         """Check one entry against the step that committed it; decode its rows."""
         commit, run = item.commit, item.run
-        info = self.state.tables[run.table_id]
+        info = self._state.tables[run.table_id]
         if run.schema_version >= len(info.schemas):
             raise CorruptEntryError(
                 f"step {commit.step} names schema version {run.schema_version} of table "
@@ -242,7 +242,7 @@ class NamespaceReads:
         problem = foreign_attempt(commit, entry)
         key = decode_key(entry.key, expect_namespace_id=self.namespace_id,
                          expect_region_id=run.region_id, offset=entry.offset)
-        problem = problem or foreign_table(self.state.tables, commit, run, key.table_id)
+        problem = problem or foreign_table(self._state.tables, commit, run, key.table_id)
         if problem:
             raise CorruptEntryError(problem, namespace=self.name, region=run.region_id,
                                     offset=entry.offset, step=commit.step)

@@ -12,8 +12,8 @@ from pyspark_durable.wal.replay.state import ReaderPosition
 
 
 def test_answers_cannot_change_the_namespace(tmp_path):
-    """This tests that what a Namespace answers (readers, table regions, tables) are copies
-    or read-only views: changing them leaves the namespace as it was."""
+    """This tests that what a Namespace answers (readers, table regions, tables, steps) are
+    copies or read-only views: changing them leaves the namespace as it was."""
     ns = Namespace(open_store("file", "q", path=str(tmp_path)))
     attempt = ns.begin("w", 0)
     attempt.write("t", pa.table({"id": [1, 2]}), region_id=3)
@@ -26,6 +26,10 @@ def test_answers_cannot_change_the_namespace(tmp_path):
     assert dict(ns.table_regions(tid)) == {3: 1} and ns.table_keys() == {(3, tid)}
     assert ns.regions() == (3,) and ns.newest_committed_writer_step("w") == 0
     assert [c.step for c in ns.indexed_steps()] == [0] and ns.first_indexed_step() == 0
+    for handed in (ns.indexed_steps()[0], ns.step_commit(0)):
+        handed.first_sequences.clear()
+        handed.step = 7
+    assert ns.indexed_steps()[0].step == 0 and ns.step_commit(0).first_sequences == {(3, tid): 0}
     for view in (ns.readers(), ns.table_regions(tid)):
         with pytest.raises(TypeError):  # read-only views
             view[9] = 9  # type: ignore[index]

@@ -82,7 +82,7 @@ from pyspark_durable.wal.format.records import (
     WriterRecord,
     encode_meta,
 )
-from pyspark_durable.wal.queries import NamespaceQueries
+from pyspark_durable.wal.queries import NamespaceQueries, handed_out
 from pyspark_durable.wal.reading import NamespaceReads
 from pyspark_durable.wal.replay.clocks import CLOCK_STEP_MS
 from pyspark_durable.wal.replay.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
@@ -354,7 +354,7 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
         return range(s.expired_before, s.next_step)
 
     def step_commit(self, step: int) -> StepCommit:
-        """The commit record of a step (a committed step never changes: no refresh needed)."""
+        """A copy of a step's commit record (a committed step never changes: no refresh needed)."""
         check_step_arg("step", step, self.name)
         if step >= self._state.next_step or step < self._state.expired_before:
             self.refresh()
@@ -368,7 +368,7 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
                 raise StepNotCommitted(
                     f"step {step} is not committed yet; committed steps are "
                     f"[{s.expired_before}, {s.next_step})", namespace=self.name, step=step)
-            return s.step(step)
+            return handed_out(s.step(step))
 
         return self.healing(ask)  # a healed state may have expired it meanwhile
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TypeVar
 
@@ -26,6 +26,12 @@ from pyspark_durable.wal.replay.state import RECOVER_ATTEMPTS, NamespaceState, R
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+def handed_out(commit: StepCommit) -> StepCommit:
+    """A copy of a step the state indexes, for a caller: replay fills in a step's number
+    and sequences in place, so the state's own object must never leave ``wal/``."""
+    return replace(commit, first_sequences=dict(commit.first_sequences))
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +93,8 @@ class NamespaceQueries:
         return self._state.base_step
 
     def indexed_steps(self) -> tuple[StepCommit, ...]:
-        """The indexed steps in step order, expired ones (still indexed) included."""
-        return self.healing(lambda s: tuple(s.index))
+        """The indexed steps in step order, expired ones (still indexed) included (copies)."""
+        return self.healing(lambda s: tuple(handed_out(c) for c in s.index))
 
     def regions(self) -> tuple[int, ...]:
         """Regions that hold committed entries, ascending."""

@@ -11,7 +11,7 @@ through :meth:`NamespaceReads._step_batch`, so the checks are written once.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -92,8 +92,7 @@ class NamespaceReads:
     _state: NamespaceState
     namespace_id: int
 
-    def step_commit(self, step: int) -> StepCommit:  # pragma: no cover - Namespace's
-        raise NotImplementedError
+    step_commit: Callable[[int], StepCommit]  # provided by the Namespace this is mixed into
 
     def read_step(
         self, step: int, tables: set[int] | None = None, regions: set[int] | None = None

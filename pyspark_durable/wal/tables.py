@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -52,11 +52,9 @@ class NamespaceTables:
     _state: NamespaceState
     _lock: threading.RLock
 
-    def refresh(self) -> NamespaceState:  # pragma: no cover - Namespace's
-        raise NotImplementedError
-
-    def append_record(self, record: CommitRecord) -> int:  # pragma: no cover - Namespace's
-        raise NotImplementedError
+    # provided by the Namespace this is mixed into
+    refresh: Callable[[], NamespaceState]
+    append_record: Callable[[CommitRecord], int]
 
     def tables(self, refresh: bool = True) -> dict[int, TableInfo]:
         """Table id -> table (a copy). ``refresh=False``: as of the last refresh."""

@@ -91,7 +91,7 @@ def build(path: str, shape: str, steps: int, real: bool, clean: bool = True) -> 
     ns = open_namespace(config(path))
     try:
         if shape == "writer+retention":
-            from pyspark_durable.wal.retention import RetentionPolicy
+            from pyspark_durable.wal.replay.retention import RetentionPolicy
             ns.set_retention(RetentionPolicy(max_steps=RETAINED_STEPS))
         first = rows(ROWS_PER_STEP)
         if real:
@@ -113,7 +113,7 @@ def build(path: str, shape: str, steps: int, real: bool, clean: bool = True) -> 
         if clean:
             # as the writer's driver does every cleanIntervalMs (autoClean), with or
             # without a retention policy: the pass writes the snapshot an open starts from
-            from pyspark_durable.wal.cleaner import Cleaner
+            from pyspark_durable.wal.upkeep.cleaner import Cleaner
             Cleaner(ns, grace_ms=0).run_once()
     finally:
         ns.close()
@@ -126,9 +126,9 @@ def generate(ns, shape: str, start: int, end: int, data: pa.Table) -> None:
     ``step`` record naming it, appended a chunk at a time."""
     from pyspark_durable.codec import EntryKey, codec_for
     from pyspark_durable.log import Record
+    from pyspark_durable.wal.format.records import Run, StepCommit, encode_meta
     from pyspark_durable.wal.namespace import COMMITS_LOG
-    from pyspark_durable.wal.records import Run, StepCommit, encode_meta
-    from pyspark_durable.wal.snapshot_schedule import SNAPSHOT_EVERY_RECORDS
+    from pyspark_durable.wal.replay.snapshot_schedule import SNAPSHOT_EVERY_RECORDS
 
     info = ns.table("t")
     value = codec_for(info.payload_format, info.schema).encode_value(data)
@@ -181,10 +181,10 @@ def rss_kb() -> int:
 def measure(path: str, shape: str, clean: bool = True) -> dict:
     """One fresh process's numbers (printed as JSON by ``--measure``)."""
     import pyspark_durable.endpoint
-    import pyspark_durable.wal.cleaner  # noqa: F401
+    import pyspark_durable.wal.upkeep.cleaner  # noqa: F401
     from pyspark_durable.endpoint import open_namespace
-    from pyspark_durable.wal.cleaner import Cleaner
-    from pyspark_durable.wal.columns import encode_blocks
+    from pyspark_durable.wal.format.columns import encode_blocks
+    from pyspark_durable.wal.upkeep.cleaner import Cleaner
 
     # Arrow's memory pool starts at the first Arrow buffer a process makes (about 5 MB,
     # once, in any process that writes rows): started here, it is not counted as the open's
@@ -197,8 +197,8 @@ def measure(path: str, shape: str, clean: bool = True) -> dict:
     # CPU time: what the open computes, less distorted than wall time on a loaded machine
     open_cpu_ms = (time.process_time() - c0) * 1000
     added_mb = (rss_kb() - before) / 1024
-    replayed = ns.state.replayed
-    writers_held = len(ns.state.dedup.writers)
+    replayed = ns._state.replayed
+    writers_held = len(ns._state.dedup.writers)
     commit_ms = [commit_one(ns, shape, last + i) for i in range(20)]
     clean_ms = None
     if clean:

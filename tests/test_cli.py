@@ -433,7 +433,7 @@ def test_a_command_recovers_the_namespace_once_and_names_an_empty_one(wal_root, 
     commits log holds nothing yet is one line naming it as empty."""
     from pyspark_durable.log import open_store
     from pyspark_durable.wal.namespace import COMMITS_LOG
-    from pyspark_durable.wal.state import NamespaceState
+    from pyspark_durable.wal.replay.state import NamespaceState
 
     real, calls = NamespaceState.recover, []
     monkeypatch.setattr(NamespaceState, "recover",

@@ -25,7 +25,7 @@ from wal_crash_tools import check_namespace, run_child
 
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
-from pyspark_durable.wal.check import run_check
+from pyspark_durable.wal.upkeep.check import run_check
 
 NS = "faults"
 SEGMENT = 16 << 10  # small segments: rolls, sealed segments and deletions happen

@@ -25,7 +25,7 @@ from pyspark_durable.errors import InvalidVersion, NewerVersion
 from pyspark_durable.log import open_store
 from pyspark_durable.log.file.marks import ACK_FILE, ACK_SLOT, LOW_FILE, read_acked, read_low
 from pyspark_durable.wal import Cleaner, Namespace
-from pyspark_durable.wal.check import run_check
+from pyspark_durable.wal.upkeep.check import run_check
 
 GOLDEN = Path(__file__).parent / "golden"
 OLDER = sorted(p for p in GOLDEN.glob("r*-*") if p.is_dir())

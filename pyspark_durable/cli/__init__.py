@@ -37,7 +37,7 @@ from contextlib import contextmanager
 
 from pyspark_durable.errors import DecodeError, DurableWalError
 from pyspark_durable.secrets import RedactingFilter
-from pyspark_durable.wal.cleaner import DEFAULT_GRACE_MS
+from pyspark_durable.wal.upkeep.cleaner import DEFAULT_GRACE_MS
 
 from . import commands, kafka, maintain, render
 from .target import DEFAULT_NAMESPACE, CliError, DefaultNamespace
@@ -273,7 +273,8 @@ def _unrecognized(sub: argparse.ArgumentParser, extra: Sequence[str]) -> str:
     """``unrecognized arguments: --namspace (did you mean --namespace?)``."""
     import difflib
 
-    flags = [s for a in sub._actions for s in a.option_strings if s.startswith("--")]
+    # argparse lists a parser's flags only in _actions
+    flags = [s for a in sub._actions for s in a.option_strings if s.startswith("--")]  # noqa: SLF001
     notes = []
     for arg in extra:
         close = difflib.get_close_matches(arg.split("=", 1)[0], flags, n=1, cutoff=0.6)

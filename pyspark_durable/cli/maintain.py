@@ -13,7 +13,7 @@ from pyspark_durable.errors import DurableWalError
 from pyspark_durable.log import Log, LogStore
 from pyspark_durable.log.base import Reserve
 from pyspark_durable.wal import Cleaner, RetentionPolicy
-from pyspark_durable.wal.check import run_check
+from pyspark_durable.wal.upkeep.check import run_check
 
 from .commands import _namespace, _output
 from .render import Part, Progress, TextTable, iso_ms, span, styled

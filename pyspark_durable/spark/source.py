@@ -50,9 +50,9 @@ from pyspark_durable.spark.pushdown import Pruning, push
 from pyspark_durable.spark.session_cache import namespace_for
 from pyspark_durable.times import iso
 from pyspark_durable.wal import Namespace, StepCommit
+from pyspark_durable.wal.format.records import Run
 from pyspark_durable.wal.metadata import METADATA_NAMES, metadata_columns
-from pyspark_durable.wal.records import Run
-from pyspark_durable.wal.state import ReaderPosition
+from pyspark_durable.wal.replay.state import ReaderPosition
 
 log = logging.getLogger(__name__)
 

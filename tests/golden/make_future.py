@@ -22,7 +22,9 @@ import pyarrow as pa
 from pyspark_durable.codec import keys, payload
 from pyspark_durable.log import open_store
 from pyspark_durable.log.file.store import RESERVE_FILE
-from pyspark_durable.wal import Cleaner, Namespace, runs, snapshot_file, state
+from pyspark_durable.wal import Cleaner, Namespace
+from pyspark_durable.wal.format import runs, snapshot_file
+from pyspark_durable.wal.replay import state
 
 NAMESPACE = "golden"
 

@@ -67,7 +67,8 @@ def test_readme_quickstart_needs_no_register_after_the_readmes_install(tmp_path)
     venv sees this venv's site-packages as a plain path (its .pth files not run) so that
     pip finds the dependencies installed instead of downloading them."""
     project = clone(tmp_path / "clone")
-    subprocess.run([sys._base_executable, "-m", "venv", ".venv"], cwd=project, check=True)
+    subprocess.run([sys._base_executable,  # noqa: SLF001 - the interpreter outside any venv
+                    "-m", "venv", ".venv"], cwd=project, check=True)
     [site] = (project / ".venv" / "lib").glob("python*/site-packages")
     (site / "_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     env = {k: v for k, v in os.environ.items() if k not in (

@@ -29,8 +29,8 @@ import logging
 
 from pyspark_durable.errors import DurableWalError, StepsTrimmed
 from pyspark_durable.log import LogStore
-from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME
-from pyspark_durable.wal.state import NamespaceState
+from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME
+from pyspark_durable.wal.replay.state import NamespaceState
 
 log = logging.getLogger(__name__)
 

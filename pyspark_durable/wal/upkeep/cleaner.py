@@ -40,19 +40,19 @@ import pyspark_durable.wal.failpoints as failpoints  # the module: tests swap it
 from pyspark_durable.errors import DecodeError, OffsetOutOfRange
 from pyspark_durable.log import Log
 from pyspark_durable.log.base import Reserve
-from pyspark_durable.wal.clocks import (
+from pyspark_durable.wal.format.records import CleanRecord, ClocksRecord, DedupRecord, OneOffsRecord
+from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME
+from pyspark_durable.wal.namespace import COMMITS_LOG, Namespace
+from pyspark_durable.wal.replay.clocks import (
     CLOCK_STEP_MS,
     age_reference_ms,
     clean_due,
     grace_reference_ms,
 )
-from pyspark_durable.wal.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
-from pyspark_durable.wal.namespace import COMMITS_LOG, Namespace
-from pyspark_durable.wal.records import CleanRecord, ClocksRecord, DedupRecord, OneOffsRecord
+from pyspark_durable.wal.replay.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
+from pyspark_durable.wal.replay.snapshot_schedule import SNAPSHOT_EVERY_RECORDS, SNAPSHOTS_KEPT
+from pyspark_durable.wal.replay.state import NamespaceState
 from pyspark_durable.wal.reserve import using_reserve
-from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME
-from pyspark_durable.wal.snapshot_schedule import SNAPSHOT_EVERY_RECORDS, SNAPSHOTS_KEPT
-from pyspark_durable.wal.state import NamespaceState
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark_durable.errors import ConfigError
-from pyspark_durable.wal.state import NamespaceState
+from pyspark_durable.wal.replay.state import NamespaceState
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ kind           class                meaning
 
 Each kind is one class below with its encoding (``to_json``) next to its decoding
 (``from_json``); :data:`RECORD_KINDS` maps a kind to its class, :func:`decode_record`
-decodes by kind and :class:`~pyspark_durable.wal.state.NamespaceState` applies each
+decodes by kind and :class:`~pyspark_durable.wal.replay.state.NamespaceState` applies each
 class with one handler. Adding a kind is a class here plus its handler there. Every
 record also carries ``i``, the incarnation it was written in (the namespace adds it).
 The JSON is the format of docs/record-format.md: field names never change, and old
@@ -58,8 +58,8 @@ from typing import Any, ClassVar, TypeVar
 import pyarrow as pa
 
 from pyspark_durable.errors import DecodeError, NewerVersion
-from pyspark_durable.wal.runs import Run, decode_runs, encode_runs
-from pyspark_durable.wal.runs import entry_digest as entry_digest  # bench/profile_file_path.py
+from pyspark_durable.wal.format.runs import Run, decode_runs, encode_runs
+from pyspark_durable.wal.format.runs import entry_digest as entry_digest  # bench/profile_file_path.py
 
 
 def schema_to_b64(schema: pa.Schema) -> str:
@@ -209,7 +209,7 @@ class TableInfo:
     """A table: its name, its schema versions (oldest first) and its payload format.
 
     Schema versions only ever add nullable columns or widen types (see
-    :mod:`pyspark_durable.wal.schemas`), so rows of any version read as the newest.
+    :mod:`pyspark_durable.wal.format.schemas`), so rows of any version read as the newest.
     """
 
     table_id: int

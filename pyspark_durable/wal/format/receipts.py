@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark_durable.wal.runs import Run
+from pyspark_durable.wal.format.runs import Run
 
 
 @dataclass(frozen=True, slots=True)

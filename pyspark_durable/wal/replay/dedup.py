@@ -52,7 +52,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from pyspark_durable.wal.oneoff_block import ONE_OFF_COLUMNS, OneOffBlock
+from pyspark_durable.wal.replay.oneoff_block import ONE_OFF_COLUMNS, OneOffBlock
 
 DEDUP_WINDOW_MS = 7 * 24 * 3600 * 1000  # Kafka's transactional.id.expiration.ms default
 DEDUP_STEPS = 64  # writer steps remembered per writer (Spark replays one micro-batch)
@@ -85,14 +85,14 @@ class WritersView(Mapping[str, WriterState]):
         return w
 
     def __iter__(self) -> Iterator[str]:
-        yield from self._dedup._writers
-        base = self._dedup._base
+        yield from self._dedup._writers  # noqa: SLF001 - the view is part of Dedup
+        base = self._dedup._base  # noqa: SLF001
         if base is not None:
             yield from (base.row(i)[1] for i in base.live_rows())
 
     def __len__(self) -> int:
-        base = self._dedup._base
-        return len(self._dedup._writers) + (base.live if base is not None else 0)
+        base = self._dedup._base  # noqa: SLF001 - the view is part of Dedup
+        return len(self._dedup._writers) + (base.live if base is not None else 0)  # noqa: SLF001
 
 
 @dataclass

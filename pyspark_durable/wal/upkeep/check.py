@@ -33,13 +33,13 @@ from typing import Any
 from pyspark_durable.codec import codec_for, decode_key, decode_value
 from pyspark_durable.errors import CorruptEntryError, DurableWalError
 from pyspark_durable.log import Entry, Log, LogStore
-from pyspark_durable.wal.check_report import CheckProgress, CheckReport, Problem, Silent
+from pyspark_durable.wal.format.records import StepCommit, decode_record
+from pyspark_durable.wal.format.runs import DIGEST_HEX, Run, entry_digest
+from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME
 from pyspark_durable.wal.namespace import COMMITS_LOG
 from pyspark_durable.wal.reading import foreign_attempt, foreign_table, table_name
-from pyspark_durable.wal.records import StepCommit, decode_record
-from pyspark_durable.wal.runs import DIGEST_HEX, Run, entry_digest
-from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME
-from pyspark_durable.wal.state import NamespaceState
+from pyspark_durable.wal.replay.state import NamespaceState
+from pyspark_durable.wal.upkeep.check_report import CheckProgress, CheckReport, Problem, Silent
 
 
 @dataclass

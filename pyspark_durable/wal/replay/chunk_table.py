@@ -17,8 +17,8 @@ from typing import Any, overload
 
 import pyarrow as pa
 
-from pyspark_durable.wal.columns import Int64Column
-from pyspark_durable.wal.records import StepCommit
+from pyspark_durable.wal.format.columns import Int64Column
+from pyspark_durable.wal.format.records import StepCommit
 
 Key = tuple[int, int]  # (region, table)
 
@@ -276,12 +276,14 @@ class ChunkList(Sequence[Chunk]):
                 lo = mid + 1
             else:
                 hi = mid
-        out = ChunkList.__new__(ChunkList)
-        out._table, out._first, out._steps, out._made = \
-            self._table, self._first, self._steps, self._made
         rows = self._rows()
-        out._lo, out._hi = self._lo + min(lo, rows), self._hi
-        out._extra = self._extra[max(0, lo - rows):]
+        return self._copy(self._lo + min(lo, rows), self._extra[max(0, lo - rows):])
+
+    def _copy(self, lo: int, extra: list[Chunk]) -> ChunkList:
+        """This list over rows ``[lo, hi)`` of the same table, then ``extra``."""
+        out = ChunkList.__new__(ChunkList)
+        out.__dict__.update(self.__dict__)
+        out.__dict__.update(_lo=lo, _extra=extra)
         return out
 
     def append(self, chunk: Chunk) -> None:

@@ -37,11 +37,8 @@ from pyspark_durable.errors import (
     OffsetOutOfRange,
 )
 from pyspark_durable.log import Log, LogStore
-from pyspark_durable.wal.chunk_table import CHUNK_SCHEMA, ChunkList
-from pyspark_durable.wal.columns import decode_block, encode_blocks
-from pyspark_durable.wal.dedup import Dedup
-from pyspark_durable.wal.oneoff_block import ONE_OFF_SCHEMA
-from pyspark_durable.wal.records import (
+from pyspark_durable.wal.format.columns import decode_block, encode_blocks
+from pyspark_durable.wal.format.records import (
     RECORD_KINDS,
     CleanRecord,
     ClocksRecord,
@@ -62,8 +59,11 @@ from pyspark_durable.wal.records import (
     WriterRecord,
     decode_record,
 )
-from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME, open_snapshot, seal_snapshot
-from pyspark_durable.wal.step_index import Chunk, StepIndex, chunk_loader
+from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME, open_snapshot, seal_snapshot
+from pyspark_durable.wal.replay.chunk_table import CHUNK_SCHEMA, ChunkList
+from pyspark_durable.wal.replay.dedup import Dedup
+from pyspark_durable.wal.replay.oneoff_block import ONE_OFF_SCHEMA
+from pyspark_durable.wal.replay.step_index import Chunk, StepIndex, chunk_loader
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ records every step record of its range that replay refused, so the accepted ones
 the rest, in order; their sequence numbers follow from the chunk's first sequence per
 (region, table), as they did in replay. The commits log is kept from the first
 chunk's start on (the cleaner trims it only below that, see
-:mod:`pyspark_durable.wal.cleaner`), so every chunk can be read back.
+:mod:`pyspark_durable.wal.upkeep.cleaner`), so every chunk can be read back.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from typing import Any, overload
 import pyarrow as pa
 
 from pyspark_durable.errors import CorruptEntryError, OffsetOutOfRange, StepsTrimmed
-from pyspark_durable.wal.chunk_table import (
+from pyspark_durable.wal.format.records import StepCommit
+from pyspark_durable.wal.replay.chunk_table import (
     Chunk,
     ChunkList,
     Key,
@@ -35,7 +36,6 @@ from pyspark_durable.wal.chunk_table import (
     chunk_list,
     keep_lowest,
 )
-from pyspark_durable.wal.records import StepCommit
 
 CHUNK_STEPS = 1024  # steps per chunk: a chunk read decodes this many records at most
 CACHED_CHUNKS = 4  # chunks kept decoded per handle (a reader moves forward through them)

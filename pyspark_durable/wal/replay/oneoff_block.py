@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pyspark_durable.wal.columns import Int64Column, StringColumn
+from pyspark_durable.wal.format.columns import Int64Column, StringColumn
 
 ONE_OFF_COLUMNS = pa.schema([("start", pa.int64()), ("writer", pa.string()),
                              ("writer_step", pa.int64()), ("step", pa.int64())])

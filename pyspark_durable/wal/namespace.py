@@ -162,14 +162,14 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
             self._append_meta({**NsRecord(self.name, namespace_id, incarnation).to_json(),
                                "i": incarnation})
             self.refresh()
-            if self._state.dedup.window_ms is None:  # a new WAL bounds deduplication
-                self.append_record(DedupRecord(DEDUP_WINDOW_MS, DEDUP_STEPS))
-                self.refresh()
-            if self._state.dedup.step_ms is None:  # and follows the clock rules (clocks.py)
-                self.append_record(ClocksRecord(CLOCK_STEP_MS))
-                self.refresh()
-            if self._state.dedup.max_one_offs is None:  # and bounds one-off writers
-                self.append_record(OneOffsRecord(DEDUP_ONE_OFFS))
+            dedup = self._state.dedup  # a racing creator may have appended some already
+            policies = [record for missing, record in (
+                (dedup.window_ms is None, DedupRecord(DEDUP_WINDOW_MS, DEDUP_STEPS)),  # bounds
+                (dedup.step_ms is None, ClocksRecord(CLOCK_STEP_MS)),  # clock rules (clocks.py)
+                (dedup.max_one_offs is None, OneOffsRecord(DEDUP_ONE_OFFS)),  # one-off bound
+            ) if missing]
+            if policies:  # one append: one sync and one mark, however many
+                self._append_metas([record.to_json() for record in policies])
                 self.refresh()
         if self._state.namespace_id != namespace_id:
             raise ConfigError(
@@ -221,9 +221,12 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
 
     def _append_meta(self, record: dict) -> int:
         """Append one record's JSON, tagged with the incarnation it belongs to."""
-        if self._state.incarnation is not None:
-            record = {**record, "i": self._state.incarnation}
-        return self._commits.append([Record(b"", encode_meta(record))])[0]
+        return self._append_metas([record])[0]
+
+    def _append_metas(self, records: list[dict]) -> list[int]:
+        """Append records' JSON in order as one append, each tagged with the incarnation."""
+        tag = {} if self._state.incarnation is None else {"i": self._state.incarnation}
+        return self._commits.append([Record(b"", encode_meta({**r, **tag})) for r in records])
 
     # -- writing --------------------------------------------------------------
 

@@ -93,6 +93,16 @@ class NotAWal(LogNotFound):
     holds the WAL one level off: the message says what it is and which folder to give."""
 
 
+class UnknownNamespace(LogNotFound):
+    """A namespace the backend does not list, opened where nothing may be created; it
+    carries the namespaces listed there, for a message that names what to give instead."""
+
+    def __init__(self, namespace: str, names: list[str]) -> None:
+        self.namespace, self.names = namespace, list(names)
+        super().__init__(f"unknown namespace {namespace!r}; namespaces: "
+                         f"{', '.join(names) or 'none'}")
+
+
 class SchemaMismatch(DurableWalError, ValueError):
     """Rows do not match the schema the table was created with."""
 
@@ -182,3 +192,4 @@ class AuthenticationFailed(DurableWalError):
     """
 
     retriable = False
+

@@ -40,7 +40,7 @@ from pyspark_durable.secrets import RedactingFilter
 from pyspark_durable.wal.upkeep.cleaner import DEFAULT_GRACE_MS
 
 from . import commands, kafka, maintain, render
-from .target import DEFAULT_NAMESPACE, CliError, DefaultNamespace
+from .shared import DEFAULT_NAMESPACE, CliError, DefaultNamespace
 
 PROG = "durablewal"
 # top-level --help: how to point any command at a WAL (the subcommands' options say it

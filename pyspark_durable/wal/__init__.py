@@ -17,6 +17,7 @@ module                             for
 ``metadata``                       the columns a reader gets beside a table's rows
 ``reserve``                        room on a full disk for the records that free space
 ``failpoints``                     named points in the protocols where tests pause or kill
+``progress``                       how a long pass (check, clean) reports its progress
 ``format.records``                 the ``commits`` log's record kinds and their JSON
 ``format.runs``                    a step's runs and their compact stored form
 ``format.receipts``                what a writer attempt hands its committer

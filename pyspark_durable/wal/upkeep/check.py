@@ -37,9 +37,10 @@ from pyspark_durable.wal.format.records import StepCommit, decode_record
 from pyspark_durable.wal.format.runs import DIGEST_HEX, Run, entry_digest
 from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME
 from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.progress import Progress, Silent
 from pyspark_durable.wal.reading import foreign_attempt, foreign_table, table_name
 from pyspark_durable.wal.replay.state import NamespaceState
-from pyspark_durable.wal.upkeep.check_report import CheckProgress, CheckReport, Problem, Silent
+from pyspark_durable.wal.upkeep.check_report import CheckReport, Problem
 
 
 @dataclass
@@ -58,11 +59,11 @@ class _RunCheck:
 class Checker:
     """One ``check`` pass over one namespace of a store."""
 
-    def __init__(self, store: LogStore, progress: CheckProgress | None = None,
+    def __init__(self, store: LogStore, progress: Progress | None = None,
                  deep: bool = False) -> None:
         self.store = store
         self.deep = deep  # also re-hash every needed entry against its step's digest
-        self.progress: CheckProgress = progress or Silent()
+        self.progress: Progress = progress or Silent()
         self.report = CheckReport(store.namespace, deep=deep)
         self.state: NamespaceState | None = None
         self._full_replay: NamespaceState | None = None  # set while the log is whole
@@ -456,7 +457,7 @@ def _steps_text(steps: list[int]) -> str:
                                                if len(steps) > 10 else "")
 
 
-def run_check(store: LogStore, progress: CheckProgress | None = None,
+def run_check(store: LogStore, progress: Progress | None = None,
               deep: bool = False) -> CheckReport:
     """Check the namespace of ``store``; see the module docstring. ``deep`` also checks
     every needed entry's content digest (steps written before digests have none)."""

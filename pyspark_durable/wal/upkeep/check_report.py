@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from pyspark_durable.errors import coordinates
 
@@ -78,26 +78,3 @@ def _plural(n: int, word: str) -> str:
     if n == 1:
         return f"1 {word}"
     return f"{n} {word[:-1]}ies" if word.endswith("y") else f"{n} {word}s"
-
-
-class CheckProgress(Protocol):
-    """What the checker tells of its progress (the CLI draws bars from it)."""
-
-    def task(self, description: str, total: int, unit: str) -> Any: ...
-
-    def advance(self, task: Any, n: int = 1) -> None: ...
-
-    def update(self, task: Any, **fields: Any) -> None: ...
-
-
-class Silent:
-    """No progress shown (the Python API and tests)."""
-
-    def task(self, description: str, total: int, unit: str) -> None:
-        return None
-
-    def advance(self, task: Any, n: int = 1) -> None:
-        pass
-
-    def update(self, task: Any, **fields: Any) -> None:
-        pass

@@ -43,6 +43,7 @@ from pyspark_durable.log.base import Reserve
 from pyspark_durable.wal.format.records import CleanRecord, ClocksRecord, DedupRecord, OneOffsRecord
 from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME
 from pyspark_durable.wal.namespace import COMMITS_LOG, Namespace
+from pyspark_durable.wal.progress import Progress, Silent
 from pyspark_durable.wal.replay.clocks import (
     CLOCK_STEP_MS,
     age_reference_ms,
@@ -127,6 +128,27 @@ def _commits_needed_from(ns: Namespace, versions: list[int], low: int) -> int:
     return upto
 
 
+class _Watch:
+    """One pass's progress as a task counting regions: one is done when the pass opens
+    the next, all when the pass returns; the description names what is under way."""
+
+    def __init__(self, progress: Progress, regions: int) -> None:
+        self.progress, self.regions, self.opened = progress, regions, 0
+        self.task = progress.task("clean", regions, "regions")
+
+    def examining(self, region_id: int) -> None:
+        self.progress.update(self.task, completed=self.opened,
+                             description=f"clean: region {region_id}")
+        self.opened += 1
+
+    def deleting(self, region_id: int, bound: int) -> None:
+        self.progress.update(self.task, description=f"clean: deleting region {region_id} "
+                                                    f"below {bound}")
+
+    def done(self) -> None:
+        self.progress.update(self.task, completed=self.regions, description="clean: done")
+
+
 class Cleaner:
     """Runs cleaner passes on one namespace, on demand or in a background thread."""
 
@@ -136,32 +158,29 @@ class Cleaner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def run_once(self) -> CleanReport:
+    def run_once(self, progress: Progress | None = None) -> CleanReport:
         """One pass (the module docstring); on a full disk it spends the store's reserve,
-        and it takes the reserve back once it freed room for it."""
-        report = using_reserve(self.ns.store, self._pass)
+        and it takes the reserve back once it freed room for it.
+
+        ``progress`` is told of the regions examined (a few reads each, slow on a remote
+        broker) and of each deletion, as one task counting regions.
+        """
+        watch = _Watch(progress or Silent(), len(self.ns.store.list_regions()))
+        report = using_reserve(self.ns.store, lambda: self._pass(watch))
         report.reserve = self.ns.store.restore_reserve()
+        watch.done()
         return report
 
-    def _pass(self) -> CleanReport:
+    def _pass(self, watch: _Watch) -> CleanReport:
         """A pass that found steps its handle holds trimmed under it (other cleaners
         trimmed below newer snapshots) heals and runs again from step 1: any number of
         passes may run, and the healed state is as new as the log."""
-        return self.ns.healing(lambda _: self._pass_once())
+        return self.ns.healing(lambda _: self._pass_once(watch))
 
-    def _pass_once(self) -> CleanReport:
+    def _pass_once(self, watch: _Watch) -> CleanReport:
         ns = self.ns
         with ns.exclusive():
-            state = ns.refresh()
-            if state.dedup.window_ms is None:  # a WAL an older version made: bound it now
-                ns.append_record(DedupRecord(DEDUP_WINDOW_MS, DEDUP_STEPS))
-                state = ns.refresh()
-            if state.dedup.step_ms is None:  # and to the clock rules (clocks.py)
-                ns.append_record(ClocksRecord(CLOCK_STEP_MS))
-                state = ns.refresh()
-            if state.dedup.max_one_offs is None:  # and to a bounded number of one-offs
-                ns.append_record(OneOffsRecord(DEDUP_ONE_OFFS))
-                state = ns.refresh()
+            state = self._bounded_state()
             expired = state.expired_before
             own_ms = int(time.time() * 1000)
             target = ns.retention().expire_target(
@@ -169,22 +188,7 @@ class Cleaner:
             if target > expired:
                 ns.expire(target)
             state = ns.refresh()
-            needed = state.needed_starts()
-            proposed: dict[int, int] = {}
-            regions: dict[int, tuple[Log, int, int]] = {}
-            for region_id in ns.store.list_regions():
-                region = ns.store.open_region(region_id)
-                low, high = region.low_watermark(), region.high_watermark()
-                regions[region_id] = (region, low, high)
-                # the first offset a needed step refers to caps the bound: search for the
-                # grace's cutoff only below it (a region whose every step is needed costs
-                # no entry read, however long its history)
-                limit = min(needed.get(region_id, high), high)
-                if limit <= max(low, state.clean_bounds.get(region_id, 0)):
-                    continue
-                bound = _recent_bound(region, self.grace_ms, low, limit, own_ms, high)
-                if bound > state.clean_bounds.get(region_id, 0):
-                    proposed[region_id] = bound
+            proposed, regions = self._propose(state, own_ms, watch)
             failpoints.reached("clean.proposed")
             now_ms = int(time.time() * 1000)
             # a pass with no bound to move records only its time, and not more than once
@@ -199,34 +203,82 @@ class Cleaner:
             for region_id, (region, low, _) in regions.items():
                 bound = min(state.clean_bounds.get(region_id, 0), needed.get(region_id, 1 << 64))
                 if bound > low:
+                    watch.deleting(region_id, bound)
                     region.delete_before(bound)
                 report.regions[region_id] = (low, max(low, bound))
             failpoints.reached("clean.deleted")
-            at, raw = state.snapshot(first_step)  # folds the index: the handle holds chunks
-            report.snapshot_at = at
-            failpoints.reached("clean.snapshot")
-            versions = ns.store.snapshot_versions(SNAPSHOT_NAME)
-            # a snapshot when the replay after the newest one grew, or retention moved:
-            # not every pass (each is a stored copy of the state; on Kafka a record of
-            # the compacted snapshots topic that every open reads until compaction)
-            moved = report.freed_entries > 0 or state.expired_before > expired
-            if not versions or (versions[-1] < at and (
-                    moved or at - versions[-1] >= SNAPSHOT_EVERY_RECORDS)):
-                ns.store.write_snapshot(SNAPSHOT_NAME, at, raw)
-                versions.append(at)
-            if versions:
-                ns.snapshots.newest = max(ns.snapshots.newest, versions[-1])
-            failpoints.reached("clean.snapshotted")
-            commits = ns.store.open_log(COMMITS_LOG)
-            before = commits.low_watermark()
-            upto = _commits_needed_from(ns, versions, before)
-            if upto > before:
-                commits.delete_before(upto)
-            report.commits_low = (before, max(before, upto))
-            ns.store.prune_snapshots(SNAPSHOT_NAME, SNAPSHOTS_KEPT)
+            self._snapshot_and_trim(state, first_step, expired, report)
         log.info("namespace=%s: cleaned; snapshot at commits offset %d, first retained step %d, "
-                 "%d region entries freed", ns.name, at, first_step, report.freed_entries)
+                 "%d region entries freed", ns.name, report.snapshot_at, first_step,
+                 report.freed_entries)
         return report
+
+    def _bounded_state(self) -> NamespaceState:
+        """The replayed state, after bounding a WAL an older version made: its dedup
+        window, the clock rules (clocks.py) and the number of one-offs."""
+        ns = self.ns
+        state = ns.refresh()
+        if state.dedup.window_ms is None:
+            ns.append_record(DedupRecord(DEDUP_WINDOW_MS, DEDUP_STEPS))
+            state = ns.refresh()
+        if state.dedup.step_ms is None:
+            ns.append_record(ClocksRecord(CLOCK_STEP_MS))
+            state = ns.refresh()
+        if state.dedup.max_one_offs is None:
+            ns.append_record(OneOffsRecord(DEDUP_ONE_OFFS))
+            state = ns.refresh()
+        return state
+
+    def _propose(self, state: NamespaceState, own_ms: int, watch: _Watch
+                 ) -> tuple[dict[int, int], dict[int, tuple[Log, int, int]]]:
+        """Per region the bound to record (only those that move), and each region opened
+        with its watermarks."""
+        needed = state.needed_starts()
+        proposed: dict[int, int] = {}
+        regions: dict[int, tuple[Log, int, int]] = {}
+        for region_id in self.ns.store.list_regions():
+            watch.examining(region_id)
+            region = self.ns.store.open_region(region_id)
+            low, high = region.low_watermark(), region.high_watermark()
+            regions[region_id] = (region, low, high)
+            # the first offset a needed step refers to caps the bound: search for the
+            # grace's cutoff only below it (a region whose every step is needed costs
+            # no entry read, however long its history)
+            limit = min(needed.get(region_id, high), high)
+            if limit <= max(low, state.clean_bounds.get(region_id, 0)):
+                continue
+            bound = _recent_bound(region, self.grace_ms, low, limit, own_ms, high)
+            if bound > state.clean_bounds.get(region_id, 0):
+                proposed[region_id] = bound
+        return proposed, regions
+
+    def _snapshot_and_trim(self, state: NamespaceState, first_step: int, expired: int,
+                           report: CleanReport) -> None:
+        """Step 5 of a pass: a snapshot when due, then the commits log trimmed below the
+        older of the two newest snapshots, then old snapshots pruned."""
+        ns = self.ns
+        at, raw = state.snapshot(first_step)  # folds the index: the handle holds chunks
+        report.snapshot_at = at
+        failpoints.reached("clean.snapshot")
+        versions = ns.store.snapshot_versions(SNAPSHOT_NAME)
+        # a snapshot when the replay after the newest one grew, or retention moved:
+        # not every pass (each is a stored copy of the state; on Kafka a record of
+        # the compacted snapshots topic that every open reads until compaction)
+        moved = report.freed_entries > 0 or state.expired_before > expired
+        if not versions or (versions[-1] < at and (
+                moved or at - versions[-1] >= SNAPSHOT_EVERY_RECORDS)):
+            ns.store.write_snapshot(SNAPSHOT_NAME, at, raw)
+            versions.append(at)
+        if versions:
+            ns.snapshots.newest = max(ns.snapshots.newest, versions[-1])
+        failpoints.reached("clean.snapshotted")
+        commits = ns.store.open_log(COMMITS_LOG)
+        before = commits.low_watermark()
+        upto = _commits_needed_from(ns, versions, before)
+        if upto > before:
+            commits.delete_before(upto)
+        report.commits_low = (before, max(before, upto))
+        ns.store.prune_snapshots(SNAPSHOT_NAME, SNAPSHOTS_KEPT)
 
     def start(self, interval_s: float = 60.0) -> None:
         """Run a pass every ``interval_s`` in a daemon thread until :meth:`stop`."""

@@ -52,6 +52,7 @@ METADATA_FIELDS: tuple[pa.Field, ...] = (
     pa.field("_event_time_max", UTC_US),
 )
 METADATA_NAMES: tuple[str, ...] = tuple(f.name for f in METADATA_FIELDS)
+_TYPES: dict[str, pa.DataType] = {f.name: f.type for f in METADATA_FIELDS}
 
 
 def metadata_columns(sb: StepBatch, table_name: str, rows: int, first_row: int = 0,
@@ -67,14 +68,15 @@ def metadata_columns(sb: StepBatch, table_name: str, rows: int, first_row: int =
     no Python per row); ``_row`` is a slice of one cached range."""
     low, high = sb.event_time or (None, None)
     build: dict[str, Callable[[], pa.Array]] = {
-        "_region": lambda: _constant(sb.region_id, pa.int64(), rows),
-        "_table": lambda: _constant(table_name, pa.string(), rows),
+        "_region": lambda: _constant("_region", sb.region_id, rows),
+        "_table": lambda: _constant("_table", table_name, rows),
         "_sequence": lambda: pa.repeat(pa.scalar(sb.sequence_num, pa.int64()), rows),
-        "_step": lambda: _constant(sb.step, pa.int64(), rows),
-        "_commit_timestamp": lambda: _constant(sb.commit_timestamp_ms * 1000, UTC_US, rows),
+        "_step": lambda: _constant("_step", sb.step, rows),
+        "_commit_timestamp": lambda: _constant("_commit_timestamp",
+                                               sb.commit_timestamp_ms * 1000, rows),
         "_row": lambda: _positions(first_row, rows),
-        "_event_time_min": lambda: _constant(low, UTC_US, rows),
-        "_event_time_max": lambda: _constant(high, UTC_US, rows),
+        "_event_time_min": lambda: _constant("_event_time_min", low, rows),
+        "_event_time_max": lambda: _constant("_event_time_max", high, rows),
     }
     return [build[name]() for name in names]
 
@@ -95,24 +97,25 @@ def _positions(first: int, rows: int) -> pa.Array:
 # the filled arrays kept, least recently used dropped first
 CONSTANTS_MAX_BYTES = 32 << 20
 CONSTANTS_MAX_KEYS = 1024
-_CONSTANTS: OrderedDict[tuple[pa.DataType, object], pa.Array] = OrderedDict()
+_CONSTANTS: OrderedDict[tuple[str, object], pa.Array] = OrderedDict()
 _CONSTANTS_BYTES = [0]
 _CONSTANTS_LOCK = threading.Lock()
 
 
-def _constant(value: object, type_: pa.DataType, rows: int) -> pa.Array:
-    """``rows`` copies of ``value`` as a zero-copy slice (from its start, so no offset
-    moves in Arrow IPC) of a cached array, grown by doubling. Arrow arrays are
-    immutable, so every batch may share one. The cache is bounded
+def _constant(column: str, value: object, rows: int) -> pa.Array:
+    """``rows`` copies of ``value`` in metadata column ``column``'s type (the cache's key
+    is the column's name, quicker to hash than an Arrow type) as a zero-copy slice
+    (from its start, so no offset moves in Arrow IPC) of a cached array, grown by
+    doubling. Arrow arrays are immutable, so every batch may share one. The cache is bounded
     (:data:`CONSTANTS_MAX_BYTES`, :data:`CONSTANTS_MAX_KEYS`); an array larger than
     it is built and not kept."""
-    key = (type_, value)
+    key = (column, value)
     with _CONSTANTS_LOCK:
         cached = _CONSTANTS.get(key)
         if cached is not None and len(cached) >= rows:
             _CONSTANTS.move_to_end(key)
             return cached.slice(0, rows)
-    filled = pa.repeat(pa.scalar(value, type_),
+    filled = pa.repeat(pa.scalar(value, _TYPES[column]),
                        max(rows, 2 * len(cached) if cached is not None else 0))
     if filled.nbytes <= CONSTANTS_MAX_BYTES:
         with _CONSTANTS_LOCK:

@@ -80,8 +80,8 @@ class Brokers:
     def for_run(self, size: int) -> KafkaCluster:
         if size not in self.running:
             cluster = self.running[size] = start_cluster(self.work / f"kafka{size}", size)
-            say(f"Apache Kafka, {size} node(s), on {cluster.bootstrap} (pids {cluster.pids})")
-        BROKER_PIDS[:] = self.running[size].pids
+            say(f"Apache Kafka, {size} node(s), on {cluster.bootstrap} (pids {cluster.pids()})")
+        BROKER_PIDS[:] = self.running[size].pids()
         return self.running[size]
 
     def done_with(self, index: int) -> None:

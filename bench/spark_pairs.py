@@ -367,14 +367,17 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
         fns["parquet"] = parquet_sink_fn(spark, n)
     beside_file(shared, base, "2", fns)
     if peer is not None and peer.jars:
-        def into(df: DataFrame, fmt: str, opts: dict[str, str]) -> float:
-            secs, _, progress = run_available_now(df, fmt, opts)
-            assert rows_of(progress) == n, (fmt, rows_of(progress), n)
-            LAST_DURATIONS[f"rate→{df.columns[0]}→kafka"] = durations(progress)
-            return n / secs
+        def into(key: str) -> Callable[[DataFrame, str, dict[str, str]], float]:
+            def run(df: DataFrame, fmt: str, opts: dict[str, str]) -> float:
+                secs, _, progress = run_available_now(df, fmt, opts)
+                assert rows_of(progress) == n, (key, rows_of(progress), n)
+                LAST_DURATIONS[key] = durations(progress)
+                return n / secs
+            return run
         for values in spark_kafka.SINK_VALUES:
             fns[f"sparkkafka-{values}"] = spark_kafka.sink_fn(
-                spark, str(base.bootstrap), n, values, into, base.replication)
+                spark, str(base.bootstrap), n, values, into(spark_kafka.VALUES[values][2]),
+                base.replication)
         peer_cpu["2"] = with_peer_meters(fns)
     runs = repeat(fns, reps)
     if measure_parquet:

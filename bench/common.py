@@ -75,7 +75,7 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 WARMUPS = [1]  # set by run.py --warmups
-BROKER_PID = [0]  # run.py: the Kafka broker's JVM it started (0: none)
+BROKER_PIDS: list[int] = []  # run.py: the JVMs of the Kafka brokers the run in progress uses
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -88,12 +88,13 @@ def machine_cpu_s() -> float:
 
 
 def broker_cpu_s() -> float:
-    """CPU seconds the benchmark's Kafka broker has used so far (0 without one)."""
-    if not BROKER_PID[0]:
-        return 0.0
-    with open(f"/proc/{BROKER_PID[0]}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    """CPU seconds the Kafka brokers of the run in progress have used so far (0 without)."""
+    total = 0.0
+    for pid in BROKER_PIDS:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / _TICK
+    return total
 
 
 def tree_cpu_s() -> float:
@@ -181,7 +182,7 @@ def make_rows(start: int, n: int) -> pa.Table:
 
 @dataclass(frozen=True)
 class Target:
-    """Where a namespace lives: a file root, or a Kafka broker and the client to use.
+    """Where a namespace lives: a file root, or Kafka brokers and the client to use.
 
     ``client`` is the Kafka backend's ``client`` option (``confluent`` or
     ``kafka-python``): it is part of the run, so every label says which client ran.
@@ -192,11 +193,19 @@ class Target:
     path: str | None = None
     bootstrap: str | None = None
     client: str | None = None
+    brokers: int = 1  # Kafka: the brokers of the cluster (topics replicated on up to 3)
 
     @property
     def label(self) -> str:
-        """``file``, ``kafka/confluent`` or ``kafka/kafka-python``: what the report shows."""
-        return f"{self.backend}/{self.client}" if self.client else self.backend
+        """``file``, ``kafka/confluent`` or ``kafka/kafka-python`` (``, 3 brokers`` on a
+        cluster): what the report shows."""
+        name = f"{self.backend}/{self.client}" if self.client else self.backend
+        return f"{name}, {self.brokers} brokers" if self.brokers > 1 else name
+
+    @property
+    def replication(self) -> int:
+        """The replication factor of Kafka topics on this target's brokers."""
+        return min(self.brokers, 3)
 
     def config(self) -> dict:
         opts: dict[str, str] = {"path": str(self.path)} if self.backend == "file" else \

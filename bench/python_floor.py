@@ -2,15 +2,19 @@
 
 ``pyfloor`` is a Python data source that does no I/O at all: its stream reader yields
 the same prebuilt ``pyarrow.RecordBatch`` (the durablewal read schema, 10,000 rows
-of ~100 bytes plus the five metadata columns) from memory, its batch reader
-(``spark.read``) yields the same batches from as many partitions as the driver has
-cores (``partitions`` overrides), and its stream writer
+of ~100 bytes plus the eight metadata columns) from memory over two partitions, its
+batch reader (``spark.read``) yields the same batches from as many partitions as the
+driver has cores (``partitions`` overrides both), and its stream writer
 (``DataSourceStreamArrowWriter``) counts the Arrow batches Spark hands it and keeps
 nothing. Measured side by side with ``rate`` → ``noop`` it shows how much of the JVM
 floor PySpark's Python data source path (Arrow IPC over a socket to a Python worker,
 and back) leaves to any Python source or sink; durablewal against it shows the share
-of that ceiling the WAL reaches. Workers import this module, so ``bench/`` must be
-on their ``PYTHONPATH`` (``bench/run.py`` sets it before starting Spark).
+of that ceiling the WAL reaches. With ``columns=payload`` it yields the payload
+columns only (``id``, ``payload``): the floor of a source that hands Spark the rows
+and nothing about where they came from, against which a default durablewal read
+(metadata columns included) shows what its metadata columns cost. Workers import
+this module, so ``bench/`` must be on their ``PYTHONPATH`` (``bench/run.py`` sets it
+before starting Spark).
 """
 
 from __future__ import annotations
@@ -40,18 +44,23 @@ SCHEMA = pa.schema([
     ("_event_time_min", pa.timestamp("us", tz="UTC")),
     ("_event_time_max", pa.timestamp("us", tz="UTC")),
 ])
+PAYLOAD_DDL = "id long, payload binary"
 DDL = ("id long, payload binary, _region long, _table string, _sequence long, _step long, "
        "_commit_timestamp timestamp, _row long, _event_time_min timestamp, "
        "_event_time_max timestamp")
 
 
-def floor_batch(region: int) -> pa.RecordBatch:
-    """One batch shaped like a durablewal read of the benchmark's rows."""
+def floor_batch(region: int, payload_only: bool = False) -> pa.RecordBatch:
+    """One batch shaped like a durablewal read of the benchmark's rows (``payload_only``:
+    like one with a user schema of the payload columns)."""
     n = BATCH_ROWS
     raw = np.random.default_rng(region).integers(97, 123, n * PAYLOAD_BYTES, np.uint8)
     offsets = np.arange(0, (n + 1) * PAYLOAD_BYTES, PAYLOAD_BYTES, dtype=np.int32)
     payload = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
                                                      pa.py_buffer(raw.tobytes())])
+    if payload_only:
+        return pa.RecordBatch.from_arrays([pa.array(np.arange(n, dtype=np.int64)), payload],
+                                          names=["id", "payload"])
     return pa.RecordBatch.from_arrays([
         pa.array(np.arange(n, dtype=np.int64)), payload,
         pa.repeat(pa.scalar(region, pa.int64()), n),
@@ -70,11 +79,25 @@ class FloorPartition(InputPartition):
     batches: int
 
 
-class FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """One micro-batch of ``rows`` rows over two partitions, then nothing."""
+def split(rows: int, parts: int) -> list[FloorPartition]:
+    """``rows`` (a multiple of ``BATCH_ROWS``) as evenly as can be over ``parts``."""
+    per, extra = divmod(rows // BATCH_ROWS, parts)
+    return [FloorPartition(p, per + (p < extra)) for p in range(parts)]
 
-    def __init__(self, rows: int) -> None:
+
+def read_partition(partition: FloorPartition, payload_only: bool) -> Iterator[pa.RecordBatch]:
+    batch = floor_batch(partition.region, payload_only)
+    for _ in range(partition.batches):
+        yield batch
+
+
+class FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """One micro-batch of ``rows`` rows over ``parts`` partitions, then nothing."""
+
+    def __init__(self, rows: int, parts: int = 2, payload_only: bool = False) -> None:
         self.rows = rows
+        self.parts = parts
+        self.payload_only = payload_only
 
     def initialOffset(self) -> dict:
         return {"done": 0}
@@ -88,13 +111,10 @@ class FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[FloorPartition]:
         if start["done"] >= end["done"]:
             return []
-        per = self.rows // 2 // BATCH_ROWS
-        return [FloorPartition(0, per), FloorPartition(1, per)]
+        return split(self.rows, self.parts)
 
     def read(self, partition: FloorPartition) -> Iterator[pa.RecordBatch]:
-        batch = floor_batch(partition.region)
-        for _ in range(partition.batches):
-            yield batch
+        return read_partition(partition, self.payload_only)
 
     def commit(self, end: dict) -> None:
         pass
@@ -105,18 +125,16 @@ class FloorBatchReader(DataSourceReader):
     ``parts`` partitions (by default the driver's cores), each yielding its share of
     the prebuilt batches."""
 
-    def __init__(self, rows: int, parts: int) -> None:
+    def __init__(self, rows: int, parts: int, payload_only: bool = False) -> None:
         self.rows = rows
         self.parts = parts
+        self.payload_only = payload_only
 
     def partitions(self) -> list[FloorPartition]:
-        per, extra = divmod(self.rows // BATCH_ROWS, self.parts)
-        return [FloorPartition(p, per + (p < extra)) for p in range(self.parts)]
+        return split(self.rows, self.parts)
 
     def read(self, partition: FloorPartition) -> Iterator[pa.RecordBatch]:
-        batch = floor_batch(partition.region)
-        for _ in range(partition.batches):
-            yield batch
+        return read_partition(partition, self.payload_only)
 
 
 class DiscardWriter(DataSourceStreamArrowWriter):
@@ -142,14 +160,21 @@ class PythonFloor(DataSource):
         return "pyfloor"
 
     def schema(self) -> str:
-        return DDL
+        return PAYLOAD_DDL if self._payload_only() else DDL
+
+    def _payload_only(self) -> bool:
+        return self.options.get("columns", "all") == "payload"
+
+    def _rows(self) -> int:
+        return int(self.options.get("rows", "1000000"))
 
     def streamReader(self, schema: object) -> FloorReader:
-        return FloorReader(int(self.options.get("rows", "1000000")))
+        parts = int(self.options.get("partitions", "2"))
+        return FloorReader(self._rows(), parts, self._payload_only())
 
     def reader(self, schema: object) -> FloorBatchReader:
         parts = int(self.options.get("partitions", "0")) or os.cpu_count() or 1
-        return FloorBatchReader(int(self.options.get("rows", "1000000")), parts)
+        return FloorBatchReader(self._rows(), parts, self._payload_only())
 
     def streamWriter(self, schema: object, overwrite: bool) -> DiscardWriter:
         return DiscardWriter()

@@ -1,16 +1,20 @@
 """The project benchmark: durablewal vs its peers, side by side in one process.
 
-    python bench/run.py [--scale small|full] [--backends file,kafka,kafka-python]
+    python bench/run.py [--scale small|full]
+                        [--backends file,kafka,kafka-python,kafka-cluster]
                         [--reps 3] [--pairs 1,2,3,4,5,6,7] [--warmups 1] [--tag NAME]
 
 One SparkSession (``local_session()``) for the whole run; an Apache Kafka broker
-(KRaft, one node) is started for the Kafka backend (tests/kafka_broker.py) and stopped
-by its PID at the end.
-``kafka`` is the Kafka backend on the confluent-kafka client, ``kafka-python`` the
-same backend on kafka-python; the file backend always runs first, so the parquet
-peers are measured in its run and the Kafka runs compare with its rates. Pair 7,
-Spark's own Kafka connector (jars resolved by jars/spark-kafka/pom.xml, put on the
-session with spark.jars), runs inside each Kafka run's rounds of pairs 1 and 2.
+(KRaft, one node) is started for the single-node Kafka runs and a 3-node cluster
+(replication 3, ``min.insync.replicas=2``) for ``kafka-cluster``
+(tests/kafka_broker.py), each when its first run starts, stopped by PID after its
+last. ``kafka`` is the Kafka backend on the confluent-kafka client, ``kafka-python``
+the same backend on kafka-python, ``kafka-cluster`` the confluent client on the
+cluster; the file backend always runs first, so the parquet peers are measured in
+its run and the Kafka runs compare with its rates. Pair 7, Spark's own Kafka
+connector with Avro, raw and JSON values (jars resolved by jars/spark-kafka/pom.xml,
+put on the session with spark.jars), runs inside each Kafka run's rounds of pairs 1
+and 2.
 Each measurement has one warm-up and ``--reps`` repetitions; medians and ratios go
 to bench/RESULTS.md and bench/results.png. See bench/README.md.
 """
@@ -32,8 +36,8 @@ sys.path[:0] = [str(HERE), str(ROOT), str(ROOT / "tests")]
 
 import report  # noqa: E402
 import spark_kafka  # noqa: E402
-from common import BROKER_PID, OUT, SCRATCH, WARMUPS, Result, Target  # noqa: E402
-from kafka_broker import start_broker, stop_broker  # noqa: E402
+from common import BROKER_PIDS, OUT, SCRATCH, WARMUPS, Result, Target  # noqa: E402
+from kafka_broker import KafkaCluster, start_cluster  # noqa: E402
 from log_pairs import file_append_pair, kafka_log_pairs  # noqa: E402
 from memory import memory_pair, recovery_pair  # noqa: E402
 from spark_pairs import (  # noqa: E402
@@ -53,12 +57,43 @@ SCALES = {
 }
 
 
-# --backends name -> (backend, Kafka client): the client is a run dimension of its own
-BACKENDS: dict[str, tuple[str, str | None]] = {
-    "file": ("file", None),
-    "kafka": ("kafka", "confluent"),
-    "kafka-python": ("kafka", "kafka-python"),
+# --backends name -> (backend, Kafka client, brokers): the client and the cluster's size
+# are run dimensions of their own
+BACKENDS: dict[str, tuple[str, str | None, int]] = {
+    "file": ("file", None, 1),
+    "kafka": ("kafka", "confluent", 1),
+    "kafka-python": ("kafka", "kafka-python", 1),
+    "kafka-cluster": ("kafka", "confluent", 3),
 }
+
+
+class Brokers:
+    """The Kafka clusters of a run by size, each started for its first run and stopped
+    by PID after its last (an idle cluster beside a measured one is noise)."""
+
+    def __init__(self, work: Path, backends: list[str]) -> None:
+        self.work = work
+        self.last = {BACKENDS[b][2]: i for i, b in enumerate(backends)
+                     if BACKENDS[b][0] == "kafka"}
+        self.running: dict[int, KafkaCluster] = {}
+
+    def for_run(self, size: int) -> KafkaCluster:
+        if size not in self.running:
+            cluster = self.running[size] = start_cluster(self.work / f"kafka{size}", size)
+            say(f"Apache Kafka, {size} node(s), on {cluster.bootstrap} (pids {cluster.pids()})")
+        BROKER_PIDS[:] = self.running[size].pids()
+        return self.running[size]
+
+    def done_with(self, index: int) -> None:
+        for size, last in self.last.items():
+            if last == index and size in self.running:
+                self.running.pop(size).stop()
+        BROKER_PIDS.clear()
+
+    def stop(self) -> None:
+        for cluster in self.running.values():
+            cluster.stop()
+        self.running.clear()
 
 
 def say(msg: str) -> None:
@@ -89,8 +124,9 @@ def backend_order(names: list[str]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="small")
-    parser.add_argument("--backends", default="file,kafka,kafka-python",
-                        help="file, kafka (confluent-kafka client), kafka-python")
+    parser.add_argument("--backends", default="file,kafka,kafka-python,kafka-cluster",
+                        help="file, kafka (confluent-kafka client), kafka-python, "
+                        "kafka-cluster (confluent-kafka on 3 brokers)")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--pairs", default="1,2,3,4,5,6,7", help="which pairs to run")
     parser.add_argument("--warmups", type=int, default=1,
@@ -113,14 +149,9 @@ def main() -> None:
     began = time.perf_counter()
     note_load("start")
     results: list[Result] = []
-    broker = None
+    brokers = Brokers(work, backends)
     spark = None
     try:
-        if any(BACKENDS[b][0] == "kafka" for b in backends):
-            broker = start_broker(work / "kafka")
-            pid = broker.nodes[0].pid
-            say(f"Apache Kafka broker on {broker.bootstrap} (pid {pid})")
-            BROKER_PID[0] = pid or 0
         from pyspark_durable.session import local_session
 
         # Spark's Python workers import bench/python_floor.py (the pyfloor source/sink)
@@ -148,11 +179,12 @@ def main() -> None:
         spark.dataSource.register(PythonFloor)
         waiter = ProgressWaiter()
         spark.streams.addListener(waiter)
-        for name in backends:
-            backend, client = BACKENDS[name]
+        for index, name in enumerate(backends):
+            backend, client, size = BACKENDS[name]
+            broker = brokers.for_run(size) if backend == "kafka" else None
             base = Target(backend, "x", path=str(work / "wal") if backend == "file" else None,
-                          bootstrap=broker.bootstrap if backend == "kafka" and broker else None,
-                          client=client)
+                          bootstrap=broker.bootstrap if broker else None, client=client,
+                          brokers=size)
             label = base.label
             n = scale["rows"]
             if pairs & {"1", "2"}:
@@ -185,13 +217,13 @@ def main() -> None:
             if "6" in pairs:
                 say(f"[{label}] pair 6: restart from checkpoint")
                 results.extend(restart_pair(spark, base, n, args.reps, say))
+            brokers.done_with(index)
     finally:
         if spark is not None:
             for q in spark.streams.active:
                 q.stop()
             spark.stop()
-        if broker is not None:
-            stop_broker(broker)
+        brokers.stop()
         shutil.rmtree(work, ignore_errors=True)
     elapsed = time.perf_counter() - began
     argv = " ".join(sys.argv[1:]) or "(defaults)"

@@ -1,21 +1,28 @@
 """Spark's own Kafka connector (``format("kafka")``) as the peer of durablewal on Kafka.
 
-The connector's jars are resolved by ``jars/spark-kafka/pom.xml`` into
-``jars/spark-kafka/libs/`` (git-ignored) once, and go on the bench session with
-``spark.jars``. Its queries run on the benchmark's broker with the bench's rows
-(``id`` + the same 92-byte payload as the rate peer) as JSON values of ~120 bytes:
+The connector's jars and spark-avro's are resolved by ``jars/spark-kafka/pom.xml``
+into ``jars/spark-kafka/libs/`` (git-ignored) once, and go on the bench session with
+``spark.jars``. Its queries run on the benchmark's broker (or 3-broker cluster) with
+the bench's rows (``id`` + the same 92-byte payload as the rate peer) as Kafka values
+in the forms a Spark user picks (:data:`VALUES`):
 
-* sink: ``rate-micro-batch`` → ``to_json(struct(id, payload))`` → ``format("kafka")``
-  into a fresh topic of 2 partitions (rate has 2 partitions, the WAL 2 regions);
-* source: ``format("kafka")`` → ``from_json`` → ``id long, payload binary`` → ``noop``
-  over a topic of 2 partitions prefilled once per run with the same rows.
+* Avro (``to_avro`` / ``from_avro`` of ``id long, payload bytes``, ~96 B): how typed
+  rows travel in Kafka, the headline peer;
+* JSON (``to_json`` / ``from_json``, ~120 B): what needs no extra jar;
+* raw (source only): the Avro topic's ``value`` bytes as they are, no decode at all,
+  the most the connector's source gives.
 
-Both use the connector's defaults, as a user who picks it gets them.
+The sink writes ``rate-micro-batch`` rows into a fresh topic of 2 partitions (rate has
+2 partitions, the WAL 2 regions); the source reads a topic of 2 partitions prefilled
+once per broker with the same rows. Topics take the cluster's replication (3 on the
+3-broker cluster) and every write asks for ``acks=all``, as durablewal's appends do.
+Otherwise both use the connector's defaults, as a user who picks it gets them.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import re
 import subprocess
 from collections.abc import Callable
@@ -30,8 +37,21 @@ POM = ROOT / "jars" / "spark-kafka" / "pom.xml"
 LIBS = POM.parent / "libs"
 PARTITIONS = 2
 JSON_SCHEMA = "id long, payload string"
+AVRO_SCHEMA = json.dumps({"type": "record", "name": "row", "fields": [
+    {"name": "id", "type": "long"}, {"name": "payload", "type": "bytes"}]})
 # the rate peer's payload (bench/spark_pairs.PAYLOAD_EXPR) as a 92-character string
 PAYLOAD_STR = "concat(lpad(cast({col} as string), 20, '0'), repeat('x', 72))"
+# value form -> (how the rows are carried, the source query's decode, the sink's encode)
+VALUES = {
+    "avro": ("Avro values of ~96 B", "kafka→from_avro→noop", "rate→to_avro→Spark's Kafka sink"),
+    "json": ("JSON values of ~120 B", "kafka→from_json→noop", "rate→to_json→Spark's Kafka sink"),
+    "raw": ("the Avro topic's value bytes, not decoded",
+            "kafka→value bytes→noop, the connector's ceiling", ""),
+}
+SOURCE_VALUES = ("avro", "raw", "json")
+SINK_VALUES = ("avro", "json")
+# what each Kafka write asks for (the prefill and the sink peer): durablewal forces it
+WRITE_OPTIONS = {"kafka.acks": "all"}
 
 
 @dataclass
@@ -82,12 +102,12 @@ def resolve() -> Connector:
     return Connector(jars)
 
 
-def create_topic(bootstrap: str, partitions: int = PARTITIONS) -> str:
+def create_topic(bootstrap: str, replication: int = 1, partitions: int = PARTITIONS) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     topic = uid("sparkkafka")
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+    for fut in admin.create_topics([NewTopic(topic, partitions, replication)]).values():
         fut.result(60)
     return topic
 
@@ -101,39 +121,59 @@ def delete_topic(bootstrap: str, topic: str) -> None:
         fut.result(60)
 
 
-def json_value(df: DataFrame, id_col: str, payload: str) -> DataFrame:
-    return df.selectExpr(f"to_json(named_struct('id', {id_col}, 'payload', {payload})) "
-                         "as value")
+def encoded(df: DataFrame, id_col: str, values: str) -> DataFrame:
+    """``df``'s rows as the Kafka ``value`` column of form ``values`` (avro or json)."""
+    if values == "json":
+        return df.selectExpr(f"to_json(named_struct('id', {id_col}, 'payload', "
+                             f"{PAYLOAD_STR.format(col=id_col)})) as value")
+    from pyspark.sql.avro.functions import to_avro
+    from pyspark.sql.functions import col
+
+    rows = df.selectExpr(f"named_struct('id', {id_col}, 'payload', "
+                         f"cast({PAYLOAD_STR.format(col=id_col)} as binary)) as r")
+    return rows.select(to_avro(col("r"), AVRO_SCHEMA).alias("value"))
 
 
-def prefill(spark: SparkSession, bootstrap: str, n: int) -> str:
-    """A topic of 2 partitions holding the bench's ``n`` rows as JSON (Spark's batch
-    Kafka sink), for the source peer."""
-    topic = create_topic(bootstrap)
+def prefill(spark: SparkSession, bootstrap: str, n: int, values: str,
+            replication: int = 1) -> str:
+    """A topic of 2 partitions holding the bench's ``n`` rows as ``values`` (Spark's
+    batch Kafka sink), for the source peer."""
+    topic = create_topic(bootstrap, replication)
     rows = spark.range(n, numPartitions=PARTITIONS)
-    json_value(rows, "id", PAYLOAD_STR.format(col="id")).write.format("kafka") \
+    encoded(rows, "id", values).write.format("kafka").options(**WRITE_OPTIONS) \
         .option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save()
     return topic
 
 
-def source_df(spark: SparkSession, bootstrap: str, topic: str) -> DataFrame:
-    return (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic).option("startingOffsets", "earliest").load()
-            .selectExpr(f"from_json(cast(value as string), '{JSON_SCHEMA}') as r")
-            .selectExpr("r.id as id", "cast(r.payload as binary) as payload"))
+def source_df(spark: SparkSession, bootstrap: str, topic: str, values: str) -> DataFrame:
+    """Spark's Kafka source over ``topic`` → ``id long, payload binary`` (``raw``: the
+    ``value`` bytes as they are)."""
+    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+          .option("subscribe", topic).option("startingOffsets", "earliest").load())
+    if values == "raw":
+        return df.select("value")
+    if values == "json":
+        return (df.selectExpr(f"from_json(cast(value as string), '{JSON_SCHEMA}') as r")
+                .selectExpr("r.id as id", "cast(r.payload as binary) as payload"))
+    from pyspark.sql.avro.functions import from_avro
+    from pyspark.sql.functions import col
+
+    return df.select(from_avro(col("value"), AVRO_SCHEMA).alias("r")) \
+        .selectExpr("r.id as id", "r.payload as payload")
 
 
-def sink_fn(spark: SparkSession, bootstrap: str, n: int,
-            run: Callable[[DataFrame, str, dict[str, str]], float]) -> Callable[[], float]:
-    """rate → to_json → Spark's Kafka sink into a fresh 2-partition topic; ``run`` runs
+def sink_fn(spark: SparkSession, bootstrap: str, n: int, values: str,
+            run: Callable[[DataFrame, str, dict[str, str]], float],
+            replication: int = 1) -> Callable[[], float]:
+    """rate → ``values`` → Spark's Kafka sink into a fresh 2-partition topic; ``run`` runs
     the availableNow query and returns rows/s (spark_pairs' own timing)."""
     def measure() -> float:
-        topic = create_topic(bootstrap)
+        topic = create_topic(bootstrap, replication)
         try:
             rate = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", n)
                     .option("numPartitions", PARTITIONS).load())
-            df = json_value(rate, "value", PAYLOAD_STR.format(col="value"))
-            return run(df, "kafka", {"kafka.bootstrap.servers": bootstrap, "topic": topic})
+            return run(encoded(rate, "value", values), "kafka",
+                       {"kafka.bootstrap.servers": bootstrap, "topic": topic, **WRITE_OPTIONS})
         finally:
             delete_topic(bootstrap, topic)
     return measure

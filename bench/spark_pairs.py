@@ -32,6 +32,7 @@ from common import (
     uid,
     write_parquet,
 )
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
@@ -79,22 +80,42 @@ def checkpoint() -> str:
     return scratch_dir("ckpt-")
 
 
+# Spark waits a fixed 10 s for a Python planner process to start and connect back; on a
+# machine loaded by other jobs, its imports can take longer, and the query fails first
+CONNECT_BACK = "Python worker failed to connect back"
+CONNECT_RETRIES = 5
+
+
 def run_available_now(df: DataFrame, fmt: str, opts: dict[str, str] | None = None,
                       ckpt: str | None = None) -> tuple[float, float, list]:
-    """Run ``df`` → ``fmt`` with trigger(availableNow); (trigger seconds, wall s, progress)."""
-    writer = df.writeStream.format(fmt).options(**(opts or {})) \
-        .option("checkpointLocation", ckpt or checkpoint()).trigger(availableNow=True)
-    start = time.perf_counter()
-    q = writer.start()
-    if not q.awaitTermination(QUERY_TIMEOUT_S):
-        q.stop()
-        raise TimeoutError(f"query into {fmt} did not finish in {QUERY_TIMEOUT_S}s")
-    wall = time.perf_counter() - start
-    if q.exception():
-        raise RuntimeError(str(q.exception()))
-    progress = q.recentProgress
-    trig = sum(p.durationMs.get("triggerExecution", 0) for p in progress) / 1000
-    return trig, wall, progress
+    """Run ``df`` → ``fmt`` with trigger(availableNow); (trigger seconds, wall s, progress).
+
+    A query that failed because a Python process of Spark's did not connect back in
+    time, before any batch ran, is started again (a fresh checkpoint unless ``ckpt``
+    is given, when it fails instead): nothing of it ran, so nothing is counted twice."""
+    for attempt in range(CONNECT_RETRIES + 1):
+        writer = df.writeStream.format(fmt).options(**(opts or {})) \
+            .option("checkpointLocation", ckpt or checkpoint()).trigger(availableNow=True)
+        start = time.perf_counter()
+        q = writer.start()
+        try:
+            if not q.awaitTermination(QUERY_TIMEOUT_S):
+                q.stop()
+                raise TimeoutError(f"query into {fmt} did not finish in {QUERY_TIMEOUT_S}s")
+        except StreamingQueryException as exc:
+            if CONNECT_BACK not in str(exc) or q.recentProgress or ckpt is not None \
+                    or attempt == CONNECT_RETRIES:
+                raise
+            print(f"  (a Python process of Spark's did not connect back in 10 s before the "
+                  f"query into {fmt} began: started again)", flush=True)
+            continue
+        wall = time.perf_counter() - start
+        if q.exception():
+            raise RuntimeError(str(q.exception()))
+        progress = q.recentProgress
+        trig = sum(p.durationMs.get("triggerExecution", 0) for p in progress) / 1000
+        return trig, wall, progress
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 LAST_DURATIONS: dict[str, dict] = {}
@@ -133,8 +154,9 @@ def rate_fn(spark: SparkSession, n: int, fmt: str,
     return run
 
 
-def floor_df(spark: SparkSession, n: int) -> DataFrame:
-    return spark.readStream.format("pyfloor").option("rows", n).load()
+def floor_df(spark: SparkSession, n: int, **opts: str) -> DataFrame:
+    """The Python floor's stream (``columns="payload"``: the payload columns only)."""
+    return spark.readStream.format("pyfloor").option("rows", n).options(**opts).load()
 
 
 @dataclass
@@ -157,9 +179,10 @@ class SharedRates:
     # label -> pair -> (CPU of the Kafka queries, CPU of the file queries beside them)
     cpu: dict[str, dict[str, tuple[CpuMeter, CpuMeter]]] = field(default_factory=dict)
     # Spark's Kafka connector (pair 7), run side by side in each Kafka run's rounds of
-    # pairs 1 and 2; None: pair 7 not asked for. Its source topic is prefilled once.
+    # pairs 1 and 2; None: pair 7 not asked for. Its source topics are prefilled once per
+    # broker or cluster: bootstrap -> value form (avro, json) -> topic.
     kafka_peer: spark_kafka.Connector | None = None
-    kafka_peer_topic: str = ""
+    kafka_peer_topics: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def parquet_sink_fn(spark: SparkSession, n: int) -> Callable[[], float]:
@@ -254,6 +277,9 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
         "onestep": read_into_noop("durablewal(one step, one region)→noop",
                                   lambda: wal_df(spark, one)),
         "pyfloor": read_into_noop("pyfloor→noop", lambda: floor_df(spark, n)),
+        "pyfloor payload": read_into_noop(
+            "pyfloor(payload columns)→noop",
+            lambda: floor_df(spark, n, columns="payload", partitions=str(CORES))),
         "batch": batch_into_noop(wal_batch),
         "pyfloor batch": batch_into_noop(floor_batch),
         "peer": rate_fn(spark, n, "noop")}
@@ -263,17 +289,10 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
             lambda: spark.readStream.format("parquet").schema(payload_only).load(str(parquet_dir)))
     beside_file(shared, base, "1", fns)
     peer = shared.kafka_peer if base.backend == "kafka" else None
-    peer_cpu: dict[str, tuple[CpuMeter, CpuMeter]] = {}
+    peer_cpu: dict[str, dict[str, CpuMeter]] = {}
     if peer is not None and peer.jars:
-        servers = str(base.bootstrap)
-        if not shared.kafka_peer_topic:
-            t0 = time.perf_counter()
-            shared.kafka_peer_topic = spark_kafka.prefill(spark, servers, n)
-            log(f"  wrote the same {n:,} rows as JSON to a Kafka topic for Spark's Kafka "
-                f"source in {time.perf_counter() - t0:.1f}s")
-        topic = shared.kafka_peer_topic
-        fns["sparkkafka"] = read_into_noop(
-            "kafka→from_json→noop", lambda: spark_kafka.source_df(spark, servers, topic))
+        for values, make in kafka_source_peers(spark, base, n, shared, log).items():
+            fns[f"sparkkafka-{values}"] = read_into_noop(spark_kafka.VALUES[values][1], make)
         peer_cpu["1"] = with_peer_meters(fns)
     try:
         runs = repeat(fns, reps)
@@ -288,7 +307,7 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
         shared.file_beside.setdefault(b, {})["1"] = runs["file"]
     note = f"{n:,} rows"
     kafka_rows = {}
-    if "sparkkafka" in runs:
+    if "1" in peer_cpu:
         kafka_rows["1"] = spark_kafka_rows(
             "1", b, runs, peer_cpu["1"], f"{note}; {peer.label()}" if peer else note,
             extra=(("durablewal, payload columns only→noop", "payload",
@@ -316,6 +335,17 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
                          f"{note} in one step of one region, spark.read→write.format(noop), "
                          "wall clock per repetition, planning included on both sides "
                          "(minPartitions default: the driver's cores)"),
+        higher_is_better(f"1e source [{b}]: one step in one region, all metadata columns→noop "
+                         f"vs Python floor of the payload columns only ({CORES} partitions)"
+                         "→noop", runs["onestep"], runs["pyfloor payload"], "rows/s", 0.9,
+                         f"{note} in one step of one region; the floor yields id and payload "
+                         "alone: what the 8 metadata columns cost a default read"),
+        reported(f"1e floor [{b} run]: Python floor with the 8 metadata columns→noop vs "
+                 "the same of the payload columns only→noop", runs["pyfloor"],
+                 runs["pyfloor payload"], "rows/s",
+                 f"{note}; both prebuilt in memory: what PySpark alone charges for carrying "
+                 "8 more columns (Arrow IPC to the JVM, its row conversion), the most 1e "
+                 "can reach"),
         reported(f"1 source peer [{b}]: durablewal→noop vs parquet file source→noop",
                  runs["ours"], shared.parquet_source, "rows/s", pq_note),
         reported(f"1b source peer [{b}]: durablewal, payload columns only→noop vs parquet "
@@ -337,12 +367,17 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
         fns["parquet"] = parquet_sink_fn(spark, n)
     beside_file(shared, base, "2", fns)
     if peer is not None and peer.jars:
-        def into(df: DataFrame, fmt: str, opts: dict[str, str]) -> float:
-            secs, _, progress = run_available_now(df, fmt, opts)
-            assert rows_of(progress) == n, (fmt, rows_of(progress), n)
-            LAST_DURATIONS["rate→to_json→kafka"] = durations(progress)
-            return n / secs
-        fns["sparkkafka"] = spark_kafka.sink_fn(spark, str(base.bootstrap), n, into)
+        def into(key: str) -> Callable[[DataFrame, str, dict[str, str]], float]:
+            def run(df: DataFrame, fmt: str, opts: dict[str, str]) -> float:
+                secs, _, progress = run_available_now(df, fmt, opts)
+                assert rows_of(progress) == n, (key, rows_of(progress), n)
+                LAST_DURATIONS[key] = durations(progress)
+                return n / secs
+            return run
+        for values in spark_kafka.SINK_VALUES:
+            fns[f"sparkkafka-{values}"] = spark_kafka.sink_fn(
+                spark, str(base.bootstrap), n, values, into(spark_kafka.VALUES[values][2]),
+                base.replication)
         peer_cpu["2"] = with_peer_meters(fns)
     runs = repeat(fns, reps)
     if measure_parquet:
@@ -368,7 +403,7 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
             "rate→parquet file sink", runs["pyfloor"], runs["parquet"], "rows/s",
             f"{note}; PySpark's limit: the most any Python sink reaches, as a share of "
             "Spark's parquet sink"))
-    if "sparkkafka" in runs:
+    if "2" in peer_cpu:
         kafka_rows["2"] = spark_kafka_rows(
             "2", b, runs, peer_cpu["2"], f"{note}; {peer.label()}" if peer else note)
     elif peer is not None:
@@ -393,46 +428,74 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
     return out
 
 
-def with_peer_meters(fns: dict[str, Callable[[], float]]) -> tuple[CpuMeter, CpuMeter]:
-    """Meter the CPU (machine, process tree, broker) of ``ours`` and ``sparkkafka``, every
-    round (the goal rows' meter of ``ours``, if any, runs inside this one)."""
-    meters = (CpuMeter(), CpuMeter())
-    fns["ours"] = meters[0].wrap(fns["ours"])
-    fns["sparkkafka"] = meters[1].wrap(fns["sparkkafka"])
+def kafka_source_peers(spark: SparkSession, base: Target, n: int, shared: SharedRates,
+                       log: Callable[[str], None]) -> dict[str, Callable[[], DataFrame]]:
+    """Pair 7's source queries on ``base``'s broker, per value form (Avro first: the
+    headline), over topics holding the same ``n`` rows, written once per broker."""
+    servers = str(base.bootstrap)
+    topics = shared.kafka_peer_topics.get(servers)
+    if topics is None:
+        topics = shared.kafka_peer_topics[servers] = {}
+        for values in ("avro", "json"):
+            t0 = time.perf_counter()
+            topics[values] = spark_kafka.prefill(spark, servers, n, values, base.replication)
+            log(f"  wrote the same {n:,} rows as {values} to a Kafka topic (replication "
+                f"{base.replication}) for Spark's Kafka source in "
+                f"{time.perf_counter() - t0:.1f}s")
+    return {values: (lambda t=topics["avro" if values == "raw" else values], v=values:
+                     spark_kafka.source_df(spark, servers, t, v))
+            for values in spark_kafka.SOURCE_VALUES}
+
+
+def with_peer_meters(fns: dict[str, Callable[[], float]]) -> dict[str, CpuMeter]:
+    """Meter the CPU (machine, process tree, brokers) of ``ours`` and of each Spark Kafka
+    query (``sparkkafka-*``), every round (the goal rows' meter of ``ours``, if any, runs
+    inside this one)."""
+    meters = {}
+    for key in [k for k in fns if k == "ours" or k.startswith("sparkkafka-")]:
+        meters[key] = CpuMeter()
+        fns[key] = meters[key].wrap(fns[key])
     return meters
 
 
 TREE = ("the bench's process tree: this driver, the Spark JVM, its Python workers and the "
-        "broker (/proc, other users' processes left out)")
-SPARK_KAFKA_QUERY = {"1": "Spark's Kafka source (kafka→from_json→noop)",
-                     "2": "rate→to_json→Spark's Kafka sink"}
+        "brokers (/proc, other users' processes left out)")
+SPARK_KAFKA_QUERY = {"1": "Spark's Kafka source", "2": "Spark's Kafka sink"}
 OURS_QUERY = {"1": "durablewal→noop", "2": "rate→durablewal"}
+VALUE_NAMES = {"avro": "Avro", "json": "JSON", "raw": "raw value bytes"}
 
 
 def spark_kafka_rows(pair: str, b: str, runs: dict[str, list[float]],
-                     cpu: tuple[CpuMeter, CpuMeter], note: str,
+                     cpu: dict[str, CpuMeter], note: str,
                      extra: tuple[tuple[str, str, str], ...] = ()) -> list[Result]:
-    """Pair 7: durablewal on this Kafka client vs Spark's own Kafka connector, on the same
-    broker, with the same rows, measured in the same rounds; and the CPU of each query."""
-    peer = SPARK_KAFKA_QUERY[pair]
+    """Pair 7: durablewal on this Kafka client vs Spark's own Kafka connector with each
+    value form (Avro first, the headline), on the same brokers, with the same rows,
+    measured in the same rounds; and the CPU of each query."""
     what = "source" if pair == "1" else "sink"
-    side = f"{note}; same broker and rounds, topic of 2 partitions, JSON values of ~120 B"
-    out = [reported(f"7 {what} [{b}]: {OURS_QUERY[pair]} vs {peer}", runs["ours"],
-                    runs["sparkkafka"], "rows/s", side)]
-    for label, key, why in extra:
-        out.append(reported(f"7 {what} [{b}]: {label} vs {peer}", runs[key],
-                            runs["sparkkafka"], "rows/s", f"{side}; {why}"))
-    ours, theirs = cpu
-    out += [
-        reported(f"7 {what} CPU [{b}]: CPU-s of the bench's processes and the broker per "
-                 f"query, {OURS_QUERY[pair]} vs {peer}", ours.tree, theirs.tree, "CPU-s",
-                 f"start to stop, every round; {TREE}; whole machine, other users "
-                 f"included: {median(ours.machine):.2f} vs {median(theirs.machine):.2f} s"),
-        reported(f"7 {what} broker CPU [{b}]: the broker's CPU-s per query, "
-                 f"{OURS_QUERY[pair]} vs {peer}", ours.broker, theirs.broker, "CPU-s",
-                 "the Kafka broker's JVM on this machine (/proc/PID/stat), start to stop, "
-                 "every round"),
-    ]
+    out = []
+    for key in [k for k in runs if k.startswith("sparkkafka-")]:
+        values = key.split("-", 1)[1]
+        carried, source_q, sink_q = spark_kafka.VALUES[values]
+        peer = (f"{SPARK_KAFKA_QUERY[pair]}, {VALUE_NAMES[values]} "
+                f"({source_q if pair == '1' else sink_q})")
+        side = f"{note}; same brokers and rounds, topic of 2 partitions, {carried}"
+        out.append(reported(f"7 {what} [{b}]: {OURS_QUERY[pair]} vs {peer}", runs["ours"],
+                            runs[key], "rows/s", side))
+        for label, ours_key, why in extra:
+            out.append(reported(f"7 {what} [{b}]: {label} vs {peer}", runs[ours_key],
+                                runs[key], "rows/s", f"{side}; {why}"))
+        ours, theirs = cpu["ours"], cpu[key]
+        out += [
+            reported(f"7 {what} CPU [{b}]: CPU-s of the bench's processes and the brokers "
+                     f"per query, {OURS_QUERY[pair]} vs {peer}", ours.tree, theirs.tree,
+                     "CPU-s", f"start to stop, every round; {TREE}; whole machine, other "
+                     f"users included: {median(ours.machine):.2f} vs "
+                     f"{median(theirs.machine):.2f} s"),
+            reported(f"7 {what} broker CPU [{b}]: the brokers' CPU-s per query, "
+                     f"{OURS_QUERY[pair]} vs {peer}", ours.broker, theirs.broker, "CPU-s",
+                     "the Kafka brokers' JVMs on this machine (/proc/PID/stat), start to "
+                     "stop, every round"),
+        ]
     return out
 
 
@@ -459,11 +522,11 @@ def backend_goal_rows(shared: SharedRates, label: str, n: int) -> list[Result]:
         if meters is not None:
             kafka, file = meters
             out.append(reported(
-                f"{pair} goal CPU [{label}]: CPU-s of the bench's processes and the broker "
+                f"{pair} goal CPU [{label}]: CPU-s of the bench's processes and the brokers "
                 f"per {what} query, on {label} vs on file", kafka.tree, file.tree, "CPU-s",
                 f"same queries as the goal row, start to stop, every round; {TREE}; of the "
-                f"Kafka side's, the broker used {median(kafka.broker):.2f} s (a cluster's "
-                f"broker runs elsewhere); whole machine, other users included: "
+                f"Kafka side's, the brokers used {median(kafka.broker):.2f} s (a production "
+                f"cluster's brokers run elsewhere); whole machine, other users included: "
                 f"{median(kafka.machine):.2f} vs {median(file.machine):.2f} s"))
     return out
 

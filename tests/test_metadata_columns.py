@@ -89,3 +89,44 @@ def test_a_read_schema_naming_some_metadata_columns_reads_those(tmp_path):
         {"id": 1, "_step": 0, "_row": 0}, {"id": 2, "_step": 0, "_row": 1}]
     with pytest.raises(SchemaMismatch, match="does not match"):
         source.reader(of("id", "_step", "nope"))
+
+
+@pytest.mark.parametrize("keys", [1024, 2])
+def test_each_row_gets_its_own_entrys_metadata_whatever_was_read_before(tmp_path, monkeypatch,
+                                                                       keys):
+    """This tests that the metadata columns shared by a step's rows (built once per
+    value and reused) name each row's own step, region, table and commit time, over
+    steps of growing and shrinking entries in two regions and two tables, read twice
+    in different orders; also when the reader keeps only 2 of those values at a time
+    (``keys=2``)."""
+    from pyspark_durable.wal import metadata
+
+    monkeypatch.setattr(metadata, "CONSTANTS_MAX_KEYS", keys)
+    ns = Namespace(open_store("file", "c", path=str(tmp_path)), entry_max_bytes=4_000)
+    sizes = [3, 5_000, 2, 20_000, 1]
+    where: dict[int, tuple[int, int, str]] = {}  # id -> (step, region, table)
+    first = 0
+    for step, size in enumerate(sizes):
+        attempt = ns.begin("w", step)
+        for region, table in ((step % 2, "a"), (1 - step % 2, "b")):
+            ids = range(first, first + size)
+            attempt.write(table, pa.table({"id": pa.array(ids, pa.int64())}), region)
+            where.update({i: (step, region, table) for i in ids})
+            first += size
+        attempt.commit()
+    stamps = {s: ns.step_commit(s).timestamp_ms * 1000 for s in range(len(sizes))}
+
+    def check(rows: pa.Table, table: str, steps: range) -> None:
+        got = rows.select(["id", "_step", "_region", "_table"]).to_pylist()
+        assert {r["id"]: (r["_step"], r["_region"], r["_table"]) for r in got} == \
+            {i: w for i, w in where.items() if w[2] == table and w[0] in steps}
+        commit = rows.column("_commit_timestamp").cast(pa.int64()).to_pylist()
+        assert commit == [stamps[s] for s in rows.column("_step").to_pylist()]
+        assert rows.column("_event_time_min").null_count == rows.num_rows
+
+    for table in ("a", "b"):
+        check(read_steps(ns, table), table, range(len(sizes)))
+    for step in reversed(range(len(sizes))):  # small after large, other values between
+        for table in ("b", "a"):
+            check(read_steps(ns, table, start=step, end=step + 1), table, range(step, step + 1))
+    ns.close()

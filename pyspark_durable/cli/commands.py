@@ -26,7 +26,7 @@ from pyspark_durable.endpoint.step_times import first_step_since
 from pyspark_durable.errors import DurableWalError, NotAWal
 from pyspark_durable.times import timestamp_ms
 from pyspark_durable.wal import Namespace, StepCommit, TableInfo
-from pyspark_durable.wal.metadata import METADATA_NAMES, metadata_columns
+from pyspark_durable.wal.metadata import metadata_columns
 from pyspark_durable.wal.namespace import COMMITS_LOG
 from pyspark_durable.wal.queries import TableSize
 
@@ -300,10 +300,9 @@ def _tail_rows(ns: Namespace, info: TableInfo, n: int, progress: Progress,
         for sb in ns.read_step(step, tables={info.table_id}):
             for batch in sb.batches:
                 t = pa.Table.from_batches([batch])
-                meta = dict(zip(METADATA_NAMES, metadata_columns(sb, info.name, t.num_rows),
-                                strict=True))
-                for name in reversed(TAIL_METADATA):
-                    t = t.add_column(0, name, meta[name])
+                meta = metadata_columns(sb, info.name, t.num_rows, names=TAIL_METADATA)
+                for name, column in reversed(list(zip(TAIL_METADATA, meta, strict=True))):
+                    t = t.add_column(0, name, column)
                 parts.append(t)
                 held += t.num_rows
                 while len(parts) > 1 and held - parts[0].num_rows >= n:  # read, not held

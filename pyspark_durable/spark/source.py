@@ -117,6 +117,7 @@ class ReadPlan:
         names = {}
         payload = pa.schema([f for f in self.arrow_schema
                              if f.name not in METADATA_NAMES])
+        meta = self.arrow_schema.names[len(payload):] if self.with_metadata else []
         tables = None if self.table_ids is None else set(self.table_ids)
         for sb in ns.read_region_steps(partition.region_id, partition.steps, tables,
                                        partition.windows):
@@ -132,15 +133,15 @@ class ReadPlan:
                 for f in payload:
                     i = batch.schema.get_field_index(f.name)
                     cols.append(batch.column(i) if i >= 0 else pa.nulls(n, f.type))
-                if self.with_metadata:  # those of the read schema, in its order
-                    meta = dict(zip(METADATA_NAMES, metadata_columns(sb, name, n, first_row),
-                                    strict=True))
-                    cols += [meta[f] for f in self.arrow_schema.names[len(payload):]]
+                out = readable(pa.RecordBatch.from_arrays(cols, names=payload.names), payload,
+                               namespace=ns.name, region=partition.region_id, table=name,
+                               step=sb.step)
+                if meta:  # those of the read schema, in its order, already in their types
+                    out = pa.RecordBatch.from_arrays(
+                        [*out.columns, *metadata_columns(sb, name, n, first_row, meta)],
+                        schema=self.arrow_schema)
                 first_row += n
-                out = pa.RecordBatch.from_arrays(
-                    cols, names=self.arrow_schema.names)
-                yield readable(out, self.arrow_schema, namespace=ns.name,
-                               region=partition.region_id, table=name, step=sb.step)
+                yield out
 
 
 # The functions below read ``ns`` as of its last refresh: their callers got it from

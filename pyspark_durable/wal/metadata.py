@@ -29,6 +29,9 @@ schema may name any subset of them).
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -49,19 +52,33 @@ METADATA_FIELDS: tuple[pa.Field, ...] = (
     pa.field("_event_time_max", UTC_US),
 )
 METADATA_NAMES: tuple[str, ...] = tuple(f.name for f in METADATA_FIELDS)
+_TYPES: dict[str, pa.DataType] = {f.name: f.type for f in METADATA_FIELDS}
 
 
-def metadata_columns(sb: StepBatch, table_name: str, rows: int,
-                     first_row: int = 0) -> list[pa.Array]:
-    """The metadata columns of ``rows`` rows of one entry, starting at its row
-    ``first_row`` (an entry may decode into several batches), in
-    :data:`METADATA_FIELDS` order, built directly in their final types (no cast)."""
-    values = (sb.region_id, table_name, sb.sequence_num, sb.step, sb.commit_timestamp_ms * 1000)
-    same = [pa.repeat(pa.scalar(v, f.type), rows) for v, f in zip(values, METADATA_FIELDS,
-                                                                  strict=False)]
+def metadata_columns(sb: StepBatch, table_name: str, rows: int, first_row: int = 0,
+                     names: Sequence[str] = METADATA_NAMES) -> list[pa.Array]:
+    """The metadata columns ``names`` (by default all, in :data:`METADATA_FIELDS` order)
+    of ``rows`` rows of one entry, starting at its row ``first_row`` (an entry may
+    decode into several batches), built directly in their final types (no cast).
+
+    Every column but ``_sequence`` and ``_row`` holds one value for a whole step (or
+    region, or table), so it is a zero-copy slice of an array filled once per process
+    and value (:func:`_constant`): a read of a step's entries fills nothing for them.
+    ``_sequence`` changes with every entry, so it is filled once per entry (by Arrow,
+    no Python per row); ``_row`` is a slice of one cached range."""
     low, high = sb.event_time or (None, None)
-    return [*same, _positions(first_row, rows), pa.repeat(pa.scalar(low, UTC_US), rows),
-            pa.repeat(pa.scalar(high, UTC_US), rows)]
+    build: dict[str, Callable[[], pa.Array]] = {
+        "_region": lambda: _constant("_region", sb.region_id, rows),
+        "_table": lambda: _constant("_table", table_name, rows),
+        "_sequence": lambda: pa.repeat(pa.scalar(sb.sequence_num, pa.int64()), rows),
+        "_step": lambda: _constant("_step", sb.step, rows),
+        "_commit_timestamp": lambda: _constant("_commit_timestamp",
+                                               sb.commit_timestamp_ms * 1000, rows),
+        "_row": lambda: _positions(first_row, rows),
+        "_event_time_min": lambda: _constant("_event_time_min", low, rows),
+        "_event_time_max": lambda: _constant("_event_time_max", high, rows),
+    }
+    return [build[name]() for name in names]
 
 
 _POSITIONS: list[pa.Array] = [pa.array([], pa.int64())]  # 0, 1, 2, ...: sliced, never copied
@@ -75,3 +92,37 @@ def _positions(first: int, rows: int) -> pa.Array:
         cached = pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), n), start=-1)
         _POSITIONS[0] = cached
     return cached.slice(first, rows)
+
+
+# the filled arrays kept, least recently used dropped first
+CONSTANTS_MAX_BYTES = 32 << 20
+CONSTANTS_MAX_KEYS = 1024
+_CONSTANTS: OrderedDict[tuple[str, object], pa.Array] = OrderedDict()
+_CONSTANTS_BYTES = [0]
+_CONSTANTS_LOCK = threading.Lock()
+
+
+def _constant(column: str, value: object, rows: int) -> pa.Array:
+    """``rows`` copies of ``value`` in metadata column ``column``'s type (the cache's key
+    is the column's name, quicker to hash than an Arrow type) as a zero-copy slice
+    (from its start, so no offset moves in Arrow IPC) of a cached array, grown by
+    doubling. Arrow arrays are immutable, so every batch may share one. The cache is bounded
+    (:data:`CONSTANTS_MAX_BYTES`, :data:`CONSTANTS_MAX_KEYS`); an array larger than
+    it is built and not kept."""
+    key = (column, value)
+    with _CONSTANTS_LOCK:
+        cached = _CONSTANTS.get(key)
+        if cached is not None and len(cached) >= rows:
+            _CONSTANTS.move_to_end(key)
+            return cached.slice(0, rows)
+    filled = pa.repeat(pa.scalar(value, _TYPES[column]),
+                       max(rows, 2 * len(cached) if cached is not None else 0))
+    if filled.nbytes <= CONSTANTS_MAX_BYTES:
+        with _CONSTANTS_LOCK:
+            old = _CONSTANTS.pop(key, None)
+            _CONSTANTS_BYTES[0] += filled.nbytes - (old.nbytes if old is not None else 0)
+            _CONSTANTS[key] = filled
+            while _CONSTANTS_BYTES[0] > CONSTANTS_MAX_BYTES or \
+                    len(_CONSTANTS) > CONSTANTS_MAX_KEYS:
+                _CONSTANTS_BYTES[0] -= _CONSTANTS.popitem(last=False)[1].nbytes
+    return filled.slice(0, rows)

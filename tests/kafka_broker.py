@@ -13,6 +13,9 @@ into ``jars/kafka-broker/libs/`` (ignored by git) the first time they are needed
 * Listeners: PLAINTEXT always; ``sasl=True`` adds a SASL_PLAINTEXT listener (SCRAM-SHA-256
   and PLAIN) and ``tls=True`` an SSL listener with a CA made by :mod:`tests.kafka_tls`
   (see :class:`Auth`); the nodes talk to each other over PLAINTEXT.
+* ``authorizer=True`` turns on ``StandardAuthorizer`` with the admin user and the nodes'
+  PLAINTEXT principal (``User:ANONYMOUS``) as super users; more SASL/PLAIN users come
+  from :attr:`Auth.plain_users`, and their ACLs are the test's to create.
 * The broker's own log goes to ``server.log`` in each node's folder (log4j2 config
   written there); a start that fails raises :class:`BrokerStartError` with its tail.
 
@@ -42,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 POM = ROOT / "jars" / "kafka-broker" / "pom.xml"
 LIBS = POM.parent / "libs"
 READY_TIMEOUT_S = 90.0
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 HEAP = ("-Xms256m", "-Xmx768m")
 
 LOG4J2 = """\
@@ -88,6 +92,13 @@ class Auth:
     password: str = field(default_factory=lambda: "pw-" + uuid.uuid4().hex)
     tls_dir: Path | None = None  # ca.pem, server keystore (PKCS12) and its password
     keystore_password: str = field(default_factory=lambda: "ks-" + uuid.uuid4().hex)
+    # more SASL/PLAIN users (name -> password), e.g. one per role of an authorizer's test
+    plain_users: dict[str, str] = field(default_factory=dict)
+
+    def plain_logins(self) -> dict[str, str]:
+        """Every SASL/PLAIN user of the listener: the test user, the admin and the others."""
+        return {self.user: self.password, self.admin_user: self.admin_password,
+                **self.plain_users}
 
 
 @dataclass
@@ -184,7 +195,7 @@ class KafkaCluster:
 
 
 def _properties(node: Node, voters: str, size: int, auth: Auth | None,
-                extra: Mapping[str, str]) -> str:
+                extra: Mapping[str, str], authorizer: bool = False) -> str:
     listeners = [f"PLAINTEXT://127.0.0.1:{node.port}"]
     protocols = ["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT"]
     props: dict[str, str] = {}
@@ -197,7 +208,14 @@ def _properties(node: Node, voters: str, size: int, auth: Auth | None,
             "org.apache.kafka.common.security.scram.ScramLoginModule required;")
         props["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = (
             "org.apache.kafka.common.security.plain.PlainLoginModule required "
-            f'user_{auth.user}="{auth.password}";')
+            + " ".join(f'user_{name}="{secret}"' for name, secret in auth.plain_logins().items())
+            + ";")
+    if authorizer:
+        assert auth is not None
+        # the nodes talk over PLAINTEXT (principal ANONYMOUS): controller and inter-broker
+        # requests must pass the authorizer too, so that principal is a super user
+        props["authorizer.class.name"] = AUTHORIZER
+        props["super.users"] = f"User:{auth.admin_user};User:ANONYMOUS"
     if node.ssl_port is not None:
         assert auth is not None and auth.tls_dir is not None
         listeners.append(f"SSL://127.0.0.1:{node.ssl_port}")
@@ -282,8 +300,12 @@ def random_cluster_id() -> str:
 
 def start_cluster(work_dir: Path, size: int = 1, *, sasl: bool = False, tls: bool = False,
                   auth: Auth | None = None, extra: Mapping[str, str] | None = None,
-                  log_level: str = "WARN") -> KafkaCluster:
-    """Format and start ``size`` KRaft nodes under ``work_dir``; see the module docstring."""
+                  log_level: str = "WARN", authorizer: bool = False) -> KafkaCluster:
+    """Format and start ``size`` KRaft nodes under ``work_dir``; see the module docstring.
+    ``authorizer`` turns on Kafka's StandardAuthorizer (``sasl`` needed): only the admin
+    user (and the nodes' own PLAINTEXT principal) may do anything without an ACL."""
+    if authorizer and not sasl:
+        raise ValueError("authorizer=True needs sasl=True: the ACLs' principals log in there")
     classpath = kafka_classpath()
     work_dir.mkdir(parents=True, exist_ok=True)
     if (sasl or tls) and auth is None:
@@ -301,7 +323,7 @@ def start_cluster(work_dir: Path, size: int = 1, *, sasl: bool = False, tls: boo
     for node in nodes:
         node.folder.mkdir(parents=True, exist_ok=True)
         (node.folder / "server.properties").write_text(
-            _properties(node, voters, size, auth, extra or {}))
+            _properties(node, voters, size, auth, extra or {}, authorizer))
         (node.folder / "log4j2.properties").write_text(
             LOG4J2.format(level=log_level, path=node.folder / "server.log"))
         scram = []

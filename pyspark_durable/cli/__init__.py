@@ -38,7 +38,7 @@ from pyspark_durable.errors import DecodeError, DurableWalError
 from pyspark_durable.secrets import RedactingFilter
 from pyspark_durable.wal.cleaner import DEFAULT_GRACE_MS
 
-from . import commands, maintain, render
+from . import commands, kafka_acls, maintain, render
 from .target import CliError
 
 PROG = "durablewal"
@@ -194,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clear", action="store_true", help="keep everything (no limits)")
     p.add_argument("--drop-reader", action="append", metavar="ID",
                    help="forget a reader, so it no longer holds retention (repeatable)")
+    kafka_acls.add_parser(sub)
     p = sub.add_parser("demo", add_help=False, help="run the demo (arguments pass through)",
                        description="Run pyspark_durable.demo; every argument passes through.")
     p.set_defaults(handler=commands.cmd_demo)

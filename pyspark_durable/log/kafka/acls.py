@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from pyspark_durable.errors import AccessDenied
+from pyspark_durable.errors import AccessDenied, ConfigError
 from pyspark_durable.log.kafka.topics import LOG_TOPIC_CONFIG, SNAPSHOTS, SNAPSHOTS_TOPIC_CONFIG
 
 ROLES = ("reader", "writer", "cleaner", "admin")
@@ -78,16 +78,14 @@ def prefix_of(namespace: str) -> str:
     return f"{namespace}_"
 
 
-def role_rights(namespace: str, role: str, registers_position: bool = False) -> list[Right]:
-    """The ACLs of ``role`` on ``namespace``; with ``registers_position`` a reader may
-    also append its position (``readerId``) to the commits log."""
+def role_rights(namespace: str, role: str, position_log: str | None = None) -> list[Right]:
+    """The ACLs of ``role`` on ``namespace``; with ``position_log`` (the WAL's commits
+    log) a reader may also append its position (``readerId``) to that log's topic."""
     if role not in TOPIC_RIGHTS:
-        from pyspark_durable.errors import ConfigError
-
         raise ConfigError(f"role {role!r} is unknown; roles: {', '.join(ROLES)}")
     rights = [Right(op, name=prefix_of(namespace)) for op in TOPIC_RIGHTS[role]]
-    if registers_position and "WRITE" not in TOPIC_RIGHTS[role]:
-        rights.append(Right("WRITE", pattern="LITERAL", name=f"{namespace}_commits"))
+    if position_log is not None and "WRITE" not in TOPIC_RIGHTS[role]:
+        rights.append(Right("WRITE", pattern="LITERAL", name=f"{namespace}_{position_log}"))
     return rights
 
 
@@ -126,13 +124,14 @@ def access_denied(refusal: str, what: str, address: str, principal: str, detail:
             principal=principal, operation="DESCRIBE", resource=f"group {group}", **where)
     right = right_for(what, topic, namespace)
     fix = acl_command(right, principal, address)
+    resource = f"topic {topic}" if topic else "the cluster"
     if refusal == CLUSTER_REFUSED and right.operation == "WRITE":
         cluster = Right("IDEMPOTENT_WRITE", resource="CLUSTER")
-        fix += (" (an idempotent producer: WRITE on a topic suffices on Kafka 3.0 and "
-                f"later; older brokers want {acl_command(cluster, principal, address)})")
-        resource = "the cluster"
-    else:
-        resource = f"topic {topic}" if topic else "the cluster"
+        detail += (" (an idempotent producer's id: WRITE on any topic grants it on Kafka 3.0 "
+                   f"and later; older brokers want {cluster.describe()})")
+    alone = ""
+    if topic and right.pattern == "PREFIXED":
+        alone = f", or on LITERAL topic {topic!r} for this topic alone"
     consequence = ""
     if right.operation == "DESCRIBE_CONFIGS":
         consequence = (f"; the retention settings of topic {topic} cannot be checked (the "
@@ -140,7 +139,7 @@ def access_denied(refusal: str, what: str, address: str, principal: str, detail:
     return AccessDenied(
         f"{what}: Kafka broker {address} refused {principal} {right.operation} on "
         f"{resource} ({refusal}: {detail}){consequence}. The ACL that grants it: "
-        f"{right.describe()} ({fix}); not retried",
+        f"{right.describe()}{alone} ({fix}); not retried",
         principal=principal, operation=right.operation, resource=resource, **where)
 
 
@@ -158,12 +157,24 @@ def principal_of(config: Mapping[str, Any]) -> str:
 
 def acl_command(right: Right, principal: str, bootstrap: str) -> str:
     """The ``kafka-acls.sh`` line that grants ``right`` to ``principal``."""
-    if right.resource == "CLUSTER":
-        target = "--cluster"
-    else:
-        target = f"--topic {right.name} --resource-pattern-type {right.pattern.lower()}"
-    return (f"kafka-acls.sh --bootstrap-server {bootstrap} --add --allow-principal "
-            f"{principal} --operation {_cli_operation(right.operation)} {target}")
+    return acl_commands([right], principal, bootstrap)[0]
+
+
+def acl_commands(rights: Sequence[Right], principal: str, bootstrap: str,
+                 command_config: str | None = None) -> list[str]:
+    """``kafka-acls.sh`` lines granting ``rights`` to ``principal``: one per resource
+    pattern, with an ``--operation`` per right."""
+    by_target: dict[str, list[str]] = {}
+    for right in rights:
+        if right.resource == "CLUSTER":
+            target = "--cluster"
+        else:
+            target = f"--topic {right.name} --resource-pattern-type {right.pattern.lower()}"
+        by_target.setdefault(target, []).append(right.operation)
+    config = f" --command-config {command_config}" if command_config else ""
+    return [f"kafka-acls.sh --bootstrap-server {bootstrap}{config} --add --allow-principal "
+            f"{principal} " + " ".join(f"--operation {_cli_operation(op)}" for op in ops)
+            + f" {target}" for target, ops in by_target.items()]
 
 
 def _cli_operation(operation: str) -> str:
@@ -182,9 +193,10 @@ def topic_specs(namespace: str, logs: Sequence[str],
 
 
 def topic_command(topic: str, configs: Mapping[str, str], bootstrap: str,
-                  replication_factor: int = -1) -> str:
+                  replication_factor: int = -1, command_config: str | None = None) -> str:
     """The ``kafka-topics.sh`` line that creates ``topic`` as the WAL would."""
     replication = "" if replication_factor == -1 else f" --replication-factor {replication_factor}"
-    return (f"kafka-topics.sh --bootstrap-server {bootstrap} --create --topic {topic} "
+    config = f" --command-config {command_config}" if command_config else ""
+    return (f"kafka-topics.sh --bootstrap-server {bootstrap}{config} --create --topic {topic} "
             f"--partitions 1{replication} "
             + " ".join(f"--config {k}={v}" for k, v in configs.items()))

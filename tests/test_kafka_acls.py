@@ -35,6 +35,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from kafka_broker import Auth, KafkaCluster, cluster_for_tests
+from test_kafka_auth import spark_session  # noqa: F401 - the module's SparkSession fixture
 
 from pyspark_durable.cli import main
 from pyspark_durable.endpoint import open_namespace, read_batches, write_step
@@ -242,11 +243,18 @@ def test_a_missing_right_is_a_typed_refusal_naming_the_acl(cluster, acls, client
     (not retriable, not BackendUnavailable) naming the principal, the topic, the
     operation and the kafka-acls.sh line that grants it: the admin without CREATE, the
     writer without WRITE (a refusal, not a retriable append failure), the cleaner
-    without DELETE, the reader without READ."""
+    without DELETE, the reader without READ, and the admin without ALTER_CONFIGS on an
+    empty topic made with the broker's 7-day retention (which it would fix)."""
     ns = fresh(acls, without={"admin": "CREATE"})
     with pytest.raises(AccessDenied) as caught:
         created(cluster, ns, client)
     refused(cluster, caught, "nsadmin", "CREATE", f"{ns}_")
+
+    ns = fresh(acls, without={"admin": "ALTER_CONFIGS"})
+    acls.create_topics({f"{ns}_commits": {}})  # the broker's defaults: retention.ms 7 days
+    with pytest.raises(AccessDenied) as caught:
+        created(cluster, ns, client)
+    refused(cluster, caught, "nsadmin", "ALTER_CONFIGS", f"{ns}_commits")
 
     ns = fresh(acls, without={"writer": "WRITE", "cleaner": "DELETE", "reader": "READ"})
     created(cluster, ns, client)
@@ -385,3 +393,21 @@ def test_printed_acls_and_topics_let_a_writer_without_create_work(cluster, acls,
         with_ns(cluster, ns, "writer", client,
                 lambda h: write_step(h, "loader", 1, {"t": ROWS}, region_id=1))
     refused(cluster, caught, "writer", "CREATE", f"{ns}_region_1")
+
+
+# -- Spark ------------------------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_spark_reads_as_the_reader_and_writes_nothing(cluster, acls, spark_session):  # noqa: F811
+    """This tests that a Spark batch read with the reader principal (READ, DESCRIBE,
+    DESCRIBE_CONFIGS only) returns every row, and that no topic of the namespace got a
+    record from it (Spark's driver and its Python workers open the namespace)."""
+    ns = fresh(acls)
+    created(cluster, ns, "confluent")
+    before = acls.ends(cluster, f"{ns}_")
+    read = spark_session.read.format("durablewal").options(
+        backend="kafka", namespace=ns, **{f"kafka.{k}": str(v) for k, v in
+                                          options(cluster, "reader", "confluent").items()})
+    assert sorted(r.id for r in read.load().select("id").collect()) == [1, 1, 2, 2, 3, 3]
+    assert acls.ends(cluster, f"{ns}_") == before

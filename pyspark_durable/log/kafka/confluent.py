@@ -234,10 +234,12 @@ class ConfluentSender:
 
     def close(self, timeout_s: float) -> None:
         """A store is done with it: wait for what is in flight (it stays shared)."""
-        self.producer.flush(timeout_s)
+        with self._fatal_noted(raise_it=False):
+            self.producer.flush(timeout_s)
 
     def stop(self, timeout_s: float) -> None:
-        self.producer.flush(timeout_s)
+        with self._fatal_noted(raise_it=False):
+            self.producer.flush(timeout_s)
         self._stop.set()
         self._thread.join(timeout=timeout_s)
 

@@ -49,6 +49,9 @@ pytestmark = pytest.mark.kafka
 
 CLIENTS = ["confluent", "kafka-python"]
 USERS = {"reader": "reader", "writer": "writer", "cleaner": "cleaner", "admin": "nsadmin"}
+# a reader per client that never had WRITE on any topic: its producer id is refused
+# (CLUSTER_AUTHORIZATION_FAILED), not just its topic (WRITE on any topic grants the id)
+LURKERS = {client: f"lurker_{client.replace('-', '_')}" for client in CLIENTS}
 ACL_WAIT_S = 15.0  # an ACL change reaches the broker's authorizer within milliseconds
 PLAIN_JAAS = "org.apache.kafka.common.security.plain.PlainLoginModule"
 
@@ -56,7 +59,8 @@ PLAIN_JAAS = "org.apache.kafka.common.security.plain.PlainLoginModule"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """One Kafka node with the authorizer on and a SASL/PLAIN user per role."""
-    auth = Auth(plain_users={user: "pw-" + uuid.uuid4().hex for user in USERS.values()})
+    users = [*USERS.values(), *LURKERS.values()]
+    auth = Auth(plain_users={user: "pw-" + uuid.uuid4().hex for user in users})
     with cluster_for_tests(tmp_path_factory.mktemp("kafka-acls"), 1, sasl=True,
                            authorizer=True, auth=auth) as broker:
         yield broker
@@ -143,9 +147,10 @@ def options(cluster: KafkaCluster, user: str, client: str) -> dict[str, Any]:
             "request_timeout_ms": 10_000}
 
 
-def config(cluster: KafkaCluster, ns: str, role: str, client: str) -> dict[str, Any]:
+def config(cluster: KafkaCluster, ns: str, role: str, client: str,
+           user: str | None = None) -> dict[str, Any]:
     return {"backend": "kafka", "namespace": ns,
-            "options": options(cluster, USERS[role], client)}
+            "options": options(cluster, user or USERS[role], client)}
 
 
 def fresh(acls: Acls, *, without: dict[str, str] | None = None) -> str:
@@ -293,6 +298,9 @@ def test_without_describe_configs_retention_cannot_be_checked(cluster, acls, cli
         code = main(["check", "--namespace", ns, "--kafka-config",
                      str(login_file(cluster, user)), "--kafka-option", f"client={client}"])
         out, err = capsys.readouterr()
+        assert cluster.auth is not None
+        for secret in cluster.auth.plain_logins().values():
+            assert secret not in out + err
         return code, out, err
 
     code, out, err = check("writer")
@@ -325,16 +333,19 @@ def test_a_registered_reader_needs_write_on_the_commits_topic_only(cluster, acls
     replaced, not reused), and that the one record is all it wrote."""
     ns = fresh(acls)
     created(cluster, ns, client)
-    handle = open_namespace(config(cluster, ns, "reader", client), create=False)
+    lurker = LURKERS[client]
+    acls.grant(lurker, role_rights(ns, "reader"))
+    handle = open_namespace(config(cluster, ns, "reader", client, lurker), create=False)
     try:
         before = acls.ends(cluster, f"{ns}_")
         with pytest.raises(AccessDenied) as caught:
             handle.commit_reader("dashboard", 1)
-        refused(cluster, caught, "reader", "WRITE", f"{ns}_commits")
+        exc = refused(cluster, caught, lurker, "WRITE", f"{ns}_commits")
+        assert "CLUSTER_AUTHORIZATION_FAILED" in str(exc)  # the producer id was refused
         extra = [r for r in role_rights(ns, "reader", COMMITS_LOG)
                  if r not in role_rights(ns, "reader")]
         assert extra == [Right("WRITE", pattern="LITERAL", name=f"{ns}_commits")]
-        acls.grant("reader", extra)
+        acls.grant(lurker, extra)
         handle.commit_reader("dashboard", 1)
         assert handle.reader_position("dashboard") is not None
         after = acls.ends(cluster, f"{ns}_")
@@ -347,15 +358,21 @@ def test_a_registered_reader_needs_write_on_the_commits_topic_only(cluster, acls
 # -- pre-created topics, from what `durablewal kafka acls` prints -----------------------
 
 
-def kafka_tool(cluster: KafkaCluster, line: str) -> None:
-    """Run a printed ``kafka-acls.sh``/``kafka-topics.sh`` line with Kafka's own tool."""
+def kafka_tools(cluster: KafkaCluster, lines: list[str]) -> None:
+    """Run printed ``kafka-acls.sh``/``kafka-topics.sh`` lines with Kafka's own tools
+    (AclCommand, TopicCommand), side by side: each is a JVM start."""
     tools = {"kafka-acls.sh": "org.apache.kafka.tools.AclCommand",
              "kafka-topics.sh": "org.apache.kafka.tools.TopicCommand"}
-    script, *args = shlex.split(line)
-    done = subprocess.run(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-                           "-cp", cluster.classpath, tools[script], *args],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
+    runs = []
+    for line in lines:
+        script, *args = shlex.split(line)
+        runs.append((line, subprocess.Popen(
+            ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+             "-cp", cluster.classpath, tools[script], *args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    for line, proc in runs:
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, f"{line}\n{out}"
 
 
 def test_printed_acls_and_topics_let_a_writer_without_create_work(cluster, acls, capsys,
@@ -381,8 +398,7 @@ def test_printed_acls_and_topics_let_a_writer_without_create_work(cluster, acls,
     acl_lines = [c for c in commands if c.startswith("kafka-acls.sh")]
     topic_lines = sorted({c for c in commands if c.startswith("kafka-topics.sh")})
     assert len(acl_lines) == 3 and len(topic_lines) == 3, lines  # commits, region_0, snapshots
-    for line in [*acl_lines, *topic_lines]:
-        kafka_tool(cluster, line)
+    kafka_tools(cluster, [*acl_lines, *topic_lines])
     client = "confluent"
     assert with_ns(cluster, ns, "writer", client,
                    lambda h: write_step(h, "loader", 0, {"t": ROWS})) == 0

@@ -10,6 +10,11 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["pyspark_durable", "pyspark_durable.*"]),
+    # the package's parent folder, stated: an editable install (`pip install -e .`) then
+    # puts this folder on sys.path with a .pth file instead of an import hook, so Spark's
+    # lookup of installed data sources (pkgutil.iter_modules over sys.path, for
+    # pyspark_* packages) finds pyspark_durable's DefaultSource without register()
+    package_dir={"": "."},
     package_data={"pyspark_durable": ["resources/*.properties"]},
     install_requires=[
         "pyspark>=4.3",

@@ -30,9 +30,13 @@ Histories are built by a generator that writes what real commits write, through 
 product's own entry encoder, record classes and log (one 10-row entry per step, and its
 ``step`` record), a chunk of steps per append, so 1M steps take minutes instead of
 hours; ``--real`` builds them by real commits (``Attempt.write`` + ``commit``) instead.
-After each append of at most ``SNAPSHOT_EVERY_RECORDS`` records the generator calls
-``Namespace.snapshot_if_due()``, the hook every commit calls, so a generated history
-holds the snapshots its commits would have written.
+After each append of at most ``SNAPSHOT_EVERY_RECORDS`` records the generator replays
+it; in the last pieces it calls ``Namespace.snapshot_if_due()``, the hook every commit
+calls, so a generated history holds the snapshots its commits would have left (pruning
+keeps the newest two), and before them it folds the step index as a snapshot does but
+writes none (a thousand snapshots of a growing state made a 1M build quadratic).
+``--keep DIR`` builds into ``DIR/<shape>-<size>`` (reused if there) and keeps it, so a
+history is built once and measured by ``--measure DIR/<shape>-<size> --shape <shape>``.
 Every built namespace first passes ``durablewal check``.
 
     python bench/history.py --sizes 1000,100000 --reps 3
@@ -63,6 +67,7 @@ RETAINED_STEPS = 1_000
 BATCH_EVERY_MS = {"per-step": 60_000,  # one batch df.write a minute
                   "per-step-window": 500}  # two a second: a million inside 7 days
 ONE_OFF = tuple(BATCH_EVERY_MS)
+KEPT_PIECES = 3  # the generator writes the snapshots of its last pieces only (two are kept)
 
 
 def rows(n: int, start: int = 0) -> pa.Table:
@@ -86,7 +91,7 @@ def build(path: str, shape: str, steps: int, real: bool, clean: bool = True) -> 
     ns = open_namespace(config(path))
     try:
         if shape == "writer+retention":
-            from pyspark_durable.wal.retention import RetentionPolicy
+            from pyspark_durable.wal.replay.retention import RetentionPolicy
             ns.set_retention(RetentionPolicy(max_steps=RETAINED_STEPS))
         first = rows(ROWS_PER_STEP)
         if real:
@@ -108,7 +113,7 @@ def build(path: str, shape: str, steps: int, real: bool, clean: bool = True) -> 
         if clean:
             # as the writer's driver does every cleanIntervalMs (autoClean), with or
             # without a retention policy: the pass writes the snapshot an open starts from
-            from pyspark_durable.wal.cleaner import Cleaner
+            from pyspark_durable.wal.upkeep.cleaner import Cleaner
             Cleaner(ns, grace_ms=0).run_once()
     finally:
         ns.close()
@@ -121,9 +126,9 @@ def generate(ns, shape: str, start: int, end: int, data: pa.Table) -> None:
     ``step`` record naming it, appended a chunk at a time."""
     from pyspark_durable.codec import EntryKey, codec_for
     from pyspark_durable.log import Record
+    from pyspark_durable.wal.format.records import Run, StepCommit, encode_meta
     from pyspark_durable.wal.namespace import COMMITS_LOG
-    from pyspark_durable.wal.records import Run, StepCommit, encode_meta
-    from pyspark_durable.wal.snapshot_schedule import SNAPSHOT_EVERY_RECORDS
+    from pyspark_durable.wal.replay.snapshot_schedule import SNAPSHOT_EVERY_RECORDS
 
     info = ns.table("t")
     value = codec_for(info.payload_format, info.schema).encode_value(data)
@@ -158,7 +163,11 @@ def generate(ns, shape: str, start: int, end: int, data: pa.Table) -> None:
             records.append(Record(b"", encode_meta(doc)))
         commits.append(records)
         ns.refresh()  # as a committer's replay past its own record does
-        ns.snapshot_if_due()  # what the commit of the piece's last step does
+        if end - hi < KEPT_PIECES * SNAPSHOT_EVERY_RECORDS:
+            ns.snapshot_if_due()  # what the commit of the piece's last step does
+        else:  # a snapshot older than the newest two would be pruned: only fold, as it does
+            with ns.exclusive():
+                ns.state.index.fold(ns.state.first_needed_step())
 
 
 def rss_kb() -> int:
@@ -172,18 +181,24 @@ def rss_kb() -> int:
 def measure(path: str, shape: str, clean: bool = True) -> dict:
     """One fresh process's numbers (printed as JSON by ``--measure``)."""
     import pyspark_durable.endpoint
-    import pyspark_durable.wal.cleaner  # noqa: F401
+    import pyspark_durable.wal.upkeep.cleaner  # noqa: F401
     from pyspark_durable.endpoint import open_namespace
-    from pyspark_durable.wal.cleaner import Cleaner
+    from pyspark_durable.wal.format.columns import encode_blocks
+    from pyspark_durable.wal.upkeep.cleaner import Cleaner
 
+    # Arrow's memory pool starts at the first Arrow buffer a process makes (about 5 MB,
+    # once, in any process that writes rows): started here, it is not counted as the open's
+    encode_blocks({"warm": rows(1)})
     before = rss_kb()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     ns = open_namespace(config(path), create=False)
     last = ns.steps().stop
     open_ms = (time.perf_counter() - t0) * 1000
+    # CPU time: what the open computes, less distorted than wall time on a loaded machine
+    open_cpu_ms = (time.process_time() - c0) * 1000
     added_mb = (rss_kb() - before) / 1024
-    replayed = ns.state.replayed
-    writers_held = len(ns.state.dedup.writers)
+    replayed = ns._state.replayed
+    writers_held = len(ns._state.dedup.writers)
     commit_ms = [commit_one(ns, shape, last + i) for i in range(20)]
     clean_ms = None
     if clean:
@@ -191,7 +206,8 @@ def measure(path: str, shape: str, clean: bool = True) -> dict:
         Cleaner(ns, grace_ms=0).run_once()
         clean_ms = (time.perf_counter() - t2) * 1000
     ns.close()
-    return {"open_ms": open_ms, "open_rss_mb": added_mb, "commit_ms": statistics.median(commit_ms),
+    return {"open_ms": open_ms, "open_cpu_ms": open_cpu_ms, "open_rss_mb": added_mb,
+            "commit_ms": statistics.median(commit_ms),
             "clean_ms": clean_ms, "steps": last, "replayed": replayed, "writers_held": writers_held}
 
 
@@ -244,9 +260,9 @@ def disk_bytes(path: str) -> int:
 
 
 def run_size(root: str, shape: str, steps: int, reps: int, real: bool, clean: bool = True,
-             commits: int = 0) -> dict:
+             commits: int = 0, keep: bool = False) -> dict:
     path = os.path.join(root, f"{shape}-{steps}")
-    built_s = build(path, shape, steps, real, clean)
+    built_s = 0.0 if keep and os.path.exists(path) else build(path, shape, steps, real, clean)
     cli_seconds("check", path, "--namespace", NAMESPACE)  # raises if the history is bad
     samples: dict[str, list[float]] = {}
     for _ in range(reps):
@@ -267,8 +283,32 @@ def run_size(root: str, shape: str, steps: int, reps: int, real: bool, clean: bo
                   built="real commits" if real else "generator")
     if commits:
         result["commit_cost"] = commit_cost(path, shape, commits)
-    shutil.rmtree(path)
+    if not keep:
+        shutil.rmtree(path)
     return result
+
+
+def interleaved(root: str, shapes: list[str], sizes: list[int], reps: int) -> list[dict]:
+    """Opens of kept histories (``--keep``) without a cleaner, ``reps`` rounds that each
+    open every history once in a fresh process, in turn: on a shared machine whose load
+    drifts, every size then sees the same load, and the medians compare."""
+    paths = {(shape, size): os.path.join(root, f"{shape}-{size}")
+             for shape in shapes for size in sizes}
+    for (shape, size), path in paths.items():
+        if not os.path.exists(path):
+            build(path, shape, size, real=False, clean=False)
+    samples: dict[tuple[str, int], dict[str, list[float]]] = {key: {} for key in paths}
+    for _ in range(reps):
+        for (shape, size), path in paths.items():
+            out = subprocess.run([sys.executable, __file__, "--measure", path, "--shape",
+                                  shape, "--no-clean"],
+                                 check=True, capture_output=True, text=True).stdout
+            for k, v in json.loads(out.strip().splitlines()[-1]).items():
+                samples[(shape, size)].setdefault(k, []).append(v)
+    return [{**{k: statistics.median(v) for k, v in found.items() if None not in v},
+             "open_all": sorted(found["open_ms"]), "shape": shape, "size": size,
+             "disk_mb": disk_bytes(paths[(shape, size)]) / 1e6, "built": "generator"}
+            for (shape, size), found in samples.items()]
 
 
 def table(results: list[dict]) -> str:
@@ -284,11 +324,14 @@ def table(results: list[dict]) -> str:
 
 
 def table_no_clean(results: list[dict]) -> str:
-    head = ("| shape | committed steps | open | RSS the open adds | records replayed "
-            "| writers remembered | commit (median of 20) | disk | built by |\n"
-            "|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+    head = ("| shape | committed steps | open (median; range) | open, CPU time "
+            "| RSS the open adds | records replayed | writers remembered "
+            "| commit (median of 20) | disk | built by |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
     return head + "".join(
-        f"| {r['shape']} | {r['size']:,} | {r['open_ms']:.0f} ms | {r['open_rss_mb']:.1f} MB "
+        f"| {r['shape']} | {r['size']:,} | {r['open_ms']:.0f} ms"
+        f"{f' ({min(a):.0f}-{max(a):.0f})' if (a := r.get('open_all')) else ''} "
+        f"| {r['open_cpu_ms']:.0f} ms | {r['open_rss_mb']:.1f} MB "
         f"| {r['replayed']:.0f} | {r['writers_held']:,} | {r['commit_ms']:.1f} ms "
         f"| {r['disk_mb']:.1f} MB | {r['built']} |\n" for r in results)
 
@@ -316,6 +359,11 @@ def main() -> None:
                    help="no cleaner pass, when building nor when measuring")
     p.add_argument("--commit-cost", type=int, default=0, metavar="N",
                    help="also N commits with the committer's snapshots and N without")
+    p.add_argument("--keep", metavar="DIR",
+                   help="build into DIR/<shape>-<size> (reused if there) and keep it")
+    p.add_argument("--interleave", action="store_true",
+                   help="with --keep and --no-clean: build what is missing, then open every "
+                        "history once per round (medians of --reps rounds)")
     p.add_argument("--measure", help=argparse.SUPPRESS)
     p.add_argument("--shape", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -324,16 +372,24 @@ def main() -> None:
         return
     clean = not args.no_clean
     show = table if clean else table_no_clean
-    root = tempfile.mkdtemp(prefix="history-", dir=Path(__file__).parent / "out")
+    if args.interleave:
+        if clean or not args.keep:
+            p.error("--interleave needs --keep DIR and --no-clean")
+        text = table_no_clean(interleaved(args.keep, args.shapes.split(","),
+                                          [int(s) for s in args.sizes.split(",")], args.reps))
+        print(text)
+        return
+    root = args.keep or tempfile.mkdtemp(prefix="history-", dir=Path(__file__).parent / "out")
     results = []
     try:
         for shape in args.shapes.split(","):
             for size in (int(s) for s in args.sizes.split(",")):
                 results.append(run_size(root, shape, size, args.reps, args.real, clean,
-                                        args.commit_cost))
+                                        args.commit_cost, keep=bool(args.keep)))
                 print(show(results[-1:]).splitlines()[-1], flush=True)
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
     text = show(results)
     if args.commit_cost:
         text += "\n" + table_commit_cost(results)

@@ -53,7 +53,7 @@ def measure(root: str, path: str, tables: int) -> dict:
         ns = open_namespace({"backend": "file", "namespace": NAMESPACE,
                              "options": {"path": wal}})
         data = {f"t{i}": rows(ROWS) for i in range(tables)}
-        since = ns.state.next_offset
+        since = ns._state.next_offset
         t0 = time.perf_counter()
         write_step(ns, "loader", 0, data)
         seconds = time.perf_counter() - t0
@@ -71,7 +71,7 @@ def measure(root: str, path: str, tables: int) -> dict:
         batch = pa.record_batch({"table": pa.array([f"t{i // ROWS}" for i in range(n)]),
                                  "id": pa.array(range(n), pa.int64()),
                                  "payload": pa.array([b"x" * 92] * n, pa.binary())})
-        since = ns.state.next_offset
+        since = ns._state.next_offset
 
         def micro_batch(batch_id: int) -> None:
             receipt = write_batches(opts, iter([batch]), "query", batch_id, f"a{batch_id}",

@@ -50,8 +50,8 @@ def main() -> None:
     from pyspark_durable.spark.session_cache import namespace_for
     from pyspark_durable.spark.sink import WalCommitMessage, commit_receipts, write_batches
     from pyspark_durable.spark.source import ReadPlan, WalPartition
+    from pyspark_durable.wal.format.runs import entry_digest
     from pyspark_durable.wal.metadata import METADATA_FIELDS
-    from pyspark_durable.wal.runs import entry_digest
 
     table = make_rows(0, args.rows)
     batches = table.to_batches(max_chunksize=args.batch)

@@ -9,6 +9,9 @@
 3. A streaming query reads the WAL back (``readStream.format("durablewal")``).
 4. Prints a report: rows in, rows out, duplicates, lost, steps, time.
 
+``--backend kafka`` runs the same job on the local broker of ``durablewal kafka start``
+(its client settings, SASL included, from that broker's folder).
+
 Run it with ``durablewal demo`` or ``python -m pyspark_durable demo``.
 
 Every Spark session runs in a child process (``--child-writer``, ``--child-reader``)
@@ -70,7 +73,15 @@ def _say(*parts: object) -> None:
     print(*parts, flush=True)
 
 
-def run_writer(wal: Path, in_dir: Path, ckpt: Path, kill_inside: int | None = None) -> None:
+def _kafka(kafka_json: str | None) -> dict[str, str]:
+    """Spark options of the WAL on Kafka (``--kafka-options``), none on the file log."""
+    if not kafka_json:
+        return {}
+    return {"backend": "kafka", **{f"kafka.{k}": v for k, v in json.loads(kafka_json).items()}}
+
+
+def run_writer(wal: Path, in_dir: Path, ckpt: Path, kill_inside: int | None = None,
+               kafka_json: str | None = None) -> None:
     """Child: the writing query; prints one ``BATCH`` line per micro-batch with rows.
 
     ``kill_inside``: SIGKILL this process group (driver, JVM) when the commit of that
@@ -112,10 +123,11 @@ def run_writer(wal: Path, in_dir: Path, ckpt: Path, kill_inside: int | None = No
     schema = ("order_id long, region long, table string, customer string, product string, "
               "amount double")
     orders = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(in_dir))
-    query = (orders.writeStream.format("durablewal")
+    kafka = _kafka(kafka_json)
+    query = (orders.writeStream.format("durablewal").options(**kafka)
              .option("namespace", NAMESPACE).option("regionColumn", "region")
              .option("tableColumn", "table").option("checkpointLocation", str(ckpt))
-             .trigger(availableNow=True).start(str(wal)))
+             .trigger(availableNow=True).start(*([] if kafka else [str(wal)])))
     _say("QUERY", query.id)
     query.awaitTermination()
     # The listener is asynchronous: the last batch's progress event may arrive after
@@ -126,7 +138,8 @@ def run_writer(wal: Path, in_dir: Path, ckpt: Path, kill_inside: int | None = No
     _say("DONE")
 
 
-def run_reader(wal: Path, out: Path, ckpt: Path, rows_in: int) -> None:
+def run_reader(wal: Path, out: Path, ckpt: Path, rows_in: int,
+               kafka_json: str | None = None) -> None:
     """Child: a streaming query copies the WAL to parquet; prints what it read."""
     started = time.monotonic()
     from pyspark_durable.session import local_session
@@ -134,8 +147,9 @@ def run_reader(wal: Path, out: Path, ckpt: Path, rows_in: int) -> None:
     spark = local_session("durablewal-demo-reader")
     _say("SPARK_READY", f"{time.monotonic() - started:.1f}")
     started = time.monotonic()
-    query = (spark.readStream.format("durablewal").option("namespace", NAMESPACE)
-             .load(str(wal))
+    kafka = _kafka(kafka_json)
+    query = (spark.readStream.format("durablewal").options(**kafka)
+             .option("namespace", NAMESPACE).load(*([] if kafka else [str(wal)]))
              .writeStream.format("parquet").option("checkpointLocation", str(ckpt))
              .trigger(availableNow=True).start(str(out)))
     query.awaitTermination()
@@ -157,8 +171,10 @@ def run_reader(wal: Path, out: Path, ckpt: Path, rows_in: int) -> None:
 
 
 class Demo:
-    def __init__(self, ui: Ui, wal: Path, work: Path, rows_per_file: int) -> None:
+    def __init__(self, ui: Ui, wal: Path, work: Path, rows_per_file: int,
+                 kafka: dict[str, str] | None = None) -> None:
         self.ui = ui
+        self.kafka = kafka  # the local broker's client settings, or None: the file log
         self.rows_per_file = rows_per_file
         self.wal = wal
         self.work = work
@@ -167,13 +183,15 @@ class Demo:
         self.runs = 0
         self.in_flight: int | None = None  # the micro-batch the kill interrupted, if any
         self.kill_note = "none"  # the report's crash line
+        self.last_before_kill: int | None = None  # the WAL's last committed micro-batch then
+        self.left_at_kill = 0  # uncommitted entries the WAL held right after the kill
+        self.replayed: list[int] = []  # micro-batches a run committed again (a no-op)
 
     def namespace(self):
         if self.ns is None:
             from pyspark_durable.endpoint import open_namespace
 
-            self.ns = open_namespace({"backend": "file", "namespace": NAMESPACE,
-                                      "options": {"path": str(self.wal)}}, create=False)
+            self.ns = open_namespace(wal_config(self.wal, self.kafka), create=False)
         return self.ns
 
     def batch_line(self, event: list[str], note: str = "") -> None:
@@ -183,6 +201,7 @@ class Demo:
         if step is None:  # cannot happen: a batch with rows commits before it reports
             self.ui.line(f"micro-batch {batch:>2}: {rows} rows, but no step in the WAL", "red")
         elif step in self.seen:
+            self.replayed.append(batch)
             self.ui.line(f"micro-batch {batch:>2} replayed -> step {step:>2} was already "
                          f"committed: a no-op, its {rows} rows are not written twice", "magenta")
         else:
@@ -239,7 +258,8 @@ class Demo:
         last = self.namespace().step_commit(steps[-1]).writer_step if steps else None
         done = f"micro-batch {last} (step {steps[-1]})" if steps else "no micro-batch"
         self.ui.line(f"{how}; the WAL's last commit is {done}", "red")
-        left = self.uncommitted()
+        left = self.left_at_kill = self.uncommitted()
+        self.last_before_kill = last
         following = 0 if last is None else last + 1
         if left:
             self.in_flight = following
@@ -248,11 +268,40 @@ class Demo:
                          "readers never see them)", "red")
             self.kill_note = f"writer killed with SIGKILL inside micro-batch {following}"
         else:
-            self.ui.line("the kill landed between micro-batches (or before the next one "
-                         "wrote anything): no entry was left uncommitted", "red")
-            self.kill_note = ("writer killed with SIGKILL between micro-batches "
-                              f"{last} and {following}" if last is not None else
+            after = f"after micro-batch {last} " if last is not None else ""
+            self.ui.line(f"the WAL holds no uncommitted entry: no micro-batch {after}had "
+                         "written anything yet", "red")
+            self.kill_note = ("writer killed with SIGKILL after the WAL's commit of "
+                              f"micro-batch {last}" if last is not None else
                               "writer killed with SIGKILL before its first commit")
+
+    def after_restart(self) -> None:
+        """Say what the restart added to the kill's story, from the run and the WAL: a
+        micro-batch it ran again because Spark's checkpoint had not recorded it (the kill
+        came between the WAL's commit and Spark's), whose entries stay uncommitted."""
+        replays = [b for b in self.replayed if b == self.last_before_kill]
+        if not replays:
+            return
+        added = self.uncommitted() - self.left_at_kill
+        self.ui.line(f"so the kill came after the WAL committed micro-batch {replays[0]} and "
+                     "before Spark's checkpoint recorded it: the restart ran it again, its "
+                     f"commit was a no-op, and the {added} entries its tasks wrote stay "
+                     "uncommitted", "magenta")
+        self.kill_note = (f"writer killed with SIGKILL inside micro-batch {replays[0]}, after "
+                          "its commit to the WAL, before Spark's checkpoint recorded it")
+
+    def uncommitted_note(self, left: int) -> str:
+        """Where the uncommitted entries came from: the killed attempt, the restart's replay."""
+        parts = []
+        if self.left_at_kill:
+            parts.append(f"{self.left_at_kill} written by the killed attempt of micro-batch "
+                         f"{self.in_flight}")
+        if left > self.left_at_kill:
+            by = (f"the restart's replay of micro-batch {self.replayed[0]}, already committed"
+                  if self.replayed else "attempts after the kill")
+            parts.append(f"{left - self.left_at_kill} by {by}")
+        where = "; ".join(parts) + ": " if parts else ""
+        return f"{left} entries ({where}referred to by no step: never read)"
 
     def writer(self, kill_after: int | None, inside: bool = False) -> tuple[int, bool]:
         """Run the writing query; SIGKILL it ``kill_after`` batches into this run: at a
@@ -262,6 +311,8 @@ class Demo:
         args = ["--child-writer", str(self.wal), str(self.work / "in"), str(self.work / "ckpt")]
         if inside and kill_after is not None:
             args += ["--kill-inside", str(kill_after)]
+        if self.kafka:
+            args += ["--kafka-options", json.dumps(self.kafka)]
         batches = 0
         last, died_after = -1, 0.0  # the batch whose line triggered the kill, how long after
         with Child("writing query", args, self.work / f"writer-{self.runs}.log") as child:
@@ -312,6 +363,8 @@ class Demo:
     def reader(self, rows_in: int) -> dict:
         args = ["--child-reader", str(self.wal), str(self.work / "out"),
                 str(self.work / "ckpt-r"), str(rows_in)]
+        if self.kafka:
+            args += ["--kafka-options", json.dumps(self.kafka)]
         result: dict = {}
         with Child("reading query", args, self.work / "reader.log") as child:
             self.ui.phase("starting Spark for the reader")
@@ -334,6 +387,39 @@ class Demo:
             self.ns.close()
 
 
+def wal_config(wal: Path, kafka: dict[str, str] | None) -> dict:
+    """The demo's namespace as an endpoint config: in the folder, or on the broker."""
+    if kafka:
+        return {"backend": "kafka", "namespace": NAMESPACE, "options": kafka}
+    return {"backend": "file", "namespace": NAMESPACE, "options": {"path": str(wal)}}
+
+
+def _local_kafka() -> tuple[dict[str, str], str]:
+    """The local broker's client settings and where they are, refused unless it runs
+    and holds no namespace 'shop' yet (a second demo would read the first one's rows)."""
+    from pyspark_durable.endpoint import open_namespace
+    from pyspark_durable.errors import LogNotFound
+    from pyspark_durable.localkafka.service import (
+        CLIENT_FILE,
+        client_settings,
+        default_folder,
+        find_running,
+    )
+
+    folder = default_folder()
+    if find_running(folder) is None:
+        raise SystemExit(f"--backend kafka runs on the local broker, and none runs from "
+                         f"{folder}: start one with 'durablewal kafka start'")
+    settings = client_settings(folder)
+    try:
+        open_namespace(wal_config(Path(), settings), create=False).close()
+    except LogNotFound:
+        return settings, str(folder / CLIENT_FILE)
+    raise SystemExit(f"the local broker already holds namespace '{NAMESPACE}' from an earlier "
+                     "demo: durablewal kafka stop, then durablewal kafka start (a new, empty "
+                     "broker)")
+
+
 def spans(numbers: list[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
     runs: list[list[int]] = []
@@ -345,7 +431,7 @@ def spans(numbers: list[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="durablewal demo", description=__doc__.splitlines()[0])
     parser.add_argument("--path", help="WAL root folder (default: a fresh temp folder)")
     parser.add_argument("--files", type=int, default=8, help="input files = micro-batches")
@@ -355,47 +441,36 @@ def main(argv: list[str] | None = None) -> int:
                         help="inside: inside the next micro-batch, after its tasks wrote "
                              "their entries and before its commit (default); random: at a "
                              "random moment, inside a batch or between two")
+    parser.add_argument("--backend", choices=["file", "kafka"], default="file",
+                        help="file: the embedded file log (default); kafka: the local broker "
+                             "'durablewal kafka start' runs")
     parser.add_argument("--child-writer", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--kafka-options", help=argparse.SUPPRESS)
     parser.add_argument("--kill-inside", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--child-reader", nargs=4, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child_writer:
-        run_writer(*(Path(p) for p in args.child_writer), kill_inside=args.kill_inside)
-        return 0
-    if args.child_reader:
-        wal, out, ckpt, rows_in = args.child_reader
-        run_reader(Path(wal), Path(out), Path(ckpt), int(rows_in))
-        return 0
+    return parser
 
-    started = time.monotonic()
-    wal = Path(args.path) if args.path else None
-    if wal is not None and (wal / NAMESPACE).exists():
-        raise SystemExit(f"{wal}/{NAMESPACE} already exists; give a fresh --path")
-    work = Path(tempfile.mkdtemp(prefix="durablewal-demo-"))
-    wal = wal or work / "wal"
-    with Ui() as ui:
-        demo = Demo(ui, wal, work, args.rows)
-        try:
-            ui.header(f"durablewal demo: orders -> WAL at {wal} "
-                      f"(file backend, namespace '{NAMESPACE}')")
-            rows_in = generate(work / "in", args.files, args.rows)
-            ui.header(f"[1/4] generated {rows_in} orders in {args.files} files "
-                      f"(3 regions, tables {', '.join(TABLES.values())})")
-            ui.header(f"[2/4] writing query (JSON files -> durablewal, one file per "
-                      f"micro-batch); SIGKILL after {args.kill_after} micro-batches"
-                      + (", inside the next one" if args.kill_at == "inside" else ""))
-            demo.writer(args.kill_after, inside=args.kill_at == "inside")
-            ui.header("[3/4] restarting the writing query from its checkpoint" + ui.dots)
-            demo.writer(None)
-            ui.header("[4/4] reading the WAL back with a streaming query "
-                      "(durablewal -> parquet)")
-            result = demo.reader(rows_in)
-            left = demo.uncommitted()
-        finally:
-            ui.idle()
-            demo.close()
 
-    elapsed = time.monotonic() - started
+def _run(args: argparse.Namespace, ui: Ui, demo: Demo) -> tuple[int, dict, int]:
+    """The four stages, narrated: (rows in, the reader's result, entries left uncommitted)."""
+    rows_in = generate(demo.work / "in", args.files, args.rows)
+    ui.header(f"[1/4] generated {rows_in} orders in {args.files} files "
+              f"(3 regions, tables {', '.join(TABLES.values())})")
+    ui.header(f"[2/4] writing query (JSON files -> durablewal, one file per "
+              f"micro-batch); SIGKILL after {args.kill_after} micro-batches"
+              + (", inside the next one" if args.kill_at == "inside" else ""))
+    demo.writer(args.kill_after, inside=args.kill_at == "inside")
+    ui.header("[3/4] restarting the writing query from its checkpoint" + ui.dots)
+    demo.writer(None)
+    demo.after_restart()
+    ui.header("[4/4] reading the WAL back with a streaming query (durablewal -> parquet)")
+    result = demo.reader(rows_in)
+    return rows_in, result, demo.uncommitted()
+
+
+def _report(ui: Ui, demo: Demo, rows_in: int, result: dict, left: int,
+            elapsed: float) -> bool:
+    """The exactly-once report; whether every row arrived once."""
     steps = result["steps"]
     ok = result["duplicates"] == 0 and result["lost"] == 0 and result["rows_out"] == rows_in
     ui.print()
@@ -408,14 +483,47 @@ def main(argv: list[str] | None = None) -> int:
             "across 3 regions)")
     ui.line("per region   " + ", ".join(f"{r}: {n}" for r, n in result["per_region"]))
     ui.line(f"crash        {demo.kill_note}")
-    ui.line(f"uncommitted  {left} entries (written by killed attempts, referred to by no "
-            "step: never read)")
+    ui.line(f"uncommitted  {demo.uncommitted_note(left)}")
     ui.line(f"time         {elapsed:.1f} s")
     ui.line("verdict      " + ("EXACTLY ONCE" if ok else "FAILED"),
             "bold green" if ok else "bold red")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.child_writer:
+        run_writer(*(Path(p) for p in args.child_writer), kill_inside=args.kill_inside,
+                   kafka_json=args.kafka_options)
+        return 0
+    if args.child_reader:
+        wal, out, ckpt, rows_in = args.child_reader
+        run_reader(Path(wal), Path(out), Path(ckpt), int(rows_in), args.kafka_options)
+        return 0
+
+    started = time.monotonic()
+    kafka, kafka_config = _local_kafka() if args.backend == "kafka" else (None, "")
+    wal = Path(args.path) if args.path else None
+    if wal is not None and (wal / NAMESPACE).exists():
+        raise SystemExit(f"{wal}/{NAMESPACE} already exists; give a fresh --path")
+    work = Path(tempfile.mkdtemp(prefix="durablewal-demo-"))
+    wal = wal or work / "wal"
+    where = f"on Kafka {kafka['bootstrap.servers']}" if kafka else f"at {wal}"
+    with Ui() as ui:
+        demo = Demo(ui, wal, work, args.rows, kafka)
+        try:
+            ui.header(f"durablewal demo: orders -> WAL {where} "
+                      f"({args.backend} backend, namespace '{NAMESPACE}')")
+            rows_in, result, left = _run(args, ui, demo)
+        finally:
+            ui.idle()
+            demo.close()
+    ok = _report(ui, demo, rows_in, result, left, time.monotonic() - started)
     if not args.path:
         cli = f"{sys.executable} -m pyspark_durable"  # works without an activated venv
-        ui.line(f"(WAL kept at {wal}; explore it with: {cli} steps {wal} --namespace {NAMESPACE})")
+        there = f"--kafka-config {kafka_config}" if kafka else str(wal)
+        ui.line(f"(WAL kept {where}; explore it with: {cli} steps {there} "
+                f"--namespace {NAMESPACE})")
     elif ok:
         shutil.rmtree(work, ignore_errors=True)  # inputs, checkpoints, copy, logs
     return 0 if ok else 1

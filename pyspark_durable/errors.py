@@ -88,6 +88,21 @@ class LogNotFound(DurableWalError):
     """A namespace or region log that should exist does not."""
 
 
+class NotAWal(LogNotFound):
+    """A folder given as a WAL is something else (a Spark checkpoint or output folder) or
+    holds the WAL one level off: the message says what it is and which folder to give."""
+
+
+class UnknownNamespace(LogNotFound):
+    """A namespace the backend does not list, opened where nothing may be created; it
+    carries the namespaces listed there, for a message that names what to give instead."""
+
+    def __init__(self, namespace: str, names: list[str]) -> None:
+        self.namespace, self.names = namespace, list(names)
+        super().__init__(f"unknown namespace {namespace!r}; namespaces: "
+                         f"{', '.join(names) or 'none'}")
+
+
 class SchemaMismatch(DurableWalError, ValueError):
     """Rows do not match the schema the table was created with."""
 

@@ -4,45 +4,14 @@ test module, its conftest and the child scripts the tests start with it)."""
 from __future__ import annotations
 
 import hashlib
-import random
-import socket
 import zipfile
 from pathlib import Path
 
+# one port rule for brokers and every other server a test starts
+from pyspark_durable.localkafka.cluster import _ephemeral_ports, free_port  # noqa: F401
+
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / "pyspark_durable"
 
-
-def _ephemeral_ports() -> range:
-    """The ports the kernel hands to outgoing connections and to bind(port 0)."""
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return range(int(low), int(high) + 1)
-    except (OSError, ValueError):
-        return range(32768, 61000)  # Linux's default
-
-
-_ports = random.Random()
-_given: set[int] = set()  # never the same port twice: a cluster's ports are all drawn before it binds
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now, chosen outside the
-    kernel's ephemeral range: a broker restarted on its port after a kill -9 must find
-    it free, and a port of that range can meanwhile become the local end of any
-    client's outgoing connection (to the other brokers, say)."""
-    ephemeral = _ephemeral_ports()
-    for _ in range(1000):
-        port = _ports.randrange(10_000, 65_536)
-        if port in ephemeral or port in _given:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue  # taken: draw again
-        _given.add(port)
-        return port
-    raise OSError("no free TCP port outside the ephemeral range on 127.0.0.1")
 
 
 def package_zip(dest: Path) -> Path:
@@ -76,10 +45,10 @@ def wal_namespace(wal: dict, create: bool = True):
 
 def assert_acknowledged(ns, writer: str, writer_step: int, step: int) -> None:
     """An acknowledged pair is remembered as its step, or is older than the namespace's
-    dedup window (wal/dedup.py), so that a recommit of it is refused: never a second step."""
+    dedup window (wal/replay/dedup.py), so that a recommit of it is refused: never a second step."""
     got = ns.committed_step(writer, writer_step)
     if got is None:
-        assert ns.state.dedup.too_old(writer, writer_step, None) is not None, \
+        assert ns._state.dedup.too_old(writer, writer_step, None) is not None, \
             f"acknowledged ({writer}, {writer_step}) as step {step}, and the WAL forgot it"
     else:
         assert got == step, f"acknowledged ({writer}, {writer_step}) as step {step}, not {got}"

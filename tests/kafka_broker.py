@@ -1,355 +1,74 @@
-"""Start and stop Apache Kafka itself (KRaft, no ZooKeeper) for tests and benchmarks.
+"""Apache Kafka itself (KRaft, no ZooKeeper) for tests and benchmarks.
 
-The broker's jars are resolved from Maven Central by ``jars/kafka-broker/pom.xml``
-into ``jars/kafka-broker/libs/`` (ignored by git) the first time they are needed
-(:func:`kafka_classpath`); every node runs as ``java -cp 'libs/*' kafka.Kafka``.
-
-* :func:`start_cluster` starts 1 or 3 combined broker+controller nodes on free
-  127.0.0.1 ports, each in its own process group, and returns when a metadata request
-  lists every node (a port can open before the broker can serve).
-* Nodes are killed with ``kill -9`` on their process group (:meth:`KafkaCluster.kill`)
-  and started again on the same ``log.dirs`` (:meth:`KafkaCluster.restart`), only
-  by the PIDs this module started.
-* Listeners: PLAINTEXT always; ``sasl=True`` adds a SASL_PLAINTEXT listener (SCRAM-SHA-256
-  and PLAIN) and ``tls=True`` an SSL listener with a CA made by :mod:`tests.kafka_tls`
-  (see :class:`Auth`); the nodes talk to each other over PLAINTEXT.
-* ``authorizer=True`` turns on ``StandardAuthorizer`` with the admin user and the nodes'
-  PLAINTEXT principal (``User:ANONYMOUS``) as super users; more SASL/PLAIN users come
-  from :attr:`Auth.plain_users`, and their ACLs are the test's to create.
-* The broker's own log goes to ``server.log`` in each node's folder (log4j2 config
-  written there); a start that fails raises :class:`BrokerStartError` with its tail.
-
-The settings are Kafka's defaults except what a cluster of this size needs
-(replication of internal topics, ``min.insync.replicas``) and what makes a test
-quick (``group.initial.rebalance.delay.ms=0``); ``auto.create.topics.enable`` stays on,
-``num.partitions`` stays 1 and topic retention stays 7 days, as a user's broker has them.
+The brokers are started by the package's one implementation,
+:mod:`pyspark_durable.localkafka.cluster` (the same that ``durablewal kafka start``
+uses); read its docstring for the jars, listeners, logs and kills. Every broker a test
+starts is *attached* to the test process: it dies with it, ``kill -9`` included, so a
+crashed run leaves no orphan broker behind. This module adds what only tests need: the
+throwaway TLS certificate authority (:mod:`kafka_tls`) and a pytest fixture helper that
+fails, never skips, when a broker does not start.
 """
 
 from __future__ import annotations
 
-import base64
-import fcntl
-import os
-import signal
-import subprocess
-import time
-import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers import free_port
+from pyspark_durable.localkafka.cluster import (
+    HEAP,
+    Auth,
+    BrokerStartError,
+    KafkaCluster,
+    Node,
+    kafka_classpath,
+    random_cluster_id,
+    wait_ready,
+)
+from pyspark_durable.localkafka.cluster import start_cluster as _start_cluster
 
-ROOT = Path(__file__).resolve().parent.parent
-POM = ROOT / "jars" / "kafka-broker" / "pom.xml"
-LIBS = POM.parent / "libs"
-READY_TIMEOUT_S = 90.0
+__all__ = [
+    "HEAP",
+    "Auth",
+    "BrokerStartError",
+    "KafkaCluster",
+    "Node",
+    "kafka_classpath",
+    "random_cluster_id",
+    "wait_ready",
+    "start_cluster",
+    "cluster_for_tests",
+    "authorizer_settings",
+    "start_broker",
+    "stop_broker",
+    "kill_broker",
+]
+
+
+def start_cluster(
+    work_dir: Path, size: int = 1, *, tls: bool = False, auth: Auth | None = None, **kwargs
+) -> KafkaCluster:
+    """:func:`pyspark_durable.localkafka.cluster.start_cluster`, with a test CA made for
+    a TLS listener (:func:`kafka_tls.make_ca_and_server`) when ``auth`` has none."""
+    if tls:
+        auth = auth or Auth()
+        if auth.tls_dir is None:
+            from kafka_tls import make_ca_and_server
+
+            auth.tls_dir = make_ca_and_server(work_dir / "tls", auth.keystore_password)
+    return _start_cluster(work_dir, size, tls=tls, auth=auth, **kwargs)
+
+
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
-HEAP = ("-Xms256m", "-Xmx768m")
-
-LOG4J2 = """\
-rootLogger.level = {level}
-rootLogger.appenderRef.file.ref = file
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {path}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-"""
 
 
-class BrokerStartError(RuntimeError):
-    """A broker did not come up in time (the message holds its log's tail)."""
-
-
-def kafka_classpath() -> str:
-    """``libs/*`` of Apache Kafka's jars, resolved from Maven Central once (file-locked,
-    so parallel test processes resolve it once)."""
-    LIBS.parent.mkdir(parents=True, exist_ok=True)
-    stamp = LIBS / ".resolved"
-    with open(POM.parent / ".resolve.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not stamp.exists() or stamp.stat().st_mtime < POM.stat().st_mtime:
-            done = subprocess.run(
-                ["mvn", "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
-                 f"-DoutputDirectory={LIBS}", "-DincludeScope=runtime"],
-                capture_output=True, text=True)
-            if done.returncode != 0:
-                raise BrokerStartError(f"resolving Apache Kafka's jars with {POM} failed:\n"
-                                       f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
-            stamp.touch()
-    return f"{LIBS}/*"
-
-
-@dataclass
-class Auth:
-    """Credentials and files of the SASL and TLS listeners (test-only secrets)."""
-
-    admin_user: str = "admin"
-    admin_password: str = field(default_factory=lambda: "adm-" + uuid.uuid4().hex)
-    user: str = "alice"
-    password: str = field(default_factory=lambda: "pw-" + uuid.uuid4().hex)
-    tls_dir: Path | None = None  # ca.pem, server keystore (PKCS12) and its password
-    keystore_password: str = field(default_factory=lambda: "ks-" + uuid.uuid4().hex)
-    # more SASL/PLAIN users (name -> password), e.g. one per role of an authorizer's test
-    plain_users: dict[str, str] = field(default_factory=dict)
-
-    def plain_logins(self) -> dict[str, str]:
-        """Every SASL/PLAIN user of the listener: the test user, the admin and the others."""
-        return {self.user: self.password, self.admin_user: self.admin_password,
-                **self.plain_users}
-
-
-@dataclass
-class Node:
-    node_id: int
-    port: int
-    controller_port: int
-    folder: Path
-    sasl_port: int | None = None
-    ssl_port: int | None = None
-    process: subprocess.Popen | None = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def log_tail(self, chars: int = 4000) -> str:
-        texts = []
-        for name in ("server.log", "stdout.log"):
-            try:
-                texts.append((self.folder / name).read_text(errors="replace")[-chars:])
-            except OSError as exc:
-                texts.append(f"<no {name}: {exc}>")
-        return "\n".join(texts)
-
-
-@dataclass
-class KafkaCluster:
-    """A KRaft cluster of combined broker+controller nodes this process started."""
-
-    nodes: list[Node]
-    cluster_id: str
-    classpath: str
-    auth: Auth | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(n.address for n in self.nodes)
-
-    @property
-    def address(self) -> str:  # the single-node name kept by older callers
-        return self.bootstrap
-
-    def sasl_bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{n.sasl_port}" for n in self.nodes)
-
-    def ssl_bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{n.ssl_port}" for n in self.nodes)
-
-    def node(self, node_id: int) -> Node:
-        return next(n for n in self.nodes if n.node_id == node_id)
-
-    def pids(self) -> list[int]:
-        return [n.pid for n in self.nodes if n.alive()]  # type: ignore[misc]
-
-    def kill(self, node_id: int) -> None:
-        """``kill -9`` the node's process group (its JVM), and reap it."""
-        node = self.node(node_id)
-        if node.alive():
-            assert node.process is not None
-            os.killpg(node.process.pid, signal.SIGKILL)
-            node.process.wait(timeout=30)
-
-    def restart(self, node_id: int, wait: bool = True) -> None:
-        """Start a killed node again on its own log.dirs."""
-        node = self.node(node_id)
-        assert not node.alive(), f"node {node_id} is still running"
-        _launch(node, self.classpath)
-        if wait:
-            wait_ready(self, [node_id])
-
-    def stop(self, timeout_s: float = 20.0) -> None:
-        """SIGTERM every node this cluster started (a clean shutdown), SIGKILL laggards."""
-        for node in self.nodes:
-            if node.alive():
-                assert node.process is not None
-                os.killpg(node.process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for node in self.nodes:
-            if node.process is None:
-                continue
-            try:
-                node.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(node.process.pid, signal.SIGKILL)
-                node.process.wait(timeout=30)
-
-
-def _properties(node: Node, voters: str, size: int, auth: Auth | None,
-                extra: Mapping[str, str], authorizer: bool = False) -> str:
-    listeners = [f"PLAINTEXT://127.0.0.1:{node.port}"]
-    protocols = ["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT"]
-    props: dict[str, str] = {}
-    if node.sasl_port is not None:
-        assert auth is not None
-        listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{node.sasl_port}")
-        protocols.append("SASL_PLAINTEXT:SASL_PLAINTEXT")
-        props["sasl.enabled.mechanisms"] = "SCRAM-SHA-256,PLAIN"
-        props["listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config"] = (
-            "org.apache.kafka.common.security.scram.ScramLoginModule required;")
-        props["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = (
-            "org.apache.kafka.common.security.plain.PlainLoginModule required "
-            + " ".join(f'user_{name}="{secret}"' for name, secret in auth.plain_logins().items())
-            + ";")
-    if authorizer:
-        assert auth is not None
-        # the nodes talk over PLAINTEXT (principal ANONYMOUS): controller and inter-broker
-        # requests must pass the authorizer too, so that principal is a super user
-        props["authorizer.class.name"] = AUTHORIZER
-        props["super.users"] = f"User:{auth.admin_user};User:ANONYMOUS"
-    if node.ssl_port is not None:
-        assert auth is not None and auth.tls_dir is not None
-        listeners.append(f"SSL://127.0.0.1:{node.ssl_port}")
-        protocols.append("SSL:SSL")
-        props["ssl.keystore.type"] = "PKCS12"
-        props["ssl.keystore.location"] = str(auth.tls_dir / "server.p12")
-        props["ssl.keystore.password"] = auth.keystore_password
-        props["ssl.key.password"] = auth.keystore_password
-        props["ssl.client.auth"] = "none"
-    replication = str(min(size, 3))
-    base = {
-        "process.roles": "broker,controller",
-        "node.id": str(node.node_id),
-        "controller.quorum.voters": voters,
-        "listeners": ",".join([*listeners, f"CONTROLLER://127.0.0.1:{node.controller_port}"]),
-        "advertised.listeners": ",".join(listeners),
-        "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": ",".join(protocols),
-        "log.dirs": str(node.folder / "data"),
-        "offsets.topic.replication.factor": replication,
-        "transaction.state.log.replication.factor": replication,
-        "transaction.state.log.min.isr": "1" if size == 1 else "2",
-        "share.coordinator.state.topic.replication.factor": replication,
-        "share.coordinator.state.topic.min.isr": "1" if size == 1 else "2",
-        "group.initial.rebalance.delay.ms": "0",
-    }
-    if size > 1:
-        base["default.replication.factor"] = replication
-        base["min.insync.replicas"] = "2"
-    lines = {**base, **props, **dict(extra)}
-    return "".join(f"{k}={v}\n" for k, v in lines.items())
-
-
-def _launch(node: Node, classpath: str) -> None:
-    with open(node.folder / "stdout.log", "ab") as out:
-        node.process = subprocess.Popen(
-            ["java", *HEAP, "-XX:+UseSerialGC", "-Djava.awt.headless=true",
-             f"-Dlog4j2.configurationFile={node.folder / 'log4j2.properties'}",
-             "-cp", classpath, "kafka.Kafka", str(node.folder / "server.properties")],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,  # its own process group: kill -9 reaches all of it
-        )
-
-
-def wait_ready(cluster: KafkaCluster, node_ids: list[int] | None = None,
-               timeout_s: float = READY_TIMEOUT_S) -> None:
-    """Block until a metadata request to each given node lists every node of the cluster."""
-    from confluent_kafka.admin import AdminClient
-
-    want = {n.node_id for n in cluster.nodes}
-    deadline = time.monotonic() + timeout_s
-    for node in [cluster.node(i) for i in (node_ids or sorted(want))]:
-        admin = AdminClient({"bootstrap.servers": node.address, "log_level": 0,
-                             "socket.connection.setup.timeout.ms": 2000})
-        while True:
-            if not node.alive():
-                raise BrokerStartError(f"Kafka node {node.node_id} ({node.address}) exited "
-                                       f"with {node.process.poll()}:\n{node.log_tail()}")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise BrokerStartError(f"Kafka node {node.node_id} ({node.address}) not ready "
-                                       f"after {timeout_s:.0f}s:\n{node.log_tail()}")
-            try:
-                brokers = set(admin.list_topics(timeout=min(5.0, left)).brokers)
-            except Exception:  # noqa: BLE001 - not up yet: KafkaException of any kind
-                brokers = set()
-            if brokers >= want:
-                break
-            time.sleep(0.2)  # a metadata answer that lacks a node: ask again shortly
-
-
-def random_cluster_id() -> str:
-    """A KRaft cluster id as Kafka's ``Uuid.randomUuid`` makes one: 16 random bytes in
-    URL-safe base64, never starting with '-' (a command line would read it as an option;
-    one id in 64 did, and its cluster never formatted)."""
-    while True:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        if not cluster_id.startswith("-"):
-            return cluster_id
-
-
-def start_cluster(work_dir: Path, size: int = 1, *, sasl: bool = False, tls: bool = False,
-                  auth: Auth | None = None, extra: Mapping[str, str] | None = None,
-                  log_level: str = "WARN", authorizer: bool = False) -> KafkaCluster:
-    """Format and start ``size`` KRaft nodes under ``work_dir``; see the module docstring.
-    ``authorizer`` turns on Kafka's StandardAuthorizer (``sasl`` needed): only the admin
-    user (and the nodes' own PLAINTEXT principal) may do anything without an ACL."""
-    if authorizer and not sasl:
-        raise ValueError("authorizer=True needs sasl=True: the ACLs' principals log in there")
-    classpath = kafka_classpath()
-    work_dir.mkdir(parents=True, exist_ok=True)
-    if (sasl or tls) and auth is None:
-        auth = Auth()
-    if tls and auth is not None and auth.tls_dir is None:
-        from kafka_tls import make_ca_and_server
-
-        auth.tls_dir = make_ca_and_server(work_dir / "tls", auth.keystore_password)
-    cluster_id = random_cluster_id()
-    nodes = [Node(i, free_port(), free_port(), work_dir / f"node{i}",
-                  free_port() if sasl else None, free_port() if tls else None)
-             for i in range(1, size + 1)]
-    voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
-    formats = []
-    for node in nodes:
-        node.folder.mkdir(parents=True, exist_ok=True)
-        (node.folder / "server.properties").write_text(
-            _properties(node, voters, size, auth, extra or {}, authorizer))
-        (node.folder / "log4j2.properties").write_text(
-            LOG4J2.format(level=log_level, path=node.folder / "server.log"))
-        scram = []
-        if sasl and auth is not None:
-            for user, password in ((auth.admin_user, auth.admin_password),
-                                   (auth.user, auth.password)):
-                scram += ["--add-scram", f"SCRAM-SHA-256=[name={user},password={password}]"]
-        formats.append(subprocess.Popen(
-            ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-             f"-Dlog4j2.configurationFile={node.folder / 'log4j2.properties'}",
-             "-cp", classpath, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
-             "-c", str(node.folder / "server.properties"), *scram],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    for node, proc in zip(nodes, formats, strict=True):
-        out, _ = proc.communicate(timeout=120)
-        if proc.returncode != 0:
-            raise BrokerStartError(f"formatting Kafka node {node.node_id} failed:\n{out}")
-    cluster = KafkaCluster(nodes, cluster_id, classpath, auth)
-    for node in nodes:
-        _launch(node, classpath)
-    try:
-        wait_ready(cluster)
-    except BaseException:
-        cluster.stop()
-        raise
-    return cluster
+def authorizer_settings(auth: Auth) -> dict[str, str]:
+    """``extra`` broker settings that turn on Kafka's StandardAuthorizer: only the admin
+    user, and the nodes' own PLAINTEXT principal ``User:ANONYMOUS`` (controller and
+    inter-broker requests pass the authorizer too), may do anything without an ACL;
+    the other users of :attr:`Auth.plain_users` get the ACLs the test creates."""
+    return {"authorizer.class.name": AUTHORIZER,
+            "super.users": f"User:{auth.admin_user};User:ANONYMOUS"}
 
 
 @contextmanager

@@ -121,7 +121,7 @@ def read_one(ns: Namespace, step: int) -> str:
     got: dict[str, list[pa.RecordBatch]] = {}
     seqs: dict[str, list[int]] = {}
     for sb in ns.read_step(step):
-        name = ns.state.tables[sb.table_id].name
+        name = ns.tables(refresh=False)[sb.table_id].name
         if sb.step != step or TABLES.get(name) != sb.region_id:
             bad(f"step {step}: entry of table {name} in region {sb.region_id} for step {sb.step}")
         got.setdefault(name, []).extend(sb.batches)

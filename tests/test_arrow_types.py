@@ -8,7 +8,7 @@ from pyspark.sql import types as T
 
 from pyspark_durable.errors import SchemaMismatch
 from pyspark_durable.spark.arrow_types import check_writable, nullable, spark_schema
-from pyspark_durable.wal.schemas import fits, merge, union_by_name
+from pyspark_durable.wal.format.schemas import fits, merge, union_by_name
 
 LCASE = T.StringType("UTF8_LCASE")
 EXACT = [

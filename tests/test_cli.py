@@ -277,6 +277,34 @@ def test_check_passes_then_fails_on_a_flipped_byte(wal_root, capsys):
     assert cli(capsys, "check", wal_root, "--namespace", "other")[0] == 0  # other namespace intact
 
 
+def test_check_deep_says_what_it_rehashed(wal_root, capsys):
+    """This tests that `check --deep` says what it checked beyond `check`: how many entries
+    of the needed steps it re-hashed against their steps' digests and how many bytes of
+    keys and values that was (the entries and bytes the steps refer to, counted apart from
+    the log), while a plain check says nothing of it."""
+    from pyspark_durable.log import open_store
+
+    steps = cli_json(capsys, "steps", wal_root, "--namespace", NS, "--all")["steps"]
+    store = open_store("file", NS, path=str(wal_root))
+    referred = sum(len(e.key) + len(e.value) for region in (0, 1)
+                   for e in store.open_region(region, create=False).read(0))
+    store.close()
+    entries = sum(s["entries"] for s in steps)
+    assert entries == 2 * STEPS
+    code, plain, _ = cli(capsys, "check", wal_root, "--namespace", NS)
+    assert code == 0 and "re-hashed" not in plain
+    code, deep, err = cli(capsys, "check", wal_root, "--namespace", NS, "--deep")
+    assert (code, err) == (0, "")
+    assert deep.startswith(plain.rstrip("\n") + "; re-hashed "), (plain, deep)
+    assert deep.rstrip("\n").endswith(
+        f"; re-hashed {entries} entries ({referred:,} bytes of keys and values) against the "
+        "content digests their steps committed"), deep
+    doc = cli_json(capsys, "check", wal_root, "--namespace", NS, "--deep")
+    assert doc["verified"]["deep"] == {"entries": entries, "bytes": referred,
+                                       "without_digest": 0}
+    assert cli_json(capsys, "check", wal_root, "--namespace", NS)["verified"]["deep"] is None
+
+
 def test_sealed_segment_cut_at_a_frame_boundary_is_named(wal_root, capsys):
     """This tests that a sealed (not last) segment cut exactly after one of its frames makes
     reads fail with a typed error naming that segment and the missing offsets, and that
@@ -381,7 +409,10 @@ def test_bad_input_is_one_line_exit_2(wal_root, tmp_path, capsys):
                           str(tmp_path / "nope"))
     assert_one_line_error(*cli(capsys, "tables", wal_root, "--namespace", "nope"),
                           "unknown namespace 'nope'; namespaces: other, shop")
-    assert_one_line_error(*cli(capsys, "check", wal_root), "unknown namespace 'default'")
+    for command in ("check", "steps", "tables"):  # no --namespace: says it, and what to give
+        assert_one_line_error(*cli(capsys, command, wal_root),
+                              "unknown namespace 'default' (the default: no --namespace was "
+                              "given): pick one with --namespace NAME; namespaces: other, shop")
     assert_one_line_error(*cli(capsys, "tail", wal_root, "--namespace", NS, "--table", "nope"),
                           "unknown table 'nope'", "orders")
     assert_one_line_error(*cli(capsys, "steps"), "no WAL given")
@@ -402,7 +433,7 @@ def test_a_command_recovers_the_namespace_once_and_names_an_empty_one(wal_root, 
     commits log holds nothing yet is one line naming it as empty."""
     from pyspark_durable.log import open_store
     from pyspark_durable.wal.namespace import COMMITS_LOG
-    from pyspark_durable.wal.state import NamespaceState
+    from pyspark_durable.wal.replay.state import NamespaceState
 
     real, calls = NamespaceState.recover, []
     monkeypatch.setattr(NamespaceState, "recover",

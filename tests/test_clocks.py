@@ -1,4 +1,4 @@
-"""Clocks no single host can push (wal/clocks.py, docs/protocol.md "Clocks").
+"""Clocks no single host can push (wal/replay/clocks.py, docs/protocol.md "Clocks").
 
 Each skewed host is a real separate process whose every wall-clock read is off by
 eight days: ``clock_child.py`` under an LD_PRELOAD shim (``clock_shim.c``, built here
@@ -28,17 +28,17 @@ from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.session_cache import namespace_for
 from pyspark_durable.spark.sink import keep_retention
 from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy
-from pyspark_durable.wal.clocks import CLOCK_STEP_MS
-from pyspark_durable.wal.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
-from pyspark_durable.wal.namespace import COMMITS_LOG
-from pyspark_durable.wal.records import (
+from pyspark_durable.wal.format.records import (
     CleanRecord,
     DedupRecord,
     NsRecord,
     StepCommit,
     encode_meta,
 )
-from pyspark_durable.wal.state import NamespaceState
+from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.replay.clocks import CLOCK_STEP_MS
+from pyspark_durable.wal.replay.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
+from pyspark_durable.wal.replay.state import NamespaceState
 
 HERE = Path(__file__).parent
 DAY_MS = 86_400_000
@@ -98,7 +98,7 @@ def now_ms() -> int:
 
 def agree(path: Path, ns: Namespace) -> None:
     """A full replay, a recovery from the newest snapshot and this handle decide alike."""
-    states = [open_ns(path).state]
+    states = [open_ns(path)._state]
     commits = open_store("file", NAMESPACE, path=str(path)).open_log(COMMITS_LOG)
     if commits.low_watermark() == 0:  # (a cleaner may have trimmed the log below a snapshot)
         full = NamespaceState(NAMESPACE)
@@ -106,8 +106,8 @@ def agree(path: Path, ns: Namespace) -> None:
         states.append(full)
     for s in states:
         assert (s.next_step, s.pairs, s.dedup.clock_ms, s.dedup.forgot_start_ms) == \
-            (ns.state.next_step, ns.state.pairs, ns.state.dedup.clock_ms,
-             ns.state.dedup.forgot_start_ms)
+            (ns._state.next_step, ns._state.pairs, ns._state.dedup.clock_ms,
+             ns._state.dedup.forgot_start_ms)
 
 
 def test_a_commit_from_a_host_ahead_refuses_no_healthy_batch_write(clock_shim, wal):
@@ -138,7 +138,7 @@ def test_a_host_behind_gets_a_clock_error_naming_both_clocks_or_writes_safely(cl
     assert commit(ns, "batch-old", started_ms=t0 - DEDUP_WINDOW_MS + DAY_MS // 10) == 0
     ns.append_record(CleanRecord(t0 + DAY_MS // 5, {}))  # a pass moves the clock 0.2 days
     ns.refresh()
-    assert "batch-old" not in ns.state.dedup.writers  # forgotten: its start is past the window
+    assert "batch-old" not in ns._state.dedup.writers  # forgotten: its start is past the window
     out = host(clock_shim, BEHIND_MS, wal, op="batch", writer="batch-late")
     assert out["error"]["type"] == "ClockSkew", out
     assert abs(out["error"]["own_ms"] - (t0 + BEHIND_MS)) < 60_000
@@ -227,16 +227,16 @@ def test_an_old_wal_with_a_skewed_record_replays_as_it_was_written(wal):
                    DedupRecord(DEDUP_WINDOW_MS, DEDUP_STEPS).to_json()):
         commits.append([Record(b"", encode_meta({**record, "i": "inc0"}))])
     ns = Namespace(store)
-    assert ns.state.dedup.step_ms is None  # the old rules
+    assert ns._state.dedup.step_ms is None  # the old rules
     t0 = now_ms()
     assert commit(ns, "batch-1", started_ms=t0) == 0
     ns.append_record(CleanRecord(t0 + AHEAD_MS, {}))  # an old pass from a host ahead
     with pytest.raises(WriterStepExpired):
         commit(ns, "batch-2", started_ms=t0 + 1)
     assert commit(ns, "q", 0, consecutive=True) == 1
-    before = (ns.refresh().next_step, ns.state.pairs, ns.state.index.refused)
+    before = (ns.refresh().next_step, ns._state.pairs, ns._state.index.refused)
     Cleaner(ns, grace_ms=0).run_once()  # appends the `clocks` record
-    assert ns.state.dedup.step_ms == CLOCK_STEP_MS
+    assert ns._state.dedup.step_ms == CLOCK_STEP_MS
     full = NamespaceState(NAMESPACE)
     full.replay(open_store("file", NAMESPACE, path=str(wal)).open_log(COMMITS_LOG))
     assert (full.next_step, full.pairs) == before[:2]

@@ -18,7 +18,7 @@ from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import CorruptEntryError
 from pyspark_durable.log.file.frames import FRAME_HEAD
 from pyspark_durable.log.file.segments import walk_frames
-from pyspark_durable.wal.check import run_check
+from pyspark_durable.wal.upkeep.check import run_check
 
 NS = "shop"
 STEPS = 7

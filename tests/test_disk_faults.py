@@ -25,7 +25,7 @@ from wal_crash_tools import check_namespace, run_child
 
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
-from pyspark_durable.wal.check import run_check
+from pyspark_durable.wal.upkeep.check import run_check
 
 NS = "faults"
 SEGMENT = 16 << 10  # small segments: rolls, sealed segments and deletions happen
@@ -58,11 +58,10 @@ FAILURES = {
     "region frames": ("fdatasync", "/region_0/0", 6, 1, "write", "BackendUnavailable"),
     "commit record": ("fdatasync", "/commits/0", 6, 1, "write", "BackendUnavailable"),
     "ack mark once": ("fdatasync", "/commits/acked", 6, 1, "write", None),
-    # 7: the same append as 6 was before a new namespace appended its `clocks` record (the
-    # 2nd step record instead, 6 now, leaves a damaged acked slot that check reports,
-    # on the code before that record too: a file-log finding, reported, not fixed here)
+    # the commits log's first three marks are its creation, the `ns` record and the new
+    # namespace's policy records (one append): 4, 5 and 6 are the writer's first appends
     **{f"ack mark twice at sync {n}": ("fdatasync", "/commits/acked", n, 2, "write",
-                                        "AppendIndeterminate") for n in (5, 6, 7)},
+                                        "AppendIndeterminate") for n in (4, 5, 6)},
     "region ack mark": ("fdatasync", "/region_1/acked", 4, 2, "write", "AppendIndeterminate"),
     "snapshot": ("fsync", "/snapshots/", 2, 1, "clean", "BackendUnavailable"),
     "low watermark": ("fsync", "low_watermark", 2, 1, "clean", "BackendUnavailable"),

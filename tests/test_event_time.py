@@ -14,7 +14,7 @@ from pyspark_durable.errors import ConfigError, StepNotCommitted
 from pyspark_durable.log import open_store
 from pyspark_durable.spark.sink import check_event_time_column, event_time_of
 from pyspark_durable.wal import Namespace
-from pyspark_durable.wal.records import StepCommit
+from pyspark_durable.wal.format.records import StepCommit
 
 UTC = dt.UTC
 

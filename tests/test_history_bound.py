@@ -1,5 +1,5 @@
 """Open cost independent of history where no cleaner ever runs: committers write the
-step-index snapshot every N records (wal/snapshot_schedule.py), so an open replays a
+step-index snapshot every N records (wal/replay/snapshot_schedule.py), so an open replays a
 bounded tail, and racing committers' snapshots never disagree with a full replay."""
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ import pytest
 
 from pyspark_durable.errors import StepExpired
 from pyspark_durable.log import open_store
-from pyspark_durable.wal import Cleaner, Namespace, snapshot_schedule, step_index
+from pyspark_durable.wal import Cleaner, Namespace
+from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME
 from pyspark_durable.wal.namespace import COMMITS_LOG
-from pyspark_durable.wal.retention import RetentionPolicy
-from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME
-from pyspark_durable.wal.state import NamespaceState
+from pyspark_durable.wal.replay import snapshot_schedule, step_index
+from pyspark_durable.wal.replay.retention import RetentionPolicy
+from pyspark_durable.wal.replay.state import NamespaceState
 
 EVERY = 20  # records between committers' snapshots in these tests
 CHUNK = 8  # steps per chunk of the step index in these tests
@@ -88,8 +89,8 @@ def test_a_namespace_never_cleaned_opens_by_replaying_a_bounded_tail(make_store,
             versions_seen.append(versions[-1])
     assert ns.store.open_log(COMMITS_LOG).low_watermark() == 0  # no committer trims
     opened = Namespace(make_store())
-    assert 0 < opened.state.replayed < EVERY
-    same_state(opened.state, full_replay(make_store()))
+    assert 0 < opened._state.replayed < EVERY
+    same_state(opened._state, full_replay(make_store()))
     early = STEPS - 40  # within a writer's newest DEDUP_STEPS, covered by chunks
     writer, wstep, started = pair_of(shape, early)
     assert write(opened, writer, wstep, started) == early  # read back from the chunks
@@ -134,7 +135,7 @@ def test_concurrent_committers_in_processes_write_snapshots_safely(tmp_path):
         state.attach(store.open_log(COMMITS_LOG))
         same_state(state, full)
     recovered = Namespace(open_store("file", "race", path=str(tmp_path)))
-    same_state(recovered.state, full)
+    same_state(recovered._state, full)
     for p in range(PROCESSES):  # every pair a process committed is remembered as its step
         assert recovered.committed_step(f"p{p}-query", EACH // 2 - 1) is not None
         assert recovered.committed_step(f"p{p}-batch-{EACH - 1}", 0) is not None
@@ -155,7 +156,7 @@ def racing_reads(monkeypatch, ns: Namespace, race: Callable[[], None]) -> list[i
         return read(start, end)
 
     monkeypatch.setattr(commits, "read", racing_read)
-    ns.state.attach(commits)  # its step index reads through racing_read from now on
+    ns._state.attach(commits)  # its step index reads through racing_read from now on
     return found
 
 
@@ -189,7 +190,7 @@ def test_a_handle_holding_an_old_index_heals_when_others_trim_under_it(make_stor
         a.step_commit(1)  # as of a's view, retained: its chunk is read back
     assert found and found[0] > 0, "the race did not trim the commits log"
     assert a.step_commit(CHUNK * 3).step == CHUNK * 3  # retained: read back after healing
-    same_state(a.state, Namespace(make_store()).state)
+    same_state(a._state, Namespace(make_store())._state)
 
     cut = a.first_indexed_step() + CHUNK + 3  # inside an old chunk, not one read lately
     a.set_retention(RetentionPolicy(max_steps=a.steps().stop - cut))
@@ -198,7 +199,7 @@ def test_a_handle_holding_an_old_index_heals_when_others_trim_under_it(make_stor
     report = Cleaner(a, grace_ms=0).run_once()
     assert found and found[0] > 0, "the race did not trim the commits log"
     fresh = Namespace(make_store())
-    same_state(a.state, fresh.state)
+    same_state(a._state, fresh._state)
     assert report.first_retained_step >= fresh.steps().start - CHUNK
     for step in fresh.steps():
         assert a.step_commit(step).step == step

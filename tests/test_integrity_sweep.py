@@ -30,7 +30,7 @@ from pyspark_durable.errors import DurableWalError
 from pyspark_durable.log import open_store
 from pyspark_durable.log.file.store import RESERVE_FILE
 from pyspark_durable.wal import Cleaner
-from pyspark_durable.wal.check import Checker
+from pyspark_durable.wal.upkeep.check import Checker
 
 NS = "sweep"
 HEAD_TAIL_BYTES = 40  # every byte of a file's first and last bytes is flipped

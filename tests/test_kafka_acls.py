@@ -1,6 +1,6 @@
 """Least privilege: each role's rights on a broker whose authorizer is on, as measured.
 
-One broker for the module (``start_cluster(..., sasl=True, authorizer=True)``): Kafka's
+One broker for the module (``sasl=True``, :func:`kafka_broker.authorizer_settings`): Kafka's
 StandardAuthorizer, SASL/PLAIN users ``reader``, ``writer``, ``cleaner`` and ``nsadmin``
 (the role *admin*), and the super user ``admin`` that creates the ACLs with
 AdminClient.create_acls: PREFIXED ACLs on a namespace's topic prefix, exactly the rights
@@ -34,16 +34,16 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from kafka_broker import Auth, KafkaCluster, cluster_for_tests
+from kafka_broker import Auth, KafkaCluster, authorizer_settings, cluster_for_tests
 from test_kafka_auth import spark_session  # noqa: F401 - the module's SparkSession fixture
 
 from pyspark_durable.cli import main
 from pyspark_durable.endpoint import open_namespace, read_batches, write_step
 from pyspark_durable.errors import AccessDenied
 from pyspark_durable.log.kafka.acls import Right, role_rights
-from pyspark_durable.wal.cleaner import Cleaner
 from pyspark_durable.wal.namespace import COMMITS_LOG
-from pyspark_durable.wal.retention import RetentionPolicy
+from pyspark_durable.wal.replay.retention import RetentionPolicy
+from pyspark_durable.wal.upkeep.cleaner import Cleaner
 
 pytestmark = pytest.mark.kafka
 
@@ -61,8 +61,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """One Kafka node with the authorizer on and a SASL/PLAIN user per role."""
     users = [*USERS.values(), *LURKERS.values()]
     auth = Auth(plain_users={user: "pw-" + uuid.uuid4().hex for user in users})
-    with cluster_for_tests(tmp_path_factory.mktemp("kafka-acls"), 1, sasl=True,
-                           authorizer=True, auth=auth) as broker:
+    with cluster_for_tests(tmp_path_factory.mktemp("kafka-acls"), 1, sasl=True, auth=auth,
+                           extra=authorizer_settings(auth)) as broker:
         yield broker
 
 

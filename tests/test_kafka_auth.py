@@ -661,3 +661,35 @@ def test_our_loggers_at_debug_in_spark_show_no_secret(cluster, spark_session,
     assert " pyspark_durable." in logged and " kafka." in logged  # DEBUG lines were written
     assert "auth_bytes=" + REDACTED in logged  # the PLAIN request, logged and masked
     assert_no_secret(cluster, logged, "the DEBUG log of Spark's Python processes")
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_listener_reached_with_the_wrong_protocol_is_named_within_a_second(cluster, client):
+    """This tests that a client speaking the wrong security protocol to a listener (PLAINTEXT
+    to the SASL or the TLS listener, SASL_PLAINTEXT to the TLS one) gets, within a second, a
+    ConfigError naming the listener's kind and the setting that fixes it, instead of the
+    client's own "transport failure" or timeout after connect_timeout_ms; and that the
+    right protocol on each listener still works."""
+    open_store("kafka", "nope", bootstrap_servers=cluster.bootstrap, client=client).close()
+    sasl = {k: v for k, v in connection(cluster, "plain").items() if k != "bootstrap_servers"}
+    cases = [(cluster.sasl_bootstrap(), {}, "a SASL listener", "speaks PLAINTEXT",
+              "security.protocol=SASL_PLAINTEXT"),
+             (cluster.ssl_bootstrap(), {}, "a TLS listener", "speaks PLAINTEXT",
+              "security.protocol=SSL"),
+             (cluster.ssl_bootstrap(), sasl, "a TLS listener", "speaks SASL_PLAINTEXT",
+              "security.protocol=SSL")]
+    for address, options, *needles in cases:
+        start = time.monotonic()
+        with pytest.raises(ConfigError) as caught:
+            open_store("kafka", "nope", bootstrap_servers=address, client=client,
+                       connect_timeout_ms=20_000, **options)
+        took = time.monotonic() - start
+        assert took < 1.0, f"{took:.2f} s to name the listener at {address}"
+        text = str(caught.value)
+        assert f"Kafka broker {address} is " in text
+        for needle in needles:
+            assert needle in text, text
+        assert "--kafka-config" in text and "kafka.security.protocol" in text
+        assert_no_secret(cluster, text, "the error")
+    roundtrip({**connection(cluster, "plain"), "client": client})
+    roundtrip({**connection(cluster, "ssl"), "client": client})

@@ -22,10 +22,10 @@ import pytest
 from pyspark_durable.endpoint import read_steps
 from pyspark_durable.errors import SchemaMismatch
 from pyspark_durable.wal import Namespace
-from pyspark_durable.wal.check import Checker
+from pyspark_durable.wal.format.records import StepCommit, TablesRecord, decode_record
 from pyspark_durable.wal.namespace import COMMITS_LOG
-from pyspark_durable.wal.records import StepCommit, TablesRecord, decode_record
 from pyspark_durable.wal.tables import table_id_for_name
+from pyspark_durable.wal.upkeep.check import Checker
 
 TABLES = 1000
 STEP_BYTES_MAX = 24_000  # a 1,000-table step: 16 random bytes per run (id, digest) + a little

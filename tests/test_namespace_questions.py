@@ -1,42 +1,19 @@
-"""Outside ``wal/``, code asks a Namespace questions; it never reads its replay state."""
+"""Outside ``wal/``, code asks a Namespace questions; its replay state is private by name
+(``_state``), which ruff's SLF001 holds outside the class (pyproject.toml)."""
 
 from __future__ import annotations
-
-import re
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
-from pyspark_durable.wal.state import ReaderPosition
-
-PACKAGE = Path(__file__).resolve().parent.parent / "pyspark_durable"
-# a Namespace handle's replay state or private members, reached from outside wal/
-REACHING_IN = re.compile(r"\bns\.(state|_lock|_append_meta|_commits)\b|\bns\.refresh\(\)\.")
-
-
-def test_nothing_outside_wal_reads_a_namespaces_state_or_private_members():
-    """This tests that no module outside pyspark_durable/wal/ reads a Namespace's replay
-    state (ns.state, the state ns.refresh() returns) or its private members, so the state
-    can change shape without breaking the CLI, Spark or the endpoints."""
-    found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if path.parent.name == "wal":
-            continue
-        for number, line in enumerate(path.read_text().splitlines(), 1):
-            code = line.split("#", 1)[0]
-            used_as_value = "ns.refresh()" in code and code.strip() not in (
-                "ns.refresh()", "self.ns.refresh()")
-            if REACHING_IN.search(code) or used_as_value:
-                found.append(f"{path.relative_to(PACKAGE.parent)}:{number}: {line.strip()}")
-    assert not found, "\n".join(found)
+from pyspark_durable.wal.replay.state import ReaderPosition
 
 
 def test_answers_cannot_change_the_namespace(tmp_path):
-    """This tests that what a Namespace answers (readers, table regions, tables) are copies
-    or read-only views: changing them leaves the namespace as it was."""
+    """This tests that what a Namespace answers (readers, table regions, tables, steps) are
+    copies or read-only views: changing them leaves the namespace as it was."""
     ns = Namespace(open_store("file", "q", path=str(tmp_path)))
     attempt = ns.begin("w", 0)
     attempt.write("t", pa.table({"id": [1, 2]}), region_id=3)
@@ -49,6 +26,10 @@ def test_answers_cannot_change_the_namespace(tmp_path):
     assert dict(ns.table_regions(tid)) == {3: 1} and ns.table_keys() == {(3, tid)}
     assert ns.regions() == (3,) and ns.newest_committed_writer_step("w") == 0
     assert [c.step for c in ns.indexed_steps()] == [0] and ns.first_indexed_step() == 0
+    for handed in (ns.indexed_steps()[0], ns.step_commit(0)):
+        handed.first_sequences.clear()
+        handed.step = 7
+    assert ns.indexed_steps()[0].step == 0 and ns.step_commit(0).first_sequences == {(3, tid): 0}
     for view in (ns.readers(), ns.table_regions(tid)):
         with pytest.raises(TypeError):  # read-only views
             view[9] = 9  # type: ignore[index]

@@ -42,3 +42,34 @@ def test_lag_counts_steps_rows_bytes_and_seconds_behind(tmp_path: Path, capsys):
     assert main(["lag", str(tmp_path), "--namespace", NS]) == 0
     out, _ = capsys.readouterr()
     assert "dashboard" in out and "steps_behind" in out
+
+
+def test_lag_in_prometheus_text_format(tmp_path: Path, capsys):
+    """This tests that `durablewal lag --format prometheus` prints every measure as a gauge
+    with HELP and TYPE, labelled by namespace and reader (quotes, backslashes and newlines
+    in a reader id escaped), values as `--json` gives them."""
+    ns = open_namespace({"backend": "file", "namespace": NS, "options": {"path": str(tmp_path)}})
+    for step in range(3):
+        write_step(ns, "loader", step, {"t": [{"id": i} for i in range(10)]})
+    odd = 'team "a"\\night\nly'
+    ns.commit_reader(odd, 1, hold=True)
+    ns.commit_reader("dashboard", 3)
+    ns.close()
+    assert main(["lag", str(tmp_path), "--namespace", NS, "--format", "prometheus"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and out.endswith("\n")
+    lines = out.splitlines()
+    assert 'durablewal_wal_next_step{namespace="lagging"} 3' in lines
+    families = [line.split()[2] for line in lines if line.startswith("# TYPE")]
+    assert families == ["durablewal_wal_next_step", "durablewal_reader_lag_steps",
+                        "durablewal_reader_lag_rows", "durablewal_reader_lag_bytes",
+                        "durablewal_reader_lag_seconds", "durablewal_reader_expired_steps",
+                        "durablewal_reader_next_step", "durablewal_reader_holds_retention"]
+    assert all(line.endswith(" gauge") for line in lines if line.startswith("# TYPE"))
+    assert sum(line.startswith("# HELP ") for line in lines) == len(families)
+    label = 'reader="team \\"a\\"\\\\night\\nly"'
+    assert f'durablewal_reader_lag_steps{{namespace="lagging",{label}}} 2' in lines, out
+    assert f'durablewal_reader_lag_rows{{namespace="lagging",{label}}} 20' in lines, out
+    assert f'durablewal_reader_holds_retention{{namespace="lagging",{label}}} 1' in lines, out
+    assert 'durablewal_reader_lag_seconds{namespace="lagging",reader="dashboard"} 0.0' in lines
+    assert 'durablewal_reader_lag_steps{namespace="lagging",reader="dashboard"} 0' in lines

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from pyspark_durable.errors import DecodeError
-from pyspark_durable.wal.records import (
+from pyspark_durable.wal.format.records import (
     RECORD_KINDS,
     CleanRecord,
     ClocksRecord,

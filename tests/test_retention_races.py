@@ -24,7 +24,7 @@ from helpers import assert_acknowledged
 
 from pyspark_durable.errors import AttemptLost
 from pyspark_durable.wal import Cleaner, Namespace
-from pyspark_durable.wal.check import Checker
+from pyspark_durable.wal.upkeep.check import Checker
 
 sys.path.insert(0, str(Path(__file__).parent))
 from race_child import rows_for
@@ -84,7 +84,7 @@ def verify(make_store, acked: dict[tuple[str, int], int]) -> Namespace:
         assert_acknowledged(ns, writer, ws, step)
         if step < steps.start:
             continue  # expired: the cleaner may have deleted it
-        got = {ns.state.tables[sb.table_id].name: pa.Table.from_batches(sb.batches)
+        got = {ns.tables(refresh=False)[sb.table_id].name: pa.Table.from_batches(sb.batches)
                for sb in ns.read_step(step)}
         assert got == {t: rows_for(writer, ws, t) for t in ("a", "b")}, (writer, ws, step)
     report = Checker(make_store()).run()

@@ -31,7 +31,7 @@ import pytest
 from helpers import assert_acknowledged
 
 from pyspark_durable.wal import Cleaner, Namespace, table_id_for_name
-from pyspark_durable.wal.check import Checker
+from pyspark_durable.wal.upkeep.check import Checker
 
 pytestmark = pytest.mark.crash
 BACKENDS = ["file", "confluent"]
@@ -294,7 +294,7 @@ def test_acknowledged_steps_survive_kills_of_writers_reader_and_cleaners(
     assert ns.steps().stop == total
     for table in TABLES:
         key = (REGION_OF[table], table_id_for_name(table))
-        assert ns.state.next_sequences[key] == next_seq[table], table
+        assert ns.table_regions(key[1])[key[0]] == next_seq[table], table
     for pair, step in acked.items():
         assert_acknowledged(ns, *pair, step)
     report = Checker(make_store()).run()

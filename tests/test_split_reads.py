@@ -18,7 +18,7 @@ from pyspark_durable.log import open_store
 from pyspark_durable.spark.datasource import DurableWalDataSource
 from pyspark_durable.spark.partitions import split_region
 from pyspark_durable.wal import Namespace
-from pyspark_durable.wal.records import Run
+from pyspark_durable.wal.format.records import Run
 
 
 def rows(tag: str, start: int, n: int) -> pa.Table:

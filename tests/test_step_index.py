@@ -15,11 +15,13 @@ import pytest
 
 from pyspark_durable.errors import CorruptEntryError
 from pyspark_durable.log import open_store
-from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy, cleaner, step_index
+from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy
+from pyspark_durable.wal.format.records import CleanRecord, Run, StepCommit
 from pyspark_durable.wal.namespace import COMMITS_LOG
-from pyspark_durable.wal.records import CleanRecord, Run, StepCommit
-from pyspark_durable.wal.state import NamespaceState
-from pyspark_durable.wal.step_index import Chunk, chunk_loader
+from pyspark_durable.wal.replay import step_index
+from pyspark_durable.wal.replay.state import NamespaceState
+from pyspark_durable.wal.replay.step_index import Chunk, chunk_loader
+from pyspark_durable.wal.upkeep import cleaner
 
 CHUNK = 8  # steps per chunk in these tests: a few dozen steps make several chunks
 
@@ -77,11 +79,11 @@ def test_a_snapshot_holds_chunks_and_every_step_reads_back_as_a_full_replay(make
     Cleaner(ns, grace_ms=0).run_once()
 
     opened = Namespace(make_store())
-    index = opened.state.index
+    index = opened._state.index
     assert index.tail == [] and len(index.chunks) == 4  # 30 steps in chunks of 8
     assert [c.steps for c in index.chunks] == [8, 8, 8, 6]
     assert any(c.refused for c in index.chunks)
-    assert {s: described(opened.state.step(s)) for s in range(30)} == reference
+    assert {s: described(opened._state.step(s)) for s in range(30)} == reference
     got = pa.Table.from_batches([b for sb in opened.read_step(29) for b in sb.batches])
     assert got.column("id").to_pylist() == [290, 291]
 
@@ -89,8 +91,8 @@ def test_a_snapshot_holds_chunks_and_every_step_reads_back_as_a_full_replay(make
     reference = full_replay(opened)
     Cleaner(opened, grace_ms=0).run_once()
     again = Namespace(make_store())
-    assert again.state.index.tail == []
-    assert {s: described(again.state.step(s)) for s in range(43)} == reference
+    assert again._state.index.tail == []
+    assert {s: described(again._state.step(s)) for s in range(43)} == reference
     got = pa.Table.from_batches([b for sb in again.read_step(36) for b in sb.batches])
     assert sorted(got.column("id").to_pylist()) == [360, 360, 361]
 
@@ -107,14 +109,14 @@ def test_a_refusal_after_a_snapshots_last_step_is_kept_for_the_next_fold(make_st
     ns.append_record(ns.step_commit(2))  # refused: a duplicate of (w, 2)
     Cleaner(ns, grace_ms=0).run_once()
     other = Namespace(make_store())
-    assert other.state.index.tail == [] and other.state.index.refused
+    assert other._state.index.tail == [] and other._state.index.refused
     for i in range(3, 5):
         write_one(other, i)
     reference = full_replay(other)
     Cleaner(other, grace_ms=0).run_once()
     opened = Namespace(make_store())
-    assert [c.steps for c in opened.state.index.chunks] == [5]  # one chunk, merged
-    assert {s: described(opened.state.step(s)) for s in range(5)} == reference
+    assert [c.steps for c in opened._state.index.chunks] == [5]  # one chunk, merged
+    assert {s: described(opened._state.step(s)) for s in range(5)} == reference
 
 
 def test_a_long_lived_handle_reads_its_chunks_after_another_cleaner_trimmed(make_store):
@@ -162,8 +164,8 @@ def test_retention_cuts_the_first_chunk_exactly(make_store):
     report = Cleaner(ns, grace_ms=0).run_once()
     assert report.first_retained_step == 13
     reopened = Namespace(make_store())
-    assert reopened.state.base_step == 13 and reopened.steps() == range(13, 20)
-    assert {s: described(reopened.state.step(s)) for s in range(13, 20)} == \
+    assert reopened._state.base_step == 13 and reopened.steps() == range(13, 20)
+    assert {s: described(reopened._state.step(s)) for s in range(13, 20)} == \
         {s: reference[s] for s in range(13, 20)}
     for region_id in (0, 1):  # freed up to the first entry a retained step refers to
         assert reopened.store.open_region(region_id).low_watermark() == min(
@@ -177,11 +179,11 @@ def test_a_chunk_that_does_not_match_its_records_is_corrupt(make_store):
     ns = Namespace(make_store())
     commit_steps(ns, 0, 10)
     Cleaner(ns, grace_ms=0).run_once()
-    chunk = Namespace(make_store()).state.index.chunks[0]
+    chunk = Namespace(make_store())._state.index.chunks[0]
     commits = ns.store.open_log(COMMITS_LOG)
 
     def decode(value: bytes, offset: int):
-        from pyspark_durable.wal.records import decode_record
+        from pyspark_durable.wal.format.records import decode_record
         return decode_record(value, namespace=ns.name, offset=offset)[0]
 
     load = chunk_loader(commits.read, decode, ns.name)
@@ -218,19 +220,21 @@ def test_a_pass_snapshots_only_when_the_replay_after_the_newest_grew(make_store,
     assert ns.store.snapshot_versions("wal") == first
     reference = full_replay(ns)
     opened = Namespace(make_store())
-    assert [c.step for c in opened.state.index.tail] == list(range(10, 14))
-    assert {s: described(opened.state.step(s)) for s in range(14)} == reference
+    assert [c.step for c in opened._state.index.tail] == list(range(10, 14))
+    assert {s: described(opened._state.step(s)) for s in range(14)} == reference
     commit_steps(ns, 14, 20)
     Cleaner(ns, grace_ms=0).run_once()
     newest = ns.store.snapshot_versions("wal")[-1]
-    assert newest > first[-1] and Namespace(make_store()).state.index.tail == []
+    assert newest > first[-1] and Namespace(make_store())._state.index.tail == []
 
 
 CHILD = """
 import os, sys
 os.environ["DURABLEWAL_FAILPOINT"] = sys.argv[4] + ":kill-group=" + str(os.getpgid(0))
 from pyspark_durable.log import open_store
-from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy, cleaner, step_index
+from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy
+from pyspark_durable.wal.replay import step_index
+from pyspark_durable.wal.upkeep import cleaner
 step_index.CHUNK_STEPS = 8
 ns = Namespace(open_store("file", sys.argv[2], path=sys.argv[1]))
 ns.set_retention(RetentionPolicy(max_steps=int(sys.argv[3])))
@@ -263,12 +267,12 @@ def test_cleaner_killed_mid_snapshot_leaves_a_namespace_that_reads_every_step(
     steps = opened.steps()
     assert steps == range(19, 31)  # the killed pass's expire record is in the log
     for s in steps:
-        assert described(opened.state.step(s)) == reference[s]
+        assert described(opened._state.step(s)) == reference[s]
         assert sum(b.num_rows for sb in opened.read_step(s) for b in sb.batches) == \
             sum(r.rows for r in reference[s][4])
     Cleaner(opened, grace_ms=0).run_once()
     last = Namespace(open_store("file", namespace, path=str(path)))
-    assert {s: described(last.state.step(s)) for s in range(19, 31)} == \
+    assert {s: described(last._state.step(s)) for s in range(19, 31)} == \
         {s: reference[s] for s in range(19, 31)}
 
 
@@ -345,7 +349,7 @@ def test_tables_and_regions_count_from_the_chunks_reading_only_the_cut_one(make_
             ns.set_retention(retention)
             Cleaner(ns, grace_ms=0).run_once()
         opened = Namespace(make_store())
-        index = opened.state.index
+        index = opened._state.index
         loaded = []
         loader = index._loader
         index.attach(lambda chunk, loader=loader, loaded=loaded:

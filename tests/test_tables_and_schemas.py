@@ -21,12 +21,12 @@ from pyspark_durable.endpoint import read_steps, write_step
 from pyspark_durable.errors import LogNotFound, RoutingError, SchemaMismatch
 from pyspark_durable.log import Record
 from pyspark_durable.wal import Cleaner, Namespace
-from pyspark_durable.wal.check import Checker
-from pyspark_durable.wal.records import encode_meta
-from pyspark_durable.wal.schemas import common_type, union_by_name
-from pyspark_durable.wal.snapshot_file import SNAPSHOT_NAME, seal_snapshot
-from pyspark_durable.wal.state import NamespaceState
+from pyspark_durable.wal.format.records import encode_meta
+from pyspark_durable.wal.format.schemas import common_type, union_by_name
+from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME, seal_snapshot
+from pyspark_durable.wal.replay.state import NamespaceState
 from pyspark_durable.wal.tables import table_id_for_name
+from pyspark_durable.wal.upkeep.check import Checker
 
 
 @pytest.fixture
@@ -53,15 +53,15 @@ def test_one_table_over_regions_has_dense_sequences_per_region(open_ns):
     for region in (0, 1, 2):
         part = got.filter(pa.compute.equal(got.column("_region"), region))
         seqs = sorted(set(part.column("_sequence").to_pylist()))
-        end = ns.state.next_sequences[(region, table_id_for_name("orders"))]
+        end = ns.table_regions(table_id_for_name("orders"))[region]
         assert seqs == list(range(end - len(seqs), end)) and len(seqs) > 3, region
         assert {i // 1000 % 10 for i in part.column("id").to_pylist()} == {region}
         assert part.num_rows == 3 * (400 + region * 100)  # steps 1..3 are retained
-    assert ns.state.table_regions(table_id_for_name("orders")).keys() == {0, 1, 2}
+    assert ns.table_regions(table_id_for_name("orders")).keys() == {0, 1, 2}
     with pytest.raises(RoutingError, match=r"entries in regions \[0, 1, 2\]: name the region"):
         ns.mark_deleted("orders", 1)
     ns.mark_deleted("orders", 1, region_id=2)
-    assert ns.state.marks == {(2, table_id_for_name("orders")): 1}
+    assert [ns.marked_before(r, table_id_for_name("orders")) for r in (0, 1, 2)] == [0, 0, 1]
     assert not Checker(ns.store).run().problems
 
 
@@ -199,7 +199,8 @@ def test_wal_written_before_tables_spanned_regions_still_opens(make_store):
            {"k": "mark", "table": tid, "seq": 1}]
     commits.append([Record(b"", encode_meta(r)) for r in old])
     ns = Namespace(make_store())
-    assert ns.state.next_sequences == {(4, tid): 1} and ns.state.marks == {(4, tid): 1}
+    assert ns.table_keys() == {(4, tid)} and ns.table_regions(tid) == {4: 1}
+    assert ns.marked_before(4, tid) == 1
     assert read_steps(ns, "old").column("id").to_pylist() == [7, 8]
     doc = {"v": 2, "namespace_id": 0, "at": 4, "incarnation": None, "next_step": 1,
            "expired_before": 0, "tables": [old[1]], "next_sequences": {str(tid): 1},

@@ -21,8 +21,8 @@ from pyspark_durable.errors import ContentMismatch, DataLoss
 from pyspark_durable.log import open_store
 from pyspark_durable.log.file import FRAME_HEAD
 from pyspark_durable.wal import Namespace
-from pyspark_durable.wal.records import StepCommit
-from pyspark_durable.wal.runs import DIGEST_HEX
+from pyspark_durable.wal.format.records import StepCommit
+from pyspark_durable.wal.format.runs import DIGEST_HEX
 
 NS = "verified"
 

@@ -20,7 +20,7 @@ from pyspark_durable.errors import (
     StepNotCommitted,
 )
 from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy
-from pyspark_durable.wal import cleaner as cleaner_module
+from pyspark_durable.wal.upkeep import cleaner as cleaner_module
 
 
 def rows(tag: str, n: int, start: int = 0) -> pa.Table:
@@ -48,7 +48,7 @@ def test_step_round_trip_regions_tables_formats(open_ns):
     a.write(42, rows("n", 3), region_id=2)
     step = a.commit()
     assert step == 0 and ns.steps() == range(0, 1)
-    got = {(sb.region_id, ns.state.tables[sb.table_id].name): pa.Table.from_batches(sb.batches)
+    got = {(sb.region_id, ns.tables(refresh=False)[sb.table_id].name): pa.Table.from_batches(sb.batches)
            for sb in ns.read_step(0)}
     assert got[(0, "orders")].equals(rows("o", 25))
     assert got[(2, "events")].equals(rows("e", 7))
@@ -101,7 +101,7 @@ def test_region_steps_read_in_one_pass_equal_step_by_step_reads(open_ns, monkeyp
         return [(sb.step, sb.sequence_num, tag) for sb in batches
                 for b in sb.batches for tag in b.column("tag").to_pylist()]
 
-    by_name = {info.name: tid for tid, info in ns.state.tables.items()}
+    by_name = {info.name: tid for tid, info in ns.tables(refresh=False).items()}
     for tables in (None, {by_name["a"]}, {by_name["b"]}):
         for region in (0, 2):
             one_by_one = [sb for s in steps for sb in ns.read_step(s, tables, {region})]
@@ -180,8 +180,8 @@ def test_sequences_dense_per_table_across_reopen_and_clean(open_ns):
         seqs = read_steps(ns, table).column("_sequence").to_pylist()
         distinct = sorted(set(seqs))
         assert distinct == list(range(distinct[0], distinct[-1] + 1)), table
-        assert distinct[-1] + 1 == ns.state.next_sequences[(0, ns.resolve_table(table))]
-    assert ns.state.next_sequences[(0, ns.resolve_table("a"))] > 9  # several entries per write
+        assert distinct[-1] + 1 == ns.table_regions(ns.resolve_table(table))[0]
+    assert ns.table_regions(ns.resolve_table("a"))[0] > 9  # several entries per write
 
 
 def test_table_routing_and_schema_errors(open_ns):
@@ -234,12 +234,12 @@ def test_mark_deleted_table_claims_keep_data(open_ns):
     Cleaner(ns, grace_ms=0).run_once()
     reopened = open_ns()
     assert reopened.steps() == range(4, 4)
-    assert reopened.state.base_step == 1  # step 1 holds kept's sequence 1
+    assert reopened.first_indexed_step() == 1  # step 1 holds kept's sequence 1
     assert reopened.store.open_region(0).low_watermark() == 1  # kept's sequence 1, step 1
     assert reopened.store.open_region(1).low_watermark() == 1  # whole steps are kept
     reopened.mark_deleted("kept", 4)
     Cleaner(reopened, grace_ms=0).run_once()
-    assert reopened.state.base_step == 4
+    assert reopened.first_indexed_step() == 4
     with pytest.raises(RoutingError, match="past the next sequence 4 of the table in region 0"):
         reopened.mark_deleted("kept", 9)
 

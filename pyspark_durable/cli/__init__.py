@@ -9,6 +9,7 @@
     durablewal check /data/wal --namespace orders        # exit 1 lists every problem
     durablewal clean /data/wal --grace-ms 0 --json
     durablewal retention /data/wal --namespace orders --max-steps 1000
+    durablewal kafka start --sasl                        # a local broker; kafka stop ends it
 
 The WAL is a folder (file backend: ``PATH`` or ``--path``) or a Kafka cluster
 (``--bootstrap-servers``; client settings such as SASL credentials from a properties
@@ -36,10 +37,10 @@ from contextlib import contextmanager
 
 from pyspark_durable.errors import DecodeError, DurableWalError
 from pyspark_durable.secrets import RedactingFilter
-from pyspark_durable.wal.cleaner import DEFAULT_GRACE_MS
+from pyspark_durable.wal.upkeep.cleaner import DEFAULT_GRACE_MS
 
-from . import commands, kafka_acls, maintain, render
-from .target import CliError
+from . import commands, kafka, maintain, render
+from .shared import DEFAULT_NAMESPACE, CliError, DefaultNamespace
 
 PROG = "durablewal"
 # top-level --help: how to point any command at a WAL (the subcommands' options say it
@@ -123,7 +124,8 @@ def _backend_options() -> argparse.ArgumentParser:
 
 def _namespace_option() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--namespace", default="default", help="namespace (default %(default)s)")
+    p.add_argument("--namespace", default=DefaultNamespace(DEFAULT_NAMESPACE),
+                   help="namespace (default %(default)s)")
     return p
 
 
@@ -160,8 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default: the newest {commands.STEPS_SHOWN} unless --from, --to "
                         "or --all)")
     p.add_argument("--all", action="store_true", help="every retained step")
-    add("lag", maintain.cmd_lag, "per registered reader (readerId): steps, rows, bytes and "
-        "seconds behind the WAL's end")
+    p = add("lag", maintain.cmd_lag, "per registered reader (readerId): steps, rows, bytes and "
+            "seconds behind the WAL's end")
+    p.add_argument("--format", choices=("text", "json", "prometheus"), default="text",
+                   help="json: as --json; prometheus: Prometheus's text exposition format, for "
+                        "a node exporter's textfile collector (default %(default)s)")
     p = add("tail", commands.cmd_tail, "the last rows of a table")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--table", help="table name (always a name, even if it looks like a "
@@ -194,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clear", action="store_true", help="keep everything (no limits)")
     p.add_argument("--drop-reader", action="append", metavar="ID",
                    help="forget a reader, so it no longer holds retention (repeatable)")
-    kafka_acls.add_parser(sub)
+    kafka.add_parser(sub)
     p = sub.add_parser("demo", add_help=False, help="run the demo (arguments pass through)",
                        description="Run pyspark_durable.demo; every argument passes through.")
     p.set_defaults(handler=commands.cmd_demo)
@@ -268,7 +273,8 @@ def _unrecognized(sub: argparse.ArgumentParser, extra: Sequence[str]) -> str:
     """``unrecognized arguments: --namspace (did you mean --namespace?)``."""
     import difflib
 
-    flags = [s for a in sub._actions for s in a.option_strings if s.startswith("--")]
+    # argparse lists a parser's flags only in _actions
+    flags = [s for a in sub._actions for s in a.option_strings if s.startswith("--")]  # noqa: SLF001
     notes = []
     for arg in extra:
         close = difflib.get_close_matches(arg.split("=", 1)[0], flags, n=1, cutoff=0.6)

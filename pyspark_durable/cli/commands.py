@@ -3,7 +3,7 @@
 :mod:`pyspark_durable.cli.maintain`. Each reads a WAL and prints a table or JSON.
 
 Every handler takes the parsed arguments and returns the exit code. Handlers open
-namespaces through :mod:`pyspark_durable.cli.target` (never creating one) and close
+namespaces through :mod:`pyspark_durable.cli.shared` (never creating one) and close
 what they open; they raise :class:`CliError` or the package's own errors for the
 top level to print in one line.
 """
@@ -13,63 +13,51 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections import deque
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+import pyspark_durable.cli.layout as layout
+from pyspark_durable.endpoint.config import EndpointConfig
 from pyspark_durable.endpoint.step_times import first_step_since
-from pyspark_durable.errors import DurableWalError
+from pyspark_durable.errors import DurableWalError, NotAWal
 from pyspark_durable.times import timestamp_ms
 from pyspark_durable.wal import Namespace, StepCommit, TableInfo
 from pyspark_durable.wal.metadata import METADATA_NAMES, metadata_columns
 from pyspark_durable.wal.namespace import COMMITS_LOG
 from pyspark_durable.wal.queries import TableSize
 
-from .render import Part, Progress, TextTable, emit, emit_json, iso_ms, span
-from .target import (
+from .render import Part, Progress, TextTable, iso_ms, span
+from .shared import (
     CliError,
-    Target,
-    list_namespaces,
-    open_existing_namespace,
-    target_from_args,
+    endpoint_config,
+    namespaces_of,
+    no_namespace_folder,
+    open_namespace,
+    opened_namespace,
+    output,
+    table_name,
+    where,
 )
-
-
-@contextmanager
-def _namespace(args: argparse.Namespace) -> Iterator[Namespace]:
-    ns = open_existing_namespace(target_from_args(args), args.namespace)
-    try:
-        yield ns
-    finally:
-        ns.close()
-
-
-def _output(args: argparse.Namespace, doc: Any, *parts: Part) -> None:
-    """``doc`` as JSON with ``--json``, else the parts: lines of text and tables."""
-    if args.json:
-        emit_json(doc)
-    else:
-        emit(*parts)
 
 
 def _schema_text(info: TableInfo) -> str:
     return ", ".join(f"{f.name}: {f.type}" for f in info.schema)
 
 
-def _table_name(tables: Mapping[int, TableInfo], table_id: int) -> str:
-    info = tables.get(table_id)
-    return info.name if info is not None else str(table_id)
-
-
 # -- namespaces ---------------------------------------------------------------------
 
 
-def _namespace_summary(target: Target, name: str, names: list[str]) -> dict[str, Any]:
+def _namespace_summary(cfg: EndpointConfig, names: list[str]) -> dict[str, Any]:
+    name = cfg.namespace
+    kind = no_namespace_folder(cfg)
+    if kind is not None:
+        return {"name": name, "error": f"{kind}: it is no namespace"}
     try:
-        ns = open_existing_namespace(target, name, names)
+        ns = open_namespace(cfg, names)
     except (DurableWalError, CliError) as exc:
         return {"name": name, "error": str(exc)}
     try:
@@ -81,29 +69,33 @@ def _namespace_summary(target: Target, name: str, names: list[str]) -> dict[str,
         ns.close()
 
 
-def _not_a_wal_root(target: Target, names: list[str]) -> CliError | None:
-    """Why ``target`` is no folder of namespaces, if it is not: a file WAL's PATH that is
+def _not_a_wal_root(cfg: EndpointConfig, names: list[str]) -> DurableWalError | CliError | None:
+    """Why ``cfg`` is no folder of namespaces, if it is not: a file WAL's PATH that is
     one namespace's own folder (it has a commits log), or a folder none of whose folders
-    is a namespace. A table of "not a WAL namespace" notes would bury the mistake."""
-    if target.backend != "file":
+    is a namespace (Spark checkpoints and output folders are named as such, and a WAL
+    root among them is the PATH to give). A table of notes would bury the mistake."""
+    if cfg.backend != "file":
         return None
-    root = Path(target.options["path"])
-    if (root / COMMITS_LOG).is_dir():
+    root = Path(cfg.options["path"])
+    if layout.wal_namespace(root):
         return CliError(f"PATH {root} is the namespace {root.name!r} itself; give its parent "
                         f"folder {root.parent}")
-    if any((root / name / COMMITS_LOG).is_dir() for name in names):
+    if layout.namespaces_in(root):
         return None
+    hint = layout.one_level_off(root, None)
+    if hint:
+        return NotAWal(f"no WAL namespace in {where(cfg)}: {hint}")
     inside = f"its folders {', '.join(names)} have" if names else "it is empty: it has"
-    return CliError(f"no WAL namespace in {target.where} ({inside} no {COMMITS_LOG} log); "
+    return CliError(f"no WAL namespace in {where(cfg)} ({inside} no {COMMITS_LOG} log); "
                     "give the WAL root folder, the one a query's .save(path) or "
                     ".start(path) was given")
 
 
 def cmd_namespaces(args: argparse.Namespace) -> int:
     """List namespaces, with a summary of each unless ``--names-only``."""
-    target = target_from_args(args)
-    names = list_namespaces(target)
-    mistake = _not_a_wal_root(target, names)
+    cfg = endpoint_config(args)
+    names = namespaces_of(cfg)
+    mistake = _not_a_wal_root(cfg, names)
     if mistake is not None:
         raise mistake
     found: list[dict[str, Any]] = [{"name": name} for name in names]
@@ -112,20 +104,20 @@ def cmd_namespaces(args: argparse.Namespace) -> int:
             task = progress.task("namespaces", len(names), "namespaces")
             for i, name in enumerate(names):
                 progress.update(task, description=f"namespace {name}")
-                found[i] = _namespace_summary(target, name, names)
+                found[i] = _namespace_summary(replace(cfg, namespace=name), names)
                 progress.advance(task)
-    doc = {"backend": target.backend, "where": target.where, "namespaces": found}
+    doc = {"backend": cfg.backend, "where": where(cfg), "namespaces": found}
     if args.names_only:
-        shown: Part = "\n".join(n["name"] for n in found) or f"no namespaces in {target.where}"
+        shown: Part = "\n".join(n["name"] for n in found) or f"no namespaces in {where(cfg)}"
     elif not found:
-        shown = f"no namespaces in {target.where}"
+        shown = f"no namespaces in {where(cfg)}"
     else:
         rows = [[n["name"], "-", "-", "-", "-", n["error"]] if "error" in n else
                 [n["name"], n["id"], len(n["regions"]), len(n["tables"]),
                  span(n["first_step"], n["next_step"]), ""] for n in found]
         shown = TextTable(["namespace", "id", "regions", "tables", "steps", "note"], rows,
                           whole={"note"})
-    _output(args, doc, shown)
+    output(args, doc, shown)
     return 0
 
 
@@ -155,27 +147,27 @@ def _regions_notes(expired_before: int, base_step: int,
 def cmd_regions(args: argparse.Namespace) -> int:
     """Regions with their watermarks, the tables living in each, and how many of their
     entries belong to retained steps, to expired steps, or to no committed step."""
-    with _namespace(args) as ns:
+    with opened_namespace(args) as ns:
         steps, base_step = ns.steps(), ns.first_indexed_step()
         regions = ns.region_entries()
         infos, keys = ns.tables(refresh=False), sorted(ns.table_keys())
     found = []
     for r in regions:
-        tables = sorted(_table_name(infos, t) for region, t in keys if region == r.region_id)
+        tables = sorted(table_name(infos, t) for region, t in keys if region == r.region_id)
         found.append({"region": r.region_id, "low_watermark": r.low, "high_watermark": r.high,
                       "entries": r.high - r.low, "tables": tables, "committed": r.retained,
                       "expired": r.expired, "uncommitted": r.uncommitted})
     doc = {"namespace": args.namespace, "regions": found,
            "steps": [steps.start, steps.stop], "first_indexed_step": base_step}
     if not found:
-        _output(args, doc, f"namespace {args.namespace!r} has no regions")
+        output(args, doc, f"namespace {args.namespace!r} has no regions")
         return 0
     rows = [[r["region"], r["low_watermark"], r["high_watermark"], r["entries"],
              r["committed"], r["expired"], r["uncommitted"], ", ".join(r["tables"]) or "-"]
             for r in found]
     headers = ["region", "low", "high", "entries", "committed", "expired", "uncommitted",
                "tables"]
-    _output(args, doc, TextTable(headers, rows), *_regions_notes(steps.start, base_step, found))
+    output(args, doc, TextTable(headers, rows), *_regions_notes(steps.start, base_step, found))
     return 0
 
 
@@ -185,7 +177,7 @@ def cmd_regions(args: argparse.Namespace) -> int:
 def cmd_tables(args: argparse.Namespace) -> int:
     """Tables with their schema, and per region the rows and sequence range of the
     retained steps (sequences count per (region, table))."""
-    with _namespace(args) as ns:
+    with opened_namespace(args) as ns:
         steps = ns.steps()
         sizes = ns.table_sizes(steps.start)  # expired steps are no longer readable
         found = []
@@ -220,7 +212,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
                          span(r["first_sequence"], r["next_sequence"]), schema])
     shown = TextTable(["table", "region", "format", "rows", "sequences", "schema"], rows,
                       whole={"schema"}) if found else f"namespace {args.namespace!r} has no tables"
-    _output(args, doc, shown)
+    output(args, doc, shown)
     return 0
 
 
@@ -252,7 +244,7 @@ def _step_range(args: argparse.Namespace, retained: range) -> range:
 def _step_doc(tables: Mapping[int, TableInfo], c: StepCommit) -> dict[str, Any]:
     return {"step": c.step, "writer_id": c.writer_id, "writer_step": c.writer_step,
             "rows": c.rows, "bytes": c.size_bytes, "entries": sum(r.entries for r in c.runs),
-            "regions": c.regions, "tables": [_table_name(tables, t) for t in c.tables],
+            "regions": c.regions, "tables": [table_name(tables, t) for t in c.tables],
             "attempts": list(c.attempts), "commit_timestamp_ms": c.timestamp_ms,
             "committed_at": iso_ms(c.timestamp_ms),
             "event_time": None if c.event_time is None else
@@ -261,7 +253,7 @@ def _step_doc(tables: Mapping[int, TableInfo], c: StepCommit) -> dict[str, Any]:
 
 def cmd_steps(args: argparse.Namespace) -> int:
     """Committed steps: writer id and step, rows, bytes, commit time."""
-    with _namespace(args) as ns:
+    with opened_namespace(args) as ns:
         retained = ns.steps()
         chosen = _step_range(args, retained)
         tables = ns.tables(refresh=False)
@@ -279,7 +271,7 @@ def cmd_steps(args: argparse.Namespace) -> int:
     headers = ["step", "writer", "writer_step", "rows", "bytes", "tables", "committed",
                "event time"]
     listing = [TextTable(headers, rows)] if found else []
-    _output(args, doc, head, *listing)
+    output(args, doc, head, *listing)
     return 0
 
 
@@ -325,7 +317,7 @@ def _tail_rows(ns: Namespace, info: TableInfo, n: int, progress: Progress,
 
 def cmd_tail(args: argparse.Namespace) -> int:
     """The last rows of one table, with the step and sequence each came from."""
-    with _namespace(args) as ns, Progress(not args.json) as progress:
+    with opened_namespace(args) as ns, Progress(not args.json) as progress:
         info = ns.table(args.table if args.table_id is None else args.table_id)
         since = 0 if args.since is None else first_step_since(
             ns, timestamp_ms("--since", args.since), "--since")
@@ -336,7 +328,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
            "rows": records}
     shown = TextTable(columns, [[r[c] for c in columns] for r in records]) if records \
         else f"table {info.name!r} has no rows in the retained steps"
-    _output(args, doc, shown)
+    output(args, doc, shown)
     return 0
 
 

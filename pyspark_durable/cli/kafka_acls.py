@@ -28,14 +28,8 @@ from .render import emit, emit_json
 HELP = "print the ACLs of a role on a namespace, and its topics, for Kafka's own tools"
 
 
-def add_parser(sub: Any) -> None:
-    """``kafka acls`` (the ``kafka`` command's ``acls`` action)."""
-    kafka = sub.add_parser("kafka", help="Kafka administration", description="Kafka administration")
-    add_action(kafka.add_subparsers(dest="action", required=True, metavar="ACTION"))
-
-
 def add_action(actions: Any) -> None:
-    """The ``acls`` action, added to the ``kafka`` command's actions."""
+    """The ``acls`` action of the ``kafka`` command (:mod:`.kafka`)."""
     a = actions.add_parser("acls", help=HELP, description=HELP)
     a.add_argument("--namespace", required=True, help="the namespace")
     a.add_argument("--principal", required=True, metavar="User:NAME",

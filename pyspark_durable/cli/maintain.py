@@ -6,18 +6,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any, cast
 
-from pyspark_durable.endpoint.lag import reader_lags
+from pyspark_durable.endpoint.lag import prometheus_text, reader_lags
 from pyspark_durable.errors import DurableWalError
-from pyspark_durable.log import Log, LogStore
 from pyspark_durable.log.base import Reserve
 from pyspark_durable.wal import Cleaner, RetentionPolicy
-from pyspark_durable.wal.check import run_check
+from pyspark_durable.wal.upkeep.check import run_check
 
-from .commands import _namespace, _output
 from .render import Part, Progress, TextTable, iso_ms, span, styled
-from .target import open_listed_store, target_from_args
+from .shared import endpoint_config, open_store, opened_namespace, output
 
 RESERVE_TEXT = {Reserve.KEPT: "in place", Reserve.RECREATED: "re-created (it was released)",
                 Reserve.MISSING: "released, and no room to re-create it yet (the next clean "
@@ -26,7 +23,7 @@ RESERVE_TEXT = {Reserve.KEPT: "in place", Reserve.RECREATED: "re-created (it was
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Verify the namespace; exit 1 with the list of problems when anything is wrong."""
-    store = open_listed_store(target_from_args(args), args.namespace)
+    store = open_store(endpoint_config(args))
     try:
         with Progress(not args.json) as progress:
             report = run_check(store, progress, deep=args.deep)
@@ -34,66 +31,19 @@ def cmd_check(args: argparse.Namespace) -> int:
         store.close()
     where = f"namespace {args.namespace!r}"
     if report.ok:
-        _output(args, report.to_json(),
+        output(args, report.to_json(),
                 styled("OK", "bold green") + f": {where}: {report.summary()}")
     else:
         head = styled("FAILED", "bold red") + (f": {where}: {len(report.problems)} problem(s) "
                                                f"(checked {report.summary()}):")
-        _output(args, report.to_json(), head, *(f"  {p.text()}" for p in report.problems))
+        output(args, report.to_json(), head, *(f"  {p.text()}" for p in report.problems))
     return 0 if report.ok else 1
-
-
-class _WatchedStore:
-    """A namespace's store as a cleaner pass sees it, moving a progress bar.
-
-    The pass opens each region once, to read its watermarks and search for entries
-    younger than the grace (a few reads per region: slow on a remote broker), then
-    deletes below a bound in some regions. The bar counts regions examined (one is
-    done when the pass opens the next, all when it returns) and names what is under way.
-    """
-
-    def __init__(self, store: LogStore, progress: Progress, task: Any) -> None:
-        self._store, self._progress, self._task = store, progress, task
-        self._opened = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-    def open_region(self, region_id: int, create: bool = True) -> Log:
-        self._progress.update(self._task, completed=self._opened,
-                              description=f"clean: region {region_id}")
-        self._opened += 1
-        region = self._store.open_region(region_id, create=create)
-        return cast(Log, _WatchedRegion(region, region_id, self._progress, self._task))
-
-
-class _WatchedRegion:
-    """A region log whose deletions show on the progress bar."""
-
-    def __init__(self, log: Log, region_id: int, progress: Progress, task: Any) -> None:
-        self._log, self._region_id, self._progress, self._task = log, region_id, progress, task
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._log, name)
-
-    def delete_before(self, offset: int) -> None:
-        self._progress.update(self._task, description=f"clean: deleting region "
-                                                      f"{self._region_id} below {offset}")
-        self._log.delete_before(offset)
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
     """One cleaner pass: snapshot, then delete what no retained step or table needs."""
-    with _namespace(args) as ns, Progress(not args.json) as progress:
-        regions_total = len(ns.store.list_regions())
-        task = progress.task("clean", regions_total, "regions")
-        store = ns.store
-        ns.store = cast(LogStore, _WatchedStore(store, progress, task))
-        try:
-            report = Cleaner(ns, grace_ms=args.grace_ms).run_once()
-        finally:
-            ns.store = store
-        progress.update(task, completed=regions_total, description="clean: done")
+    with opened_namespace(args) as ns, Progress(not args.json) as progress:
+        report = Cleaner(ns, grace_ms=args.grace_ms).run_once(progress)
     regions = [{"region": r, "low_before": before, "low_after": after, "freed": after - before}
                for r, (before, after) in sorted(report.regions.items())]
     doc = {"namespace": args.namespace, "grace_ms": args.grace_ms,
@@ -118,13 +68,13 @@ def cmd_clean(args: argparse.Namespace) -> int:
         lines.append(TextTable(["region", "low_before", "low_after", "freed"],
                                [[r["region"], r["low_before"], r["low_after"], r["freed"]]
                                 for r in regions]))
-    _output(args, doc, *lines)
+    output(args, doc, *lines)
     return 0
 
 
 def cmd_retention(args: argparse.Namespace) -> int:
     """Show the namespace's retention policy and readers; set the policy, drop a reader."""
-    with _namespace(args) as ns:
+    with opened_namespace(args) as ns:
         if args.clear:
             ns.set_retention(RetentionPolicy())
         elif args.max_steps is not None or args.max_age_ms is not None:
@@ -157,19 +107,23 @@ def cmd_retention(args: argparse.Namespace) -> int:
         lines.append(TextTable(["reader", "next_step", "holds_retention"],
                                [[r["reader"], r["next_step"], r["holds_retention"]]
                                 for r in readers]))
-    _output(args, doc, *lines)
+    output(args, doc, *lines)
     return 0
 
 
 def cmd_lag(args: argparse.Namespace) -> int:
     """Per registered reader (readerId): steps, rows, bytes and seconds behind the end."""
-    with _namespace(args) as ns:
+    with opened_namespace(args) as ns:
         lags = reader_lags(ns)
         end = ns.steps(refresh=False).stop
+    if args.format == "prometheus":
+        print(prometheus_text(args.namespace, end, lags), end="")
+        return 0
+    args.json = args.json or args.format == "json"
     doc = {"namespace": args.namespace, "end_step": end,
            "readers": [lag.to_json() for lag in lags]}
     if not lags:
-        _output(args, doc, f"namespace {args.namespace!r} has no registered readers (a "
+        output(args, doc, f"namespace {args.namespace!r} has no registered readers (a "
                            "streaming read registers with .option(\"readerId\", ...))")
         return 0
     columns = ["reader", "next_step", "steps_behind", "rows_behind", "bytes_behind",
@@ -177,7 +131,7 @@ def cmd_lag(args: argparse.Namespace) -> int:
     rows = [[lag.reader, lag.next_step, lag.steps_behind, lag.rows_behind, lag.bytes_behind,
              f"{lag.seconds_behind:.1f}", lag.expired_behind, lag.holds_retention]
             for lag in lags]
-    _output(args, doc, f"WAL end (next step): {end}", TextTable(columns, rows))
+    output(args, doc, f"WAL end (next step): {end}", TextTable(columns, rows))
     return 0
 
 

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark_durable.errors import ConfigError
-from pyspark_durable.log import open_store
+from pyspark_durable.errors import ConfigError, DurableWalError, NotAWal, UnknownNamespace
+from pyspark_durable.log import LogStore, open_store, store_class
 from pyspark_durable.log.base import is_decimal
 from pyspark_durable.wal import DEFAULT_TABLE, Namespace
+from pyspark_durable.wal.namespace import COMMITS_LOG
 
 KEYS = ("backend", "namespace", "namespace_id", "options", "writer_id", "reader_id", "table",
         "region", "payload_format", "tables", "regions")
@@ -110,6 +111,57 @@ def namespaces_beside(config: EndpointConfig | Mapping[str, Any]) -> tuple[list[
         return store.sibling_namespaces(), store.location()
     finally:
         store.close()
+
+
+# -- opening what exists, creating nothing --------------------------------------------
+# Opening a Namespace with ``create`` appends its ``ns`` record when it is missing, and a
+# store may make folders or topics as it opens logs. A tool that only looks (the
+# ``durablewal`` CLI) must do neither: a typo in a namespace's name would leave a new,
+# empty namespace behind. So it opens a namespace only when the backend lists it and it
+# has a commits log, and then with the id it was created with.
+
+
+def list_namespaces(config: EndpointConfig | Mapping[str, Any]) -> list[str]:
+    """The namespaces the backend lists where ``config`` points (its namespace aside)."""
+    cfg = _config(config)
+    return store_class(cfg.backend).list_namespaces(cfg.options)
+
+
+def open_existing_store(config: EndpointConfig | Mapping[str, Any],
+                        names: list[str] | None = None) -> LogStore:
+    """The store of a namespace the backend lists and that has a commits log.
+
+    Does not replay the commits log, so that a checker can report a damaged one.
+    ``names`` (the backend's namespace list) saves listing again when the caller has it.
+    An unlisted namespace is :class:`UnknownNamespace`; one without a commits log is
+    :class:`NotAWal`.
+    """
+    cfg = _config(config)
+    if names is None:
+        names = list_namespaces(cfg)
+    if cfg.namespace not in names:
+        raise UnknownNamespace(cfg.namespace, names)
+    store = open_store(cfg.backend, cfg.namespace, **dict(cfg.options))
+    try:
+        if COMMITS_LOG not in store.list_logs():
+            raise NotAWal(f"namespace {cfg.namespace!r} is not a WAL namespace (it has no "
+                          f"{COMMITS_LOG} log) in {store.location()}")
+    except DurableWalError:
+        store.close()
+        raise
+    return store
+
+
+def open_existing_namespace(config: EndpointConfig | Mapping[str, Any],
+                            names: list[str] | None = None) -> Namespace:
+    """A :class:`Namespace` over an existing namespace (see :func:`open_existing_store`),
+    opened with its own id; its state is recovered once."""
+    store = open_existing_store(config, names)
+    try:
+        return Namespace(store, None, create=False)  # an empty one is LogNotFound, named
+    except DurableWalError:
+        store.close()
+        raise
 
 
 def input_endpoint(config: EndpointConfig | Mapping[str, Any]):  # -> DurableInputEndpoint

@@ -58,3 +58,43 @@ def reader_lags(ns: Namespace, now_ms: int | None = None) -> list[ReaderLag]:
             expired_behind=max(0, min(steps.start, steps.stop) - position.next_step),
             seconds_behind=seconds, holds_retention=position.hold))
     return lags
+
+
+# name, HELP text, ReaderLag field: gauges in Prometheus's base units (seconds, bytes)
+PROMETHEUS_GAUGES = (
+    ("durablewal_reader_lag_steps", "Committed steps the reader has not read (its next step to "
+     "the WAL's end); 0 when caught up.", "steps_behind"),
+    ("durablewal_reader_lag_rows", "Rows of the retained steps the reader has not read.",
+     "rows_behind"),
+    ("durablewal_reader_lag_bytes", "Bytes of the retained steps the reader has not read.",
+     "bytes_behind"),
+    ("durablewal_reader_lag_seconds", "Now minus the commit time of the reader's next step; "
+     "0 when caught up, so it does not grow while a caught-up reader idles.", "seconds_behind"),
+    ("durablewal_reader_expired_steps", "Steps the reader had not read that retention "
+     "expired (lost to it).", "expired_behind"),
+    ("durablewal_reader_next_step", "The first step the reader has not committed.", "next_step"),
+    ("durablewal_reader_holds_retention", "1 if the reader holds retention (holdRetention).",
+     "holds_retention"),
+)
+
+
+def _label(value: str) -> str:
+    """A label value escaped as the text exposition format asks: backslash, quote, newline."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def prometheus_text(namespace: str, end_step: int, lags: list[ReaderLag]) -> str:
+    """The readers' lag in Prometheus's text exposition format, one gauge family per
+    measure labelled by namespace and reader, plus the WAL's next step: what a node
+    exporter's textfile collector reads. Written by hand: seven gauges do not need a
+    client library."""
+    ns = f'namespace="{_label(namespace)}"'
+    lines = ["# HELP durablewal_wal_next_step The step the namespace commits next (its end).",
+             "# TYPE durablewal_wal_next_step gauge", f"durablewal_wal_next_step{{{ns}}} {end_step}"]
+    for name, help_, field in PROMETHEUS_GAUGES:
+        lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
+        for lag in lags:
+            value = getattr(lag, field)
+            value = int(value) if isinstance(value, bool) else value
+            lines.append(f'{name}{{{ns},reader="{_label(lag.reader)}"}} {value}')
+    return "\n".join(lines) + "\n"

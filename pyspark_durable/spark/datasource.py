@@ -27,8 +27,8 @@ from pyspark_durable.spark.source import (
     WalStreamReader,
 )
 from pyspark_durable.wal import Namespace
+from pyspark_durable.wal.format.schemas import union_by_name
 from pyspark_durable.wal.metadata import METADATA_FIELDS
-from pyspark_durable.wal.schemas import union_by_name
 
 PICK_NAMESPACE = '.option("namespace", NAME)'
 

@@ -27,7 +27,9 @@ log = logging.getLogger(__name__)
 
 
 class LagListener(StreamingQueryListener):
-    """On each progress event, logs (and hands to ``on_lag``) registered readers' lag.
+    """On each progress and idle event, logs (and hands to ``on_lag``) registered readers'
+    lag: a reader records where it is when Spark asks for the next batch, which an idle
+    query does on every trigger, so its idle events are where a caught-up reader shows 0.
 
     ``options`` are the read's own options (``namespace``, ``path`` or ``backend`` and
     ``kafka.*``); ``reader_id`` limits it to one reader (None: every registered reader).
@@ -45,6 +47,12 @@ class LagListener(StreamingQueryListener):
         pass
 
     def onQueryProgress(self, event) -> None:
+        self._report(event.progress.name or event.progress.id)
+
+    def onQueryIdle(self, event) -> None:
+        self._report(event.id)
+
+    def _report(self, query: object) -> None:
         try:
             lags = reader_lags(namespace_for(self.opts, create=False))
         except DurableWalError as exc:
@@ -52,13 +60,9 @@ class LagListener(StreamingQueryListener):
             return
         for lag in lags:
             if self.reader_id is None or lag.reader == self.reader_id:
-                log.info("namespace=%s query=%s: %s", self.opts.namespace,
-                         event.progress.name or event.progress.id, lag.text())
+                log.info("namespace=%s query=%s: %s", self.opts.namespace, query, lag.text())
                 if self.on_lag is not None:
                     self.on_lag(lag)
-
-    def onQueryIdle(self, event) -> None:
-        pass
 
     def onQueryTerminated(self, event) -> None:
         pass

@@ -29,8 +29,8 @@ from pyspark_durable.spark.option_values import (
     text,
     timestamp,
 )
-from pyspark_durable.wal.cleaner import DEFAULT_GRACE_MS
 from pyspark_durable.wal.namespace import DEFAULT_TABLE, ENTRY_MAX_BYTES
+from pyspark_durable.wal.upkeep.cleaner import DEFAULT_GRACE_MS
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from pyspark_durable.wal.records import Run
+from pyspark_durable.wal.format.records import Run
 
 SPLIT_MIN_ROWS = 100_000  # by default a read is not split into pieces smaller than this
 

@@ -134,7 +134,7 @@ def push(filters: Iterable[Filter], with_metadata: bool) -> tuple[Pruning, list[
 def spark_is_pushing(depth: int = 8) -> bool:
     """Whether the caller runs inside Spark's filter-pushdown planning worker (which
     calls ``DataSource.reader`` and then ``pushFilters`` on what it gets)."""
-    frame = sys._getframe(1)
+    frame = sys._getframe(1)  # noqa: SLF001 - CPython's documented frame access
     for _ in range(depth):
         if frame is None:
             return False

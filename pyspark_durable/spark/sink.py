@@ -33,8 +33,8 @@ from pyspark_durable.spark.arrow_types import check_readable, read_schema
 from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.session_cache import namespace_for
 from pyspark_durable.wal import AttemptReceipt, Cleaner, RetentionPolicy
-from pyspark_durable.wal.clocks import clean_due
 from pyspark_durable.wal.metadata import METADATA_NAMES
+from pyspark_durable.wal.replay.clocks import clean_due
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +270,7 @@ class WalBatchWriter(DataSourceArrowWriter):
         self.opts = opts
         self.schema = schema
         self.writer_id = f"batch-{uuid.uuid4().hex}"
-        # one-off: the WAL forgets this writer after its dedup window (wal/dedup.py)
+        # one-off: the WAL forgets this writer after its dedup window (wal/replay/dedup.py)
         self.started_ms = int(time.time() * 1000)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WalCommitMessage:

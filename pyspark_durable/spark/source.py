@@ -50,8 +50,9 @@ from pyspark_durable.spark.pushdown import Pruning, push
 from pyspark_durable.spark.session_cache import namespace_for
 from pyspark_durable.times import iso
 from pyspark_durable.wal import Namespace, StepCommit
+from pyspark_durable.wal.format.records import Run
 from pyspark_durable.wal.metadata import METADATA_NAMES, metadata_columns
-from pyspark_durable.wal.records import Run
+from pyspark_durable.wal.replay.state import ReaderPosition
 
 log = logging.getLogger(__name__)
 
@@ -262,18 +263,25 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         ns = namespace_for(self.opts, create=False)
-        return offset(ns, self._hold(ns, first_step(ns, self.opts, stream=True)))
+        return offset(ns, self._record(ns, first_step(ns, self.opts, stream=True)))
 
-    def _hold(self, ns: Namespace, step: int) -> int:
-        """With ``holdRetention``: record that this reader needs steps from ``step`` on.
+    def _record(self, ns: Namespace, step: int) -> int:
+        """With ``readerId``: record that this reader needs steps from ``step`` on.
 
-        Recorded when a batch is planned (Spark hands ``start`` only once the batch
-        before it is done), not only in :meth:`commit`, which Spark calls late: else
-        the first batch and the last one before a stop would hold nothing. A cleaner
-        may expire ``step`` just before the record lands: the caller checks again.
+        Spark hands a batch's ``start`` only once the batch before it is done, and asks
+        for it on every trigger, with or without new data; :meth:`commit` comes only
+        when Spark plans a batch with data, so recording there alone would leave the
+        last batch of a run unrecorded (an ``availableNow`` query that read everything
+        would never register, an idle one would stay a batch behind). With
+        ``holdRetention`` the record also keeps ``step`` from expiring. A cleaner may
+        expire ``step`` just before the record lands: the caller checks again. Nothing
+        is appended while the position stands (an idle query asks every few ms).
         """
-        if self.opts.hold_retention and step <= ns.steps(refresh=False).stop:
-            ns.commit_reader(self.opts.reader_id, step, hold=True)  # refreshes after
+        reader = self.opts.reader_id
+        wanted = ReaderPosition(step, self.opts.hold_retention)
+        if (reader is not None and ns.reader_position(reader) != wanted
+                and step <= ns.steps(refresh=False).stop):
+            ns.commit_reader(reader, step, hold=self.opts.hold_retention)  # refreshes after
         return step
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -292,7 +300,7 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         ns = namespace_for(self.opts, create=False)
         # hold where this batch begins, then check again: a cleaner may have expired it
-        begin = check_available(ns, self.opts, self._hold(ns, resume_step(ns, self.opts, start)))
+        begin = check_available(ns, self.opts, self._record(ns, resume_step(ns, self.opts, start)))
         end = ns.steps(refresh=False).stop
         if self._target is not None:
             end = min(end, max(self._target, begin))

@@ -1,19 +1,52 @@
 """The WAL layer: namespaces, tables in regions, sequences, atomic idempotent steps.
 
-See :mod:`pyspark_durable.wal.namespace` for the commit protocol and
-:mod:`pyspark_durable.wal.cleaner` for retention; :mod:`pyspark_durable.wal.clocks`
-for the clock rules no single host's clock can push.
+Code outside ``wal/`` opens a :class:`Namespace` and asks it questions; what it is made
+of lies in three rings below it, each importing only the rings listed before it:
+``format/`` (what is written) knows nothing else of the WAL, ``replay/`` (how the log
+becomes state) reads ``format/``, the top modules drive both, and ``upkeep/`` (what runs
+beside the writers) drives the top. The modules, and what each is for:
+
+=================================  ========================================================
+module                             for
+=================================  ========================================================
+``namespace``                      the commit protocol (rules 1-8) and the handle on one WAL
+``attempt``                        one writer attempt: entries written, invisible until commit
+``tables``                         table names to ids, definitions, schema versions
+``reading``                        the read path: a step's entries, checked against its runs
+``queries``                        what a namespace answers about itself, as frozen values
+``metadata``                       the columns a reader gets beside a table's rows
+``reserve``                        room on a full disk for the records that free space
+``failpoints``                     named points in the protocols where tests pause or kill
+``progress``                       how a long pass (check, clean) reports its progress
+``format.records``                 the ``commits`` log's record kinds and their JSON
+``format.runs``                    a step's runs and their compact stored form
+``format.receipts``                what a writer attempt hands its committer
+``format.schemas``                 schema evolution: which versions may follow which
+``format.snapshot_file``           the checked envelope a snapshot is stored in
+``format.columns``                 a snapshot's Arrow blocks, read as columns row by row
+``replay.state``                   the state replay rebuilds, and its snapshots
+``replay.step_index``              which commits record is step *n*, in chunks
+``replay.chunk_table``             the step index's chunks as a snapshot stores them
+``replay.dedup``                   which ``(writer, writer_step)`` pairs replay remembers
+``replay.oneoff_block``            the one-off writers a snapshot remembers, as columns
+``replay.clocks``                  the WAL's clock, which no single host can push
+``replay.retention``               the retention policy: which steps are no longer needed
+``replay.snapshot_schedule``       when a committer writes a snapshot
+``upkeep.cleaner``                 the cleaner: expire, record a bound, delete, snapshot
+``upkeep.check``                   the integrity check (``durablewal check``)
+``upkeep.check_report``            what the check found, with coordinates
+=================================  ========================================================
 """
 
 from pyspark_durable.wal.attempt import Attempt
-from pyspark_durable.wal.cleaner import Cleaner, CleanReport
+from pyspark_durable.wal.format.receipts import AttemptReceipt, WrittenEntry
+from pyspark_durable.wal.format.records import StepCommit, TableInfo
+from pyspark_durable.wal.format.runs import Run
 from pyspark_durable.wal.namespace import DEFAULT_TABLE, Namespace
 from pyspark_durable.wal.reading import StepBatch
-from pyspark_durable.wal.receipts import AttemptReceipt, WrittenEntry
-from pyspark_durable.wal.records import StepCommit, TableInfo
-from pyspark_durable.wal.retention import RetentionPolicy
-from pyspark_durable.wal.runs import Run
+from pyspark_durable.wal.replay.retention import RetentionPolicy
 from pyspark_durable.wal.tables import table_id_for_name
+from pyspark_durable.wal.upkeep.cleaner import Cleaner, CleanReport
 
 __all__ = [
     "DEFAULT_TABLE",

@@ -9,25 +9,39 @@ from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pyarrow as pa
 
 from pyspark_durable.codec import EntryKey, codec_for
 from pyspark_durable.codec.keys import U64_MAX
 from pyspark_durable.errors import RoutingError
-from pyspark_durable.log import Log, Record
-from pyspark_durable.wal.receipts import AttemptReceipt, WrittenEntry, event_time_span
-from pyspark_durable.wal.runs import entry_digest
-from pyspark_durable.wal.schemas import conform
-
-if TYPE_CHECKING:
-    from pyspark_durable.wal.namespace import Namespace
+from pyspark_durable.log import Log, LogStore, Record
+from pyspark_durable.wal.format.receipts import AttemptReceipt, WrittenEntry, event_time_span
+from pyspark_durable.wal.format.records import TableInfo
+from pyspark_durable.wal.format.runs import entry_digest
+from pyspark_durable.wal.format.schemas import conform
 
 INFLIGHT_BYTES_MAX = 32 << 20  # per attempt: bounds a writer's memory, keeps the log busy
 # entries handed to the log in one append: several appends stay in flight at once, and a
 # large write never holds more than this of encoded entries that the log does not have yet
 APPEND_GROUP_BYTES = 8 << 20
+
+
+class WritesSteps(Protocol):
+    """What an attempt needs of the namespace it writes into (a ``Namespace`` is one):
+    so this module knows nothing of the namespace module, which makes attempts."""
+
+    name: str
+    store: LogStore
+    namespace_id: int
+    entry_max_bytes: int
+
+    def define_table(self, table: int | str, schema: pa.Schema, payload_format: str = ...,
+                     merge_schema: bool = ...) -> TableInfo: ...
+
+    def commit(self, writer_id: str, writer_step: int, receipts: list[AttemptReceipt],
+               consecutive: bool = ..., started_ms: int | None = ...) -> int: ...
 
 
 @dataclass(slots=True)
@@ -75,7 +89,7 @@ class Attempt:
     and only a receipt can make entries visible, so nothing is acknowledged early.
     """
 
-    def __init__(self, ns: Namespace, writer_id: str, writer_step: int, attempt_id: str) -> None:
+    def __init__(self, ns: WritesSteps, writer_id: str, writer_step: int, attempt_id: str) -> None:
         self.ns = ns
         self.writer_id = writer_id
         self.writer_step = writer_step

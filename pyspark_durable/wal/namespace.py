@@ -67,12 +67,8 @@ from pyspark_durable.errors import (
 from pyspark_durable.log import LogStore, Record
 from pyspark_durable.times import iso
 from pyspark_durable.wal.attempt import Attempt
-from pyspark_durable.wal.clocks import CLOCK_STEP_MS
-from pyspark_durable.wal.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
-from pyspark_durable.wal.queries import NamespaceQueries
-from pyspark_durable.wal.reading import NamespaceReads
-from pyspark_durable.wal.receipts import AttemptReceipt, build_runs, event_time_span
-from pyspark_durable.wal.records import (
+from pyspark_durable.wal.format.receipts import AttemptReceipt, build_runs, event_time_span
+from pyspark_durable.wal.format.records import (
     ClocksRecord,
     CommitRecord,
     DedupRecord,
@@ -86,10 +82,14 @@ from pyspark_durable.wal.records import (
     WriterRecord,
     encode_meta,
 )
+from pyspark_durable.wal.queries import NamespaceQueries, handed_out
+from pyspark_durable.wal.reading import NamespaceReads
+from pyspark_durable.wal.replay.clocks import CLOCK_STEP_MS
+from pyspark_durable.wal.replay.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
+from pyspark_durable.wal.replay.retention import RetentionPolicy
+from pyspark_durable.wal.replay.snapshot_schedule import SnapshotSchedule
+from pyspark_durable.wal.replay.state import NamespaceState, ReaderPosition
 from pyspark_durable.wal.reserve import using_reserve
-from pyspark_durable.wal.retention import RetentionPolicy
-from pyspark_durable.wal.snapshot_schedule import SnapshotSchedule
-from pyspark_durable.wal.state import NamespaceState, ReaderPosition
 from pyspark_durable.wal.tables import NamespaceTables
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
     """One WAL namespace over a :class:`LogStore`; see the module docstring.
 
     Outside ``wal/``, ask it questions (:class:`NamespaceQueries`, ``steps``, ``tables``,
-    ``table``, ``step_commit``, ``retention``); never read ``state``.
+    ``table``, ``step_commit``, ``retention``); its replay state ``_state`` is its own.
     """
 
     def __init__(
@@ -149,31 +149,31 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
             names = [n for n in store.sibling_namespaces() if n != self.name]
             raise LogNotFound(f"unknown namespace {self.name!r}; namespaces: "
                               f"{', '.join(names) or 'none'} in {store.location()}") from None
-        self.state = NamespaceState.recover(store, self._commits)
+        self._state = NamespaceState.recover(store, self._commits)
         self.snapshots = SnapshotSchedule(store)  # the committer's: every N records
-        if self.state.namespace_id is None and not create:
+        if self._state.namespace_id is None and not create:
             raise LogNotFound(f"namespace {self.name!r} in {store.location()} is empty: "
                               "nothing was ever committed to it")
         if namespace_id is None:
-            namespace_id = self.state.namespace_id
-        if self.state.namespace_id is None:
+            namespace_id = self._state.namespace_id
+        if self._state.namespace_id is None:
             incarnation = uuid.uuid4().hex
             # the first record carries the incarnation it starts as its tag, too
             self._append_meta({**NsRecord(self.name, namespace_id, incarnation).to_json(),
                                "i": incarnation})
             self.refresh()
-            if self.state.dedup.window_ms is None:  # a new WAL bounds deduplication
-                self.append_record(DedupRecord(DEDUP_WINDOW_MS, DEDUP_STEPS))
+            dedup = self._state.dedup  # a racing creator may have appended some already
+            policies = [record for missing, record in (
+                (dedup.window_ms is None, DedupRecord(DEDUP_WINDOW_MS, DEDUP_STEPS)),  # bounds
+                (dedup.step_ms is None, ClocksRecord(CLOCK_STEP_MS)),  # clock rules (clocks.py)
+                (dedup.max_one_offs is None, OneOffsRecord(DEDUP_ONE_OFFS)),  # one-off bound
+            ) if missing]
+            if policies:  # one append: one sync and one mark, however many
+                self._append_metas([record.to_json() for record in policies])
                 self.refresh()
-            if self.state.dedup.step_ms is None:  # and follows the clock rules (clocks.py)
-                self.append_record(ClocksRecord(CLOCK_STEP_MS))
-                self.refresh()
-            if self.state.dedup.max_one_offs is None:  # and bounds one-off writers
-                self.append_record(OneOffsRecord(DEDUP_ONE_OFFS))
-                self.refresh()
-        if self.state.namespace_id != namespace_id:
+        if self._state.namespace_id != namespace_id:
             raise ConfigError(
-                f"namespace was created with id {self.state.namespace_id}, opened with "
+                f"namespace was created with id {self._state.namespace_id}, opened with "
                 f"id {namespace_id}", namespace=self.name,
             )
         self.namespace_id = namespace_id
@@ -188,27 +188,27 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
         """
         with self._lock:
             try:
-                self.state.replay(self._commits)
+                self._state.replay(self._commits)
             except OffsetOutOfRange:
                 log.info("namespace=%s: commits log cleaned below offset %d under this handle; "
-                         "recovering from the newest snapshot", self.name, self.state.next_offset)
-                self.state = NamespaceState.recover(self.store, self._commits)
+                         "recovering from the newest snapshot", self.name, self._state.next_offset)
+                self._state = NamespaceState.recover(self.store, self._commits)
             except IncarnationMismatch as exc:
-                old = self.state.incarnation
+                old = self._state.incarnation
                 self.store.reset()  # cached log state describes the WAL that is gone
                 self._commits = self.store.open_log(COMMITS_LOG, create=False)
-                self.state = NamespaceState.recover(self.store, self._commits)
+                self._state = NamespaceState.recover(self.store, self._commits)
                 raise IncarnationMismatch(
                     f"{exc.args[0].split(': ', 1)[-1]} (this handle knew incarnation {old}; the "
-                    f"WAL now is incarnation {self.state.incarnation} with "
-                    f"{self.state.next_step} steps; this handle follows it from now on)",
+                    f"WAL now is incarnation {self._state.incarnation} with "
+                    f"{self._state.next_step} steps; this handle follows it from now on)",
                     namespace=self.name) from exc
-            return self.state
+            return self._state
 
     @property
     def incarnation(self) -> str | None:
         """The id this namespace got when it was created (None: an older WAL without one)."""
-        return self.state.incarnation
+        return self._state.incarnation
 
     def append_record(self, record: CommitRecord) -> int:
         """Append one record to the commits log; its offset. Replay decides what it
@@ -221,9 +221,12 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
 
     def _append_meta(self, record: dict) -> int:
         """Append one record's JSON, tagged with the incarnation it belongs to."""
-        if self.state.incarnation is not None:
-            record = {**record, "i": self.state.incarnation}
-        return self._commits.append([Record(b"", encode_meta(record))])[0]
+        return self._append_metas([record])[0]
+
+    def _append_metas(self, records: list[dict]) -> list[int]:
+        """Append records' JSON in order as one append, each tagged with the incarnation."""
+        tag = {} if self._state.incarnation is None else {"i": self._state.incarnation}
+        return self._commits.append([Record(b"", encode_meta({**r, **tag})) for r in records])
 
     # -- writing --------------------------------------------------------------
 
@@ -286,7 +289,7 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
         None), so an open replays a bounded tail even where no cleaner runs
         (:mod:`.snapshot_schedule`)."""
         with self._lock:
-            if not self.snapshots.due(self.state):
+            if not self.snapshots.due(self._state):
                 return None
             return self.healing(lambda _: self.snapshots.write_if_due(self.refresh()))
 
@@ -300,7 +303,7 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
             self.snapshot_if_due()
 
     def check_consecutive(self, writer_id: str, writer_step: int) -> None:
-        last = self.state.dedup.last(writer_id)
+        last = self._state.dedup.last(writer_id)
         if writer_step > 0 and (last is None or last < writer_step - 1):
             known = "none of its steps" if last is None else f"its steps up to {last}"
             raise IncarnationMismatch(
@@ -313,11 +316,11 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
     def _raise_if_refused(self, commit: StepCommit) -> None:
         """The typed error for a record replay refuses (a duplicate is not refused here:
         the committer asked before, and returns the step replay found)."""
-        too_old = self.state.dedup.too_old(commit.writer_id, commit.writer_step,
+        too_old = self._state.dedup.too_old(commit.writer_id, commit.writer_step,
                                            commit.started_ms)
-        own_ms, wal_ms = int(time.time() * 1000), self.state.dedup.clock_ms
+        own_ms, wal_ms = int(time.time() * 1000), self._state.dedup.clock_ms
         if too_old is not None and commit.started_ms is not None and \
-                self.state.dedup.step_ms is not None and own_ms < wal_ms - CLOCK_STEP_MS:
+                self._state.dedup.step_ms is not None and own_ms < wal_ms - CLOCK_STEP_MS:
             # refused because it began long ago by this host's clock, which is far behind
             # the WAL's: say so, not "too old" (under the clock rules one record moves the
             # WAL's clock at most CLOCK_STEP_MS, so it is most likely this clock)
@@ -334,11 +337,11 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
                 f"{too_old}: the WAL no longer knows whether it was committed, so it commits "
                 "nothing; write the rows under a new writer id", namespace=self.name,
                 writer=commit.writer_id, writer_step=commit.writer_step)
-        run = self.state.lost_run(commit)
+        run = self._state.lost_run(commit)
         if run is not None:
             raise AttemptLost(
                 f"entries from offset {run.start} may have been cleaned (a cleaner recorded "
-                f"bound {self.state.clean_bounds[run.region_id]} before the step committed); "
+                f"bound {self._state.clean_bounds[run.region_id]} before the step committed); "
                 "write the step again", namespace=self.name, region=run.region_id,
                 writer=commit.writer_id, writer_step=commit.writer_step)
 
@@ -350,13 +353,13 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
         ``refresh=False``: as of this handle's last refresh, for a caller that just
         refreshed (on Kafka a refresh costs broker round trips).
         """
-        s = self.refresh() if refresh else self.state
+        s = self.refresh() if refresh else self._state
         return range(s.expired_before, s.next_step)
 
     def step_commit(self, step: int) -> StepCommit:
-        """The commit record of a step (a committed step never changes: no refresh needed)."""
+        """A copy of a step's commit record (a committed step never changes: no refresh needed)."""
         check_step_arg("step", step, self.name)
-        if step >= self.state.next_step or step < self.state.expired_before:
+        if step >= self._state.next_step or step < self._state.expired_before:
             self.refresh()
 
         def ask(s: NamespaceState) -> StepCommit:
@@ -368,7 +371,7 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
                 raise StepNotCommitted(
                     f"step {step} is not committed yet; committed steps are "
                     f"[{s.expired_before}, {s.next_step})", namespace=self.name, step=step)
-            return s.step(step)
+            return handed_out(s.step(step))
 
         return self.healing(ask)  # a healed state may have expired it meanwhile
 
@@ -391,7 +394,7 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
         """
         check_step_arg("sequence", sequence, self.name)
         info = self.table(table)
-        regions = self.state.table_regions(info.table_id)
+        regions = self._state.table_regions(info.table_id)
         if region_id is None:
             if len(regions) > 1:
                 raise RoutingError(f"table has entries in regions {sorted(regions)}: name the "
@@ -400,8 +403,8 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
             region_id = next(iter(regions), 0)
         check_step_arg("region", region_id, self.name)
         key = (region_id, info.table_id)
-        current = self.state.marks.get(key, 0)
-        limit = self.state.next_sequences.get(key, 0)
+        current = self._state.marks.get(key, 0)
+        limit = self._state.next_sequences.get(key, 0)
         if sequence > limit:
             raise RoutingError(f"sequence {sequence} is past the next sequence {limit} of the "
                                f"table in region {region_id}", namespace=self.name,

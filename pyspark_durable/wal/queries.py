@@ -1,7 +1,7 @@
 """The questions a :class:`~pyspark_durable.wal.namespace.Namespace` answers about itself.
 
 Code outside ``wal/`` (the CLI, Spark, the endpoints) asks these instead of reading
-the replay state (:class:`~pyspark_durable.wal.state.NamespaceState`), so the state can
+the replay state (:class:`~pyspark_durable.wal.replay.state.NamespaceState`), so the state can
 change shape without them, and what they get back cannot change it: tuples, frozen
 records and read-only mappings of copies.
 
@@ -14,18 +14,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TypeVar
 
 from pyspark_durable.errors import StepsTrimmed
 from pyspark_durable.log import Log, LogStore
-from pyspark_durable.wal.records import StepCommit
-from pyspark_durable.wal.state import RECOVER_ATTEMPTS, NamespaceState, ReaderPosition
+from pyspark_durable.wal.format.records import StepCommit
+from pyspark_durable.wal.replay.state import RECOVER_ATTEMPTS, NamespaceState, ReaderPosition
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+def handed_out(commit: StepCommit) -> StepCommit:
+    """A copy of a step the state indexes, for a caller: replay fills in a step's number
+    and sequences in place, so the state's own object must never leave ``wal/``."""
+    return replace(commit, first_sequences=dict(commit.first_sequences))
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +61,9 @@ class TableSize:
 
 
 class NamespaceQueries:
-    """Read-only questions; mixed into ``Namespace``, which keeps ``state`` current."""
+    """Read-only questions; mixed into ``Namespace``, which keeps ``_state`` current."""
 
-    state: NamespaceState
+    _state: NamespaceState
     store: LogStore
     name: str
     _commits: Log
@@ -74,60 +80,60 @@ class NamespaceQueries:
         """
         for attempt in range(RECOVER_ATTEMPTS):
             try:
-                return ask(self.state)
+                return ask(self._state)
             except StepsTrimmed as exc:
                 if attempt == RECOVER_ATTEMPTS - 1:
                     raise
                 log.info("namespace=%s: %s; recovering from the newest snapshot", self.name, exc)
-                self.state = NamespaceState.recover(self.store, self._commits)
+                self._state = NamespaceState.recover(self.store, self._commits)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def first_indexed_step(self) -> int:
         """The first step still indexed; steps below it were folded into a snapshot."""
-        return self.state.base_step
+        return self._state.base_step
 
     def indexed_steps(self) -> tuple[StepCommit, ...]:
-        """The indexed steps in step order, expired ones (still indexed) included."""
-        return self.healing(lambda s: tuple(s.index))
+        """The indexed steps in step order, expired ones (still indexed) included (copies)."""
+        return self.healing(lambda s: tuple(handed_out(c) for c in s.index))
 
     def regions(self) -> tuple[int, ...]:
         """Regions that hold committed entries, ascending."""
-        return tuple(self.state.regions())
+        return tuple(self._state.regions())
 
     def table_keys(self) -> frozenset[tuple[int, int]]:
         """The (region, table) pairs that hold committed entries."""
-        return frozenset(self.state.next_sequences)
+        return frozenset(self._state.next_sequences)
 
     def table_regions(self, table_id: int) -> Mapping[int, int]:
         """Region -> next sequence number, for the regions holding entries of a table."""
-        return MappingProxyType(self.state.table_regions(table_id))
+        return MappingProxyType(self._state.table_regions(table_id))
 
     def marked_before(self, region_id: int, table_id: int) -> int:
         """The sequence below which entries of a (region, table) were marked deleted."""
-        return self.state.marks.get((region_id, table_id), 0)
+        return self._state.marks.get((region_id, table_id), 0)
 
     def readers(self) -> Mapping[str, ReaderPosition]:
         """Registered readers and their positions."""
-        return MappingProxyType(dict(self.state.readers))
+        return MappingProxyType(dict(self._state.readers))
 
     def reader_position(self, reader_id: str) -> ReaderPosition | None:
         """A registered reader's position, or None if it is not registered."""
-        return self.state.readers.get(reader_id)
+        return self._state.readers.get(reader_id)
 
     def last_clean_ms(self) -> int:
         """When the newest cleaner pass (in log order) recorded itself (0: never)."""
-        return self.state.last_clean_ms
+        return self._state.last_clean_ms
 
     def clock_ms(self) -> int:
         """The WAL's clock: its newest commit time as the clock rules move it (0: none yet;
         :mod:`.clocks`). As of this handle's last refresh."""
-        return self.state.dedup.clock_ms
+        return self._state.dedup.clock_ms
 
     def one_off_start_ms(self, own_ms: int) -> int:
         """A start for a one-off writer (a batch write) whose host reads ``own_ms``: that,
         or the WAL's clock if it is later. A host behind the WAL then writes a start the
         WAL can judge, and every retry of the commit carries the same one."""
-        return max(own_ms, self.state.dedup.clock_ms)
+        return max(own_ms, self._state.dedup.clock_ms)
 
     def first_step_committed_at(self, timestamp_ms: int) -> int:
         """The first indexed step committed at or after ``timestamp_ms``; the next step if none.
@@ -163,5 +169,5 @@ class NamespaceQueries:
 
     def newest_committed_writer_step(self, writer_id: str) -> int | None:
         """The highest writer step ``writer_id`` committed as a step, or None."""
-        w = self.state.dedup.writers.get(writer_id)
+        w = self._state.dedup.writers.get(writer_id)
         return None if w is None else max(w.pairs, default=None)

@@ -11,7 +11,7 @@ through :meth:`NamespaceReads._step_batch`, so the checks are written once.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -21,13 +21,13 @@ from pyspark_durable.codec import codec_for, decode_key, decode_value
 from pyspark_durable.codec.payload import PayloadCodec
 from pyspark_durable.errors import ContentMismatch, CorruptEntryError, OffsetOutOfRange
 from pyspark_durable.log import Entry, Log
-from pyspark_durable.wal.records import StepCommit, TableInfo
-from pyspark_durable.wal.runs import DIGEST_HEX, Run, entry_digest
-from pyspark_durable.wal.schemas import conform
+from pyspark_durable.wal.format.records import StepCommit, TableInfo
+from pyspark_durable.wal.format.runs import DIGEST_HEX, Run, entry_digest
+from pyspark_durable.wal.format.schemas import conform
 
 if TYPE_CHECKING:
     from pyspark_durable.log import LogStore
-    from pyspark_durable.wal.state import NamespaceState
+    from pyspark_durable.wal.replay.state import NamespaceState
 
 # foreign entries (other attempts, other tables) one region read may pass over to serve
 # two runs with one read: cheaper than a second bounds check and fetch set-up
@@ -89,11 +89,10 @@ class NamespaceReads:
 
     name: str
     store: LogStore
-    state: NamespaceState
+    _state: NamespaceState
     namespace_id: int
 
-    def step_commit(self, step: int) -> StepCommit:  # pragma: no cover - Namespace's
-        raise NotImplementedError
+    step_commit: Callable[[int], StepCommit]  # provided by the Namespace this is mixed into
 
     def read_step(
         self, step: int, tables: set[int] | None = None, regions: set[int] | None = None
@@ -233,7 +232,7 @@ class NamespaceReads:
     def _step_batch(self, item: _RunRead, entry: Entry, index: int) -> StepBatch:
         """Check one entry against the step that committed it; decode its rows."""
         commit, run = item.commit, item.run
-        info = self.state.tables[run.table_id]
+        info = self._state.tables[run.table_id]
         if run.schema_version >= len(info.schemas):
             raise CorruptEntryError(
                 f"step {commit.step} names schema version {run.schema_version} of table "
@@ -242,7 +241,7 @@ class NamespaceReads:
         problem = foreign_attempt(commit, entry)
         key = decode_key(entry.key, expect_namespace_id=self.namespace_id,
                          expect_region_id=run.region_id, offset=entry.offset)
-        problem = problem or foreign_table(self.state.tables, commit, run, key.table_id)
+        problem = problem or foreign_table(self._state.tables, commit, run, key.table_id)
         if problem:
             raise CorruptEntryError(problem, namespace=self.name, region=run.region_id,
                                     offset=entry.offset, step=commit.step)

@@ -3,14 +3,14 @@
 A table name maps to ``sha256(name)[:8]`` with the high bit set; an id is only ever
 given explicitly (an ``int``), never read out of a name. A table's first definition
 wins; new schema versions are appended by writers that set ``merge_schema`` and only
-add nullable columns or widen types (:mod:`pyspark_durable.wal.schemas`).
+add nullable columns or widen types (:mod:`pyspark_durable.wal.format.schemas`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -18,17 +18,17 @@ import pyarrow as pa
 from pyspark_durable.codec import codec_for
 from pyspark_durable.codec.keys import U64_MAX
 from pyspark_durable.errors import RoutingError, SchemaMismatch
-from pyspark_durable.wal.records import (
+from pyspark_durable.wal.format.records import (
     CommitRecord,
     SchemaRecord,
     TableInfo,
     TableRecord,
     TablesRecord,
 )
-from pyspark_durable.wal.schemas import fits, merge
+from pyspark_durable.wal.format.schemas import fits, merge
 
 if TYPE_CHECKING:
-    from pyspark_durable.wal.state import NamespaceState
+    from pyspark_durable.wal.replay.state import NamespaceState
 
 log = logging.getLogger("pyspark_durable.wal.namespace")
 
@@ -49,18 +49,16 @@ class NamespaceTables:
     :class:`~pyspark_durable.wal.namespace.Namespace`."""
 
     name: str
-    state: NamespaceState
+    _state: NamespaceState
     _lock: threading.RLock
 
-    def refresh(self) -> NamespaceState:  # pragma: no cover - Namespace's
-        raise NotImplementedError
-
-    def append_record(self, record: CommitRecord) -> int:  # pragma: no cover - Namespace's
-        raise NotImplementedError
+    # provided by the Namespace this is mixed into
+    refresh: Callable[[], NamespaceState]
+    append_record: Callable[[CommitRecord], int]
 
     def tables(self, refresh: bool = True) -> dict[int, TableInfo]:
         """Table id -> table (a copy). ``refresh=False``: as of the last refresh."""
-        return dict((self.refresh() if refresh else self.state).tables)
+        return dict((self.refresh() if refresh else self._state).tables)
 
     def resolve_table(self, table: int | str) -> int:
         """A table reference to its id: an ``int`` is an id, a ``str`` is always a name.
@@ -82,12 +80,12 @@ class NamespaceTables:
 
     def table(self, table: int | str) -> TableInfo:
         table_id = self.resolve_table(table)
-        info = self.state.tables.get(table_id) or self.refresh().tables.get(table_id)
+        info = self._state.tables.get(table_id) or self.refresh().tables.get(table_id)
         if info is None:
-            known = ", ".join(t.name for t in self.state.tables.values()) or "none"
+            known = ", ".join(t.name for t in self._state.tables.values()) or "none"
             kind = "table id" if isinstance(table, int) else "table"
             hint = ""
-            by_id = [t for t in self.state.tables.values()
+            by_id = [t for t in self._state.tables.values()
                      if isinstance(table, str) and t.name == table and t.table_id != table_id]
             if by_id:  # created by id, or by an older version from a numeric name
                 hint = (f"; table id {by_id[0].table_id} is named {table!r} (created by id, or "
@@ -152,7 +150,7 @@ class NamespaceTables:
             plan = self._plan(asked, payload_format, merge_schema)
         for _ in range(EVOLVE_ATTEMPTS):
             if not plan:
-                return [self.state.tables[i] for i in ids]
+                return [self._state.tables[i] for i in ids]
             tables = [r for r in plan if isinstance(r, TableRecord)]
             versions = [r for r in plan if isinstance(r, SchemaRecord)]
             self.append_record(plan[0] if len(plan) == 1 else
@@ -169,13 +167,13 @@ class NamespaceTables:
 
     def _plan(self, asked: dict[int, tuple[str, list[pa.Schema]]], payload_format: str,
               merge_schema: bool) -> list[TableRecord | SchemaRecord]:
-        """What to append so every asked schema fits its table, as of ``self.state``:
+        """What to append so every asked schema fits its table, as of ``self._state``:
         a definition per new table, a version per table whose rows do not fit (the
         rows of all its asked schemas merged into one version)."""
         plan: list[TableRecord | SchemaRecord] = []
         for table_id, (name, schemas) in asked.items():
             where = {"namespace": self.name, "table": name}
-            existing = self.state.tables.get(table_id)
+            existing = self._state.tables.get(table_id)
             if existing is None:
                 first = schemas[0]
                 target = _fold(first, schemas[1:], merge_schema, where)

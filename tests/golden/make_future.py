@@ -22,7 +22,9 @@ import pyarrow as pa
 from pyspark_durable.codec import keys, payload
 from pyspark_durable.log import open_store
 from pyspark_durable.log.file.store import RESERVE_FILE
-from pyspark_durable.wal import Cleaner, Namespace, runs, snapshot_file, state
+from pyspark_durable.wal import Cleaner, Namespace
+from pyspark_durable.wal.format import runs, snapshot_file
+from pyspark_durable.wal.replay import state
 
 NAMESPACE = "golden"
 
@@ -30,8 +32,8 @@ NAMESPACE = "golden"
 BUMPS = {
     "key": (lambda: setattr(keys, "KEY_VERSION", 1), 1, 0),
     "value": (lambda: _value_version(7), 7, 0),
-    "snapshot": (lambda: setattr(state, "SNAPSHOT_VERSION", 5), 5, 4),
-    "envelope": (lambda: setattr(snapshot_file, "SNAPSHOT_MAGIC", b"DWS3"), "DWS3", "DWS2"),
+    "snapshot": (lambda: setattr(state, "SNAPSHOT_VERSION", 6), 6, 5),
+    "envelope": (lambda: setattr(snapshot_file, "SNAPSHOT_MAGIC", b"DWS4"), "DWS4", "DWS3"),
     "runs": (lambda: setattr(runs, "RUNS_FORMAT", 2), 2, 1),
 }
 ELEMENT_NAMES = {"key": "key", "value": "value", "snapshot": "snapshot format",

@@ -14,7 +14,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import kafka_broker
 import pytest
 from kafka_broker import KafkaCluster, cluster_for_tests
 from kafka_cluster_tools import Progress, restart_all
@@ -28,12 +27,8 @@ CLUSTER_HEAP = ("-Xms128m", "-Xmx512m")
 @pytest.fixture(scope="session")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """Three KRaft nodes on 127.0.0.1, stopped by PID at the end of the session."""
-    heap, kafka_broker.HEAP = kafka_broker.HEAP, CLUSTER_HEAP  # restarts use it too
-    try:
-        with cluster_for_tests(tmp_path_factory.mktemp("kafka3"), 3) as cluster:
-            yield cluster
-    finally:
-        kafka_broker.HEAP = heap
+    with cluster_for_tests(tmp_path_factory.mktemp("kafka3"), 3, heap=CLUSTER_HEAP) as cluster:
+        yield cluster  # restarts use its heap too
 
 
 @pytest.fixture(autouse=True)

@@ -1,9 +1,11 @@
-"""Child process of the Spark crash tests: runs one streaming query until done or killed.
+"""Child process of the Spark crash tests: runs two streaming queries until done or killed.
 
-Usage: python spark_child.py MODE WAL_OPTIONS_JSON IN_DIR OUT_DIR CHECKPOINT
-MODE ``sink``: JSON files (one per micro-batch) -> durablewal.
-MODE ``source``: durablewal (one step per micro-batch) -> parquet.
-Prints ``BATCH <id>`` after each micro-batch and ``DONE`` at the end (flushed).
+Usage: python spark_child.py SINK_WAL_JSON SOURCE_WAL_JSON FOLDER
+The sink query: JSON files of FOLDER/in (one per micro-batch) -> durablewal (SINK_WAL).
+The source query: durablewal (SOURCE_WAL, one step per micro-batch) -> parquet FOLDER/out.
+Both run at once in one Spark application, so one kill lands in both; each has its own
+checkpoint (FOLDER/ckpt-sink, FOLDER/ckpt-source). Prints ``BATCH <id>`` after each
+micro-batch of either query and ``DONE`` when both ended (flushed).
 """
 
 from __future__ import annotations
@@ -32,27 +34,27 @@ class Progress(StreamingQueryListener):
 
 
 def main() -> None:
-    mode, wal_json, in_dir, out_dir, checkpoint = sys.argv[1:6]
-    wal = json.loads(wal_json)
+    sink_wal, source_wal = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+    folder = sys.argv[3]
     spark = spark_builder().getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     pyspark_durable.register(spark)
     spark.streams.addListener(Progress())
-    if mode == "sink":
-        stream = (spark.readStream.schema("id long, payload string")
-                  .option("maxFilesPerTrigger", 1).json(in_dir))
-        writer = stream.writeStream.format("durablewal").options(**wal)
-        query = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
-    else:
-        stream = (spark.readStream.format("durablewal").options(**wal)
-                  .option("maxStepsPerTrigger", 1).load())
-        rows = stream.select("id", "payload", "_step", "_region", "_table", "_sequence", "_row")
-        query = (rows.writeStream.format("parquet")
-                 .option("checkpointLocation", checkpoint).trigger(availableNow=True)
-                 .start(out_dir))
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise SystemExit(f"query failed: {query.exception()}")
+    stream = (spark.readStream.schema("id long, payload string")
+              .option("maxFilesPerTrigger", 1).json(f"{folder}/in"))
+    sink = (stream.writeStream.format("durablewal").options(**sink_wal)
+            .option("checkpointLocation", f"{folder}/ckpt-sink")
+            .trigger(availableNow=True).start())
+    steps = (spark.readStream.format("durablewal").options(**source_wal)
+             .option("maxStepsPerTrigger", 1).load())
+    rows = steps.select("id", "payload", "_step", "_region", "_table", "_sequence", "_row")
+    source = (rows.writeStream.format("parquet")
+              .option("checkpointLocation", f"{folder}/ckpt-source")
+              .trigger(availableNow=True).start(f"{folder}/out"))
+    for query in (sink, source):
+        query.awaitTermination()
+        if query.exception() is not None:
+            raise SystemExit(f"query failed: {query.exception()}")
     print("DONE", flush=True)
     spark.stop()
 

@@ -156,3 +156,44 @@ def test_main_job_proves_exactly_once(tmp_path):
     # the restarted query ran that batch again and committed it
     assert re.search(rf"^  micro-batch +{batch} -> step +\d+, \d+ rows \([\d.]+ s\): the "
                      "batch the kill interrupted", out[restart:], re.M), out
+
+
+@pytest.mark.crash
+def test_main_job_at_a_random_kill_says_only_what_the_wal_shows(tmp_path):
+    """This tests that under `--kill-at random` every sentence of the demo about the kill
+    agrees with the WAL, wherever the kill landed: the uncommitted entries it reports at
+    the kill and after the restart add up to what `durablewal regions` counts, each told
+    with its origin (the killed attempt, or the restart's replay of a micro-batch the WAL
+    had committed), and "no uncommitted entry" is said only when there was none."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyspark_durable", "demo", "--files", "3", "--rows", "100",
+         "--kill-after", "1", "--kill-at", "random", "--path", str(tmp_path / "wal")],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "EXACTLY ONCE" in out and "landed between micro-batches" not in out, out
+    regions = subprocess.run(
+        [sys.executable, "-m", "pyspark_durable", "regions", str(tmp_path / "wal"),
+         "--namespace", "shop", "--json"], capture_output=True, text=True, check=True)
+    left = sum(r["uncommitted"] for r in json.loads(regions.stdout)["regions"])
+    report = re.search(r"^  uncommitted +(\d+) entries \((.*)\)$", out, re.M)
+    assert report and int(report.group(1)) == left, (left, out)
+    inside = re.search(r"^  the kill landed inside micro-batch (\d+): its tasks had written "
+                       r"(\d+) entries", out, re.M)
+    none = re.search(r"^  the WAL holds no uncommitted entry", out, re.M)
+    assert bool(inside) != bool(none), out  # one sentence at the kill, from the WAL
+    at_kill = int(inside.group(2)) if inside else 0
+    if inside:
+        assert f"{at_kill} written by the killed attempt of micro-batch {inside.group(1)}" \
+            in report.group(2), out
+    restart = out.index("[3/4]")
+    replays = REPLAY_LINE.findall(out[restart:])
+    replay = re.search(r"^  so the kill came after the WAL committed micro-batch (\d+) and "
+                       r"before Spark's checkpoint recorded it: .* the (\d+) entries", out, re.M)
+    assert bool(replay) == bool(replays), out
+    if replay:
+        assert replay.group(1) == replays[0][0] and int(replay.group(2)) == left - at_kill, out
+    if left > at_kill:
+        assert f"{left - at_kill} by the restart's replay" in report.group(2), out
+    else:
+        assert "replay" not in report.group(2), out

@@ -1,10 +1,11 @@
 """Exactly-once across real crashes: streaming queries SIGKILLed mid-batch and restarted.
 
-The child (``spark_child.py``) runs its query in its own process group (Python
+The child (``spark_child.py``) runs a sink query (JSON files -> durablewal) and a
+source query (durablewal -> parquet) at once, in its own process group (Python
 driver, JVM, Python workers); the test kills the whole group with SIGKILL, like a
-machine dying, at a random moment after a micro-batch, then restarts the query from
-the same checkpoint. At the end every input row must be in the output exactly once,
-checked by content.
+machine dying, at a random moment after a micro-batch of either, then restarts both
+from their checkpoints. One Spark start per kill serves both queries. At the end every
+input row must be in each output exactly once, checked by content.
 """
 
 from __future__ import annotations
@@ -35,15 +36,15 @@ def payload(i: int) -> str:
     return f"row-{i}-" + "p" * (i % 17)
 
 
-def run_child(mode: str, crash_wal: dict, in_dir: str, out_dir: str, ckpt: str,
+def run_child(sink_wal: dict, source_wal: dict, folder: Path,
               kill_after_batches: int | None, rng: random.Random) -> tuple[bool, str]:
     """Run the child; kill its process group after N batches. Return (finished, stderr)."""
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent.parent)])}
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "spark_child.py"), mode, json.dumps(crash_wal), in_dir, out_dir,
-         ckpt], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        start_new_session=True)
+        [sys.executable, str(HERE / "spark_child.py"), json.dumps(sink_wal),
+         json.dumps(source_wal), str(folder)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=env, start_new_session=True)
     batches = 0
     killed = False
     try:
@@ -65,10 +66,6 @@ def run_child(mode: str, crash_wal: dict, in_dir: str, out_dir: str, ckpt: str,
     return True, err
 
 
-def spark_wal(wal_opts: dict) -> dict:
-    return dict(wal_opts)
-
-
 @pytest.fixture(params=["file", pytest.param("confluent", marks=pytest.mark.kafka)])
 def crash_wal(request, tmp_path) -> tuple[dict, dict]:
     """(Spark options, endpoint config) of a fresh namespace: the file log, or Kafka on
@@ -85,62 +82,64 @@ def crash_wal(request, tmp_path) -> tuple[dict, dict]:
              "options": {"bootstrap_servers": broker, "client": "confluent"}})
 
 
-def crash_loop(mode: str, crash_wal: dict, tmp_path: Path) -> int:
-    rng = random.Random(zlib.crc32(mode.encode()))
-    in_dir, out_dir, ckpt = (str(tmp_path / n) for n in ("in", "out", "ckpt"))
+def crash_loop(sink_wal: dict, source_wal: dict, folder: Path) -> int:
+    rng = random.Random(zlib.crc32(b"sink and source"))
     kills = 0
     for _ in range(KILLS * 3):
-        done, _ = run_child(mode, crash_wal, in_dir, out_dir, ckpt, rng.randint(1, 3), rng)
+        done, _ = run_child(sink_wal, source_wal, folder, rng.randint(1, 5), rng)
         if done:
             break
         kills += 1
         if kills >= KILLS:
             break
-    done, err = run_child(mode, crash_wal, in_dir, out_dir, ckpt, None, rng)
+    done, err = run_child(sink_wal, source_wal, folder, None, rng)
     assert done, err[-3000:]
     return kills
 
 
-def test_sink_exactly_once_across_kills(crash_wal, tmp_path):
-    """This tests that JSON files -> durablewal, killed mid-batch ≥3 times, holds every row once."""
+def test_sink_and_source_exactly_once_across_kills(spark, crash_wal, tmp_path):
+    """This tests that JSON files -> durablewal and durablewal -> parquet, running at once
+    and killed mid-batch ≥3 times, each hold every row once: the sink's WAL has each
+    batch committed once, in order; the source's output has each row once, and every
+    row's key (_region, _table, _sequence, _row) is unique and the one a fresh batch read
+    of the WAL gives that row (stable across kills and replays); on the file log and on
+    Kafka."""
     spark_opts, config = crash_wal
+    source_opts = {**spark_opts, "namespace": spark_opts["namespace"] + "src"}
+    source_ns = open_namespace({**config, "namespace": source_opts["namespace"]})
+    for step in range(FILES):
+        write_step(source_ns, "loader", step, {"default": [
+            {"id": step * ROWS_PER_FILE + i, "payload": payload(step * ROWS_PER_FILE + i)}
+            for i in range(ROWS_PER_FILE)]})
     in_dir = tmp_path / "in"
     in_dir.mkdir()
     for f in range(FILES):
         rows = [{"id": f * ROWS_PER_FILE + i, "payload": payload(f * ROWS_PER_FILE + i)}
                 for i in range(ROWS_PER_FILE)]
         (in_dir / f"{f:04d}.json").write_text("\n".join(json.dumps(r) for r in rows))
-    kills = crash_loop("sink", spark_opts, tmp_path)
+    kills = crash_loop(spark_opts, source_opts, tmp_path)
     assert kills >= KILLS
-    ns = open_namespace(config)
+    check_sink(open_namespace(config))
+    check_source(spark, source_opts, tmp_path / "out")
+
+
+def check_sink(ns) -> None:
     got = read_steps(ns, "default")
     ids = got.column("id").to_pylist()
-    assert sorted(ids) == list(range(FILES * ROWS_PER_FILE)), "lost or duplicated rows"
+    assert sorted(ids) == list(range(FILES * ROWS_PER_FILE)), "sink: lost or duplicated rows"
     assert all(p == payload(i) for i, p in zip(ids, got.column("payload").to_pylist(), strict=False))
     writer_steps = [ns.step_commit(s).writer_step for s in ns.steps()]
     assert len(writer_steps) == len(set(writer_steps)), "a batch committed twice"
     assert writer_steps == sorted(writer_steps)
 
 
-def test_source_exactly_once_across_kills(spark, crash_wal, tmp_path):
-    """This tests that durablewal -> parquet, killed mid-batch ≥3 times, outputs every row
-    once, and that every row's key (_region, _table, _sequence, _row) is unique and the
-    one a fresh batch read of the WAL gives that row (stable across kills and replays),
-    on the file log and on Kafka."""
-    spark_opts, config = crash_wal
-    ns = open_namespace(config)
-    for step in range(FILES):
-        write_step(ns, "loader", step, {"default": [
-            {"id": step * ROWS_PER_FILE + i, "payload": payload(step * ROWS_PER_FILE + i)}
-            for i in range(ROWS_PER_FILE)]})
-    kills = crash_loop("source", spark_opts, tmp_path)
-    assert kills >= KILLS
-    out = spark.read.parquet(str(tmp_path / "out")).collect()  # honours _spark_metadata
-    ids = sorted(r.id for r in out)
-    assert ids == list(range(FILES * ROWS_PER_FILE)), "lost or duplicated rows"
-    assert all(r.payload == payload(r.id) and r._step == r.id // ROWS_PER_FILE for r in out)
+def check_source(spark, source_opts: dict, out: Path) -> None:
+    rows = spark.read.parquet(str(out)).collect()  # honours _spark_metadata
+    ids = sorted(r.id for r in rows)
+    assert ids == list(range(FILES * ROWS_PER_FILE)), "source: lost or duplicated rows"
+    assert all(r.payload == payload(r.id) and r._step == r.id // ROWS_PER_FILE for r in rows)
     key = ("_region", "_table", "_sequence", "_row")
-    keys = {r.id: tuple(r[k] for k in key) for r in out}
-    assert len(set(keys.values())) == len(out), "a row key names two rows"
-    again = spark.read.format("durablewal").options(**spark_opts).load().select("id", *key)
+    keys = {r.id: tuple(r[k] for k in key) for r in rows}
+    assert len(set(keys.values())) == len(rows), "a row key names two rows"
+    again = spark.read.format("durablewal").options(**source_opts).load().select("id", *key)
     assert {r.id: tuple(r[k] for k in key) for r in again.collect()} == keys

@@ -119,20 +119,21 @@ class FileLog(Log):
         low = read_low(self.path, bases[0] if bases else 0, self._note)
         with self._state:
             known = {(s.base, s.inode): s for s in self._segments}
-            segments = [known.get((b, ino)) or Segment(b, self.path / n, inode=ino)
-                        for b, (n, ino) in zip(bases, found, strict=True)]
+            segments = [known.get((b, ino)) or Segment(
+                b, self.path, inode=ino, _path=None if n == segment_name(b) else self.path / n)
+                for b, (n, ino) in zip(bases, found, strict=True)]
             if segments and not segments[-1].same_file():
                 # a new file under the old name and inode number (a recreated log), or the
                 # old one shorter than indexed (restored from a copy): the files are the
                 # truth, the index is rebuilt from them, and the `acked` rule tells a log
                 # that lost acknowledged entries
-                segments[-1] = Segment(segments[-1].base, segments[-1].path,
+                segments[-1] = Segment(segments[-1].base, self.path,
                                        inode=segments[-1].inode)
             if not segments:
                 first = self.path / segment_name(low)
                 first.touch()
                 fsync_dir(self.path)
-                segments = [Segment(low, first, inode=first.stat().st_ino)]
+                segments = [Segment(low, self.path, inode=first.stat().st_ino)]
                 if self._acked is None:  # a new log: its mark exists before any frame
                     self._write_mark(low)
             self._segments = segments
@@ -278,7 +279,7 @@ class FileLog(Log):
         path = self.path / segment_name(base)
         path.touch()
         fsync_dir(self.path)
-        seg = Segment(base, path, scanned=True, inode=path.stat().st_ino)
+        seg = Segment(base, self.path, scanned=True, inode=path.stat().st_ino)
         with self._state:
             self._segments.append(seg)
         return seg

@@ -63,14 +63,24 @@ def segment_name(base: int) -> str:
 
 @dataclass
 class Segment:
+    """One segment file. Its ``path`` is made when first used: a log of hundreds of
+    segments is listed at every open, and a read touches only the few it reaches."""
+
     base: int
-    path: Path
+    folder: Path
     positions: array = field(default_factory=lambda: array("q"))  # byte position per entry
     end: int = 0  # byte position after the last known-good frame
     scanned: bool = False
     inode: int = -1  # the file's identity: a file recreated under the same name is new
     head: bytes = b""  # its first frame's length and CRC: an inode number can be reused
     damaged: dict[int, str] = field(default_factory=dict)  # offset -> why it cannot be read
+    _path: Path | None = field(default=None, repr=False)
+
+    @property
+    def path(self) -> Path:
+        if self._path is None:
+            self._path = self.folder / segment_name(self.base)
+        return self._path
 
     def same_file(self) -> bool:
         """Is the file at ``path`` still the one indexed (same first frame, not shorter)?"""

@@ -14,6 +14,8 @@ Module map, from the store down (each imports only modules below it)::
     api          Reader, Sender, TopicAdmin: what each client implements; KafkaClient
     spelling     normalize_key: one spelling rule for option keys
     probe        broker_reachability: which brokers are down, for error messages
+    listener     check_listener: a client speaking the wrong security protocol to a
+                 listener (SASL, TLS) named before the first request
     confluent    the confluent-kafka (librdkafka) client, with librdkafka: its
                  properties and errors
     kafka_python the kafka-python client

@@ -25,6 +25,7 @@ from pyspark_durable.log.base import (
     check_version,
 )
 from pyspark_durable.log.kafka.api import TopicAdmin
+from pyspark_durable.log.kafka.listener import check_listener
 from pyspark_durable.log.kafka.log import KafkaLog
 from pyspark_durable.log.kafka.pool import ClientPool
 from pyspark_durable.log.kafka.registry import Registry
@@ -61,6 +62,7 @@ class KafkaLogStore(LogStore):
             }
         )
         self.client = client_for(self.settings.client)  # the one choice of this store
+        check_listener(self.settings.bootstrap_servers, self.settings.clients["admin"], namespace)
         self.admin: TopicAdmin = self.client.admin(self.settings, namespace)
         self.pool = ClientPool(self.client, self.settings, namespace)
         self.registry = Registry(self.pool, self.admin)
@@ -76,6 +78,7 @@ class KafkaLogStore(LogStore):
     @classmethod
     def list_namespaces(cls, config: Mapping[str, Any]) -> list[str]:
         settings = KafkaSettings.parse(config)
+        check_listener(settings.bootstrap_servers, settings.clients["admin"])
         admin = client_for(settings.client).admin(settings)
         try:
             return cls._namespaces_in(admin.list_topics())

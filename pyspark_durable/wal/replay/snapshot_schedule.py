@@ -1,0 +1,85 @@
+"""When a committer writes a snapshot: every :data:`SNAPSHOT_EVERY_RECORDS` records.
+
+A namespace that no cleaner ever cleans still opens by replaying a bounded tail, as
+Delta's writer writes a checkpoint every 10 commits: after its own commit returns, a
+committer whose state is :data:`SNAPSHOT_EVERY_RECORDS` records or more past the newest
+snapshot it knows lists the stored versions and, if that is still so, writes one as of
+the log's end and prunes all but the newest :data:`SNAPSHOTS_KEPT`. It keeps the rules
+cleaners keep (docs/protocol.md, "Snapshots"):
+
+- a snapshot is the state exactly as of its version (the commits offset it describes);
+  replay is a pure function of the log, so two committers writing the same version in
+  separate processes write equivalent states, and the store keeps one of them whole
+  (the file log renames a private temporary file over it, Kafka keeps the last record
+  of its key): racing writers are harmless;
+- no version below the newest one seen is written, and readers take the highest
+  version, so snapshots never go backwards;
+- only cleaners trim the commits log, below the older of the two newest snapshots:
+  a committer's snapshot never deletes a record, and pruning keeps two.
+
+The cost is amortized: a listing every ``SNAPSHOT_EVERY_RECORDS`` records at most, and a
+snapshot write (one fold of the tail into chunks, one stored file) per that many.
+A failed write is logged with its typed error and tried again at the next commit:
+the step it follows is committed either way.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pyspark_durable.errors import DurableWalError, StepsTrimmed
+from pyspark_durable.log import LogStore
+from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME
+from pyspark_durable.wal.replay.state import NamespaceState
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_EVERY_RECORDS = 1_000  # commits records a replay after the newest snapshot may need
+SNAPSHOTS_KEPT = 2  # the newest, and one before it while a reader may still load it
+
+
+class SnapshotSchedule:
+    """One handle's view of the newest snapshot, and the committer's rule to write one."""
+
+    def __init__(self, store: LogStore, every_records: int | None = None) -> None:
+        self.store = store
+        self.every_records = every_records
+        self.newest = -1  # the newest version this handle knows of (-1: none known)
+
+    def _every(self) -> int:
+        return SNAPSHOT_EVERY_RECORDS if self.every_records is None else self.every_records
+
+    def due(self, state: NamespaceState) -> bool:
+        """Whether ``state`` is far enough past the newest snapshot known (no I/O)."""
+        newest = max(self.newest, state.snapshot_offset)
+        return state.next_offset - newest >= self._every()
+
+    def write_if_due(self, state: NamespaceState) -> int | None:
+        """Write a snapshot of ``state`` (replayed to the log's end by the caller, who
+        holds the handle's lock) if it is due; its version, or None."""
+        if not self.due(state):
+            return None
+        try:
+            versions = self.store.snapshot_versions(SNAPSHOT_NAME)
+            self.newest = max(self.newest, versions[-1] if versions else -1)
+            if not self.due(state):
+                return None  # another process wrote one meanwhile
+            at, raw = state.snapshot()
+            if at <= self.newest:  # never a version below the newest seen
+                return None
+            self.store.write_snapshot(SNAPSHOT_NAME, at, raw)
+            self.newest = at
+            self.store.prune_snapshots(SNAPSHOT_NAME, SNAPSHOTS_KEPT)
+        except StepsTrimmed:
+            raise  # the caller heals and asks again
+        except DurableWalError as exc:
+            log.warning(
+                "namespace=%s: the committer's snapshot at commits offset %d failed, "
+                "tried again at the next commit: %s",
+                self.store.namespace,
+                state.next_offset,
+                exc,
+            )
+            return None
+        log.debug("namespace=%s: committer wrote snapshot %d", self.store.namespace, at)
+        return at

@@ -1,0 +1,1 @@
+"""What runs beside the writers: the cleaner and the integrity check."""

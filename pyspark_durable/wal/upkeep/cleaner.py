@@ -1,0 +1,303 @@
+"""The cleaner: apply the retention policy, record a bound, delete below it, snapshot.
+
+A pass, in this order (rules 5-8 of the protocol in :mod:`pyspark_durable.wal.namespace`):
+
+1. replay the commits log; apply the retention policy (an ``expire`` record; age
+   measured as :mod:`.clocks` says, so a cleaner ahead expires no more than one right);
+2. propose per region a bound: the first offset a needed step refers to, and no
+   entry younger than ``grace_ms`` (an attempt in flight may still commit it; young by
+   the writers' clocks too, :mod:`.clocks`);
+3. append one ``clean`` record with the bounds that move and the pass's time (a
+   pass that moves no bound skips it if the last one is younger than a second);
+4. replay to the end of the log, then delete each region below
+   ``min(bound, first offset a needed step refers to)``;
+5. write a snapshot versioned by its commits-log offset (when retention moved, or
+   :data:`SNAPSHOT_EVERY_RECORDS` records came since the newest), then delete the commits
+   log below the *older* of the two newest snapshots (so a damaged newest snapshot
+   is repaired by replaying from the one before it), then prune all but the newest
+   :data:`SNAPSHOTS_KEPT` snapshots.
+
+On a full disk (:class:`DiskFull`) a pass releases the store's reserve and runs again
+(:mod:`.reserve`); every pass ends by taking the reserve back if it was released.
+
+Any number of passes may run at once in any processes: each one only deletes what
+its own replay proves unneeded, and a crash between any two steps leaves a
+namespace that recovers (a recorded bound without a deletion only refuses late
+commits of old attempts, which were going to be cleaned anyway).
+
+An attempt older than ``grace_ms`` whose entries fall below a bound fails to
+commit with :class:`AttemptLost` (retriable: the writer writes the step again).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pyspark_durable.wal.failpoints as failpoints  # the module: tests swap its hooks
+from pyspark_durable.errors import DecodeError, OffsetOutOfRange
+from pyspark_durable.log import Log
+from pyspark_durable.log.base import Reserve
+from pyspark_durable.wal.format.records import CleanRecord, ClocksRecord, DedupRecord, OneOffsRecord
+from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME
+from pyspark_durable.wal.namespace import COMMITS_LOG, Namespace
+from pyspark_durable.wal.progress import Progress, Silent
+from pyspark_durable.wal.replay.clocks import (
+    CLOCK_STEP_MS,
+    age_reference_ms,
+    clean_due,
+    grace_reference_ms,
+)
+from pyspark_durable.wal.replay.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
+from pyspark_durable.wal.replay.snapshot_schedule import SNAPSHOT_EVERY_RECORDS, SNAPSHOTS_KEPT
+from pyspark_durable.wal.replay.state import NamespaceState
+from pyspark_durable.wal.reserve import using_reserve
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GRACE_MS = 300_000
+RECORD_INTERVAL_MS = 1_000
+
+
+@dataclass
+class CleanReport:
+    """What one cleaner pass did (the CLI prints it)."""
+
+    snapshot_at: int
+    first_retained_step: int
+    regions: dict[int, tuple[int, int]] = field(default_factory=dict)  # region -> (before, after)
+    commits_low: tuple[int, int] = (0, 0)
+    expired_before: tuple[int, int] = (0, 0)  # by the retention policy: (before, after)
+    reserve: Reserve = Reserve.NONE  # the store's room for freeing a full disk, after the pass
+
+    @property
+    def freed_entries(self) -> int:
+        return sum(after - before for before, after in self.regions.values())
+
+
+def _recent_bound(region: Log, grace_ms: float, low: int, high: int, own_ms: int,
+                  end: int) -> int:
+    """First offset whose entry is younger than ``grace_ms`` (binary search by timestamp).
+
+    Young by :func:`.clocks.grace_reference_ms`: this cleaner's clock, but never past the
+    region's newest entry, so a cleaner ahead of the writers keeps what one with a right
+    clock keeps. An entry another cleaner deleted meanwhile counts as old: it is gone
+    either way.
+    """
+    if grace_ms <= 0 or low >= high:
+        return high
+    try:
+        newest = next(iter(region.read(end - 1, end))).timestamp_ms  # `end`: the high mark
+    except (OffsetOutOfRange, StopIteration):
+        return low  # emptied meanwhile by another cleaner: nothing young to keep
+    cutoff = grace_reference_ms(own_ms, newest) - grace_ms
+    lo, hi = low, high
+    while lo < hi:
+        mid = (lo + hi) // 2
+        try:
+            entry = next(iter(region.read(mid, mid + 1)))
+        except OffsetOutOfRange:
+            lo = max(mid + 1, min(hi, region.low_watermark()))
+            continue
+        if entry.timestamp_ms >= cutoff:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _commits_needed_from(ns: Namespace, versions: list[int], low: int) -> int:
+    """Where the commits log must start: the older of the kept snapshots is replayed from
+    its offset if the newest is damaged (the redundant copy), and each kept snapshot
+    reads its steps back from its ``keep_from`` on. Nothing is trimmed while a kept
+    snapshot cannot be read (``low``)."""
+    kept = versions[-SNAPSHOTS_KEPT:]
+    if len(kept) < SNAPSHOTS_KEPT:
+        return low
+    upto = kept[0]
+    for version in kept:
+        raw = ns.store.read_snapshot_version(SNAPSHOT_NAME, version)
+        if raw is None:
+            return low  # pruned meanwhile by another cleaner: its successor decides
+        try:
+            upto = min(upto, NamespaceState.snapshot_keep_from(ns.name, raw, version))
+        except DecodeError:
+            return low
+    return upto
+
+
+class _Watch:
+    """One pass's progress as a task counting regions: one is done when the pass opens
+    the next, all when the pass returns; the description names what is under way."""
+
+    def __init__(self, progress: Progress, regions: int) -> None:
+        self.progress, self.regions, self.opened = progress, regions, 0
+        self.task = progress.task("clean", regions, "regions")
+
+    def examining(self, region_id: int) -> None:
+        self.progress.update(self.task, completed=self.opened,
+                             description=f"clean: region {region_id}")
+        self.opened += 1
+
+    def deleting(self, region_id: int, bound: int) -> None:
+        self.progress.update(self.task, description=f"clean: deleting region {region_id} "
+                                                    f"below {bound}")
+
+    def done(self) -> None:
+        self.progress.update(self.task, completed=self.regions, description="clean: done")
+
+
+class Cleaner:
+    """Runs cleaner passes on one namespace, on demand or in a background thread."""
+
+    def __init__(self, ns: Namespace, grace_ms: float = DEFAULT_GRACE_MS) -> None:
+        self.ns = ns
+        self.grace_ms = grace_ms
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run_once(self, progress: Progress | None = None) -> CleanReport:
+        """One pass (the module docstring); on a full disk it spends the store's reserve,
+        and it takes the reserve back once it freed room for it.
+
+        ``progress`` is told of the regions examined (a few reads each, slow on a remote
+        broker) and of each deletion, as one task counting regions.
+        """
+        watch = _Watch(progress or Silent(), len(self.ns.store.list_regions()))
+        report = using_reserve(self.ns.store, lambda: self._pass(watch))
+        report.reserve = self.ns.store.restore_reserve()
+        watch.done()
+        return report
+
+    def _pass(self, watch: _Watch) -> CleanReport:
+        """A pass that found steps its handle holds trimmed under it (other cleaners
+        trimmed below newer snapshots) heals and runs again from step 1: any number of
+        passes may run, and the healed state is as new as the log."""
+        return self.ns.healing(lambda _: self._pass_once(watch))
+
+    def _pass_once(self, watch: _Watch) -> CleanReport:
+        ns = self.ns
+        with ns.exclusive():
+            state = self._bounded_state()
+            expired = state.expired_before
+            own_ms = int(time.time() * 1000)
+            target = ns.retention().expire_target(
+                state, age_reference_ms(own_ms, state.dedup.step_clock_ms))
+            if target > expired:
+                ns.expire(target)
+            state = ns.refresh()
+            proposed, regions = self._propose(state, own_ms, watch)
+            failpoints.reached("clean.proposed")
+            now_ms = int(time.time() * 1000)
+            # a pass with no bound to move records only its time, and not more than once
+            # per RECORD_INTERVAL_MS (passes back to back would only lengthen every replay)
+            if proposed or clean_due(now_ms, state.last_clean_ms, RECORD_INTERVAL_MS):
+                ns.append_record(CleanRecord(now_ms, proposed))
+            failpoints.reached("clean.recorded")
+            state = ns.refresh()  # every step ordered before our bound is in this replay
+            needed = state.needed_starts()
+            first_step = state.first_needed_step()
+            report = CleanReport(0, first_step, expired_before=(expired, state.expired_before))
+            for region_id, (region, low, _) in regions.items():
+                bound = min(state.clean_bounds.get(region_id, 0), needed.get(region_id, 1 << 64))
+                if bound > low:
+                    watch.deleting(region_id, bound)
+                    region.delete_before(bound)
+                report.regions[region_id] = (low, max(low, bound))
+            failpoints.reached("clean.deleted")
+            self._snapshot_and_trim(state, first_step, expired, report)
+        log.info("namespace=%s: cleaned; snapshot at commits offset %d, first retained step %d, "
+                 "%d region entries freed", ns.name, report.snapshot_at, first_step,
+                 report.freed_entries)
+        return report
+
+    def _bounded_state(self) -> NamespaceState:
+        """The replayed state, after bounding a WAL an older version made: its dedup
+        window, the clock rules (clocks.py) and the number of one-offs."""
+        ns = self.ns
+        state = ns.refresh()
+        if state.dedup.window_ms is None:
+            ns.append_record(DedupRecord(DEDUP_WINDOW_MS, DEDUP_STEPS))
+            state = ns.refresh()
+        if state.dedup.step_ms is None:
+            ns.append_record(ClocksRecord(CLOCK_STEP_MS))
+            state = ns.refresh()
+        if state.dedup.max_one_offs is None:
+            ns.append_record(OneOffsRecord(DEDUP_ONE_OFFS))
+            state = ns.refresh()
+        return state
+
+    def _propose(self, state: NamespaceState, own_ms: int, watch: _Watch
+                 ) -> tuple[dict[int, int], dict[int, tuple[Log, int, int]]]:
+        """Per region the bound to record (only those that move), and each region opened
+        with its watermarks."""
+        needed = state.needed_starts()
+        proposed: dict[int, int] = {}
+        regions: dict[int, tuple[Log, int, int]] = {}
+        for region_id in self.ns.store.list_regions():
+            watch.examining(region_id)
+            region = self.ns.store.open_region(region_id)
+            low, high = region.low_watermark(), region.high_watermark()
+            regions[region_id] = (region, low, high)
+            # the first offset a needed step refers to caps the bound: search for the
+            # grace's cutoff only below it (a region whose every step is needed costs
+            # no entry read, however long its history)
+            limit = min(needed.get(region_id, high), high)
+            if limit <= max(low, state.clean_bounds.get(region_id, 0)):
+                continue
+            bound = _recent_bound(region, self.grace_ms, low, limit, own_ms, high)
+            if bound > state.clean_bounds.get(region_id, 0):
+                proposed[region_id] = bound
+        return proposed, regions
+
+    def _snapshot_and_trim(self, state: NamespaceState, first_step: int, expired: int,
+                           report: CleanReport) -> None:
+        """Step 5 of a pass: a snapshot when due, then the commits log trimmed below the
+        older of the two newest snapshots, then old snapshots pruned."""
+        ns = self.ns
+        at, raw = state.snapshot(first_step)  # folds the index: the handle holds chunks
+        report.snapshot_at = at
+        failpoints.reached("clean.snapshot")
+        versions = ns.store.snapshot_versions(SNAPSHOT_NAME)
+        # a snapshot when the replay after the newest one grew, or retention moved:
+        # not every pass (each is a stored copy of the state; on Kafka a record of
+        # the compacted snapshots topic that every open reads until compaction)
+        moved = report.freed_entries > 0 or state.expired_before > expired
+        if not versions or (versions[-1] < at and (
+                moved or at - versions[-1] >= SNAPSHOT_EVERY_RECORDS)):
+            ns.store.write_snapshot(SNAPSHOT_NAME, at, raw)
+            versions.append(at)
+        if versions:
+            ns.snapshots.newest = max(ns.snapshots.newest, versions[-1])
+        failpoints.reached("clean.snapshotted")
+        commits = ns.store.open_log(COMMITS_LOG)
+        before = commits.low_watermark()
+        upto = _commits_needed_from(ns, versions, before)
+        if upto > before:
+            commits.delete_before(upto)
+        report.commits_low = (before, max(before, upto))
+        ns.store.prune_snapshots(SNAPSHOT_NAME, SNAPSHOTS_KEPT)
+
+    def start(self, interval_s: float = 60.0) -> None:
+        """Run a pass every ``interval_s`` in a daemon thread until :meth:`stop`."""
+        if self._thread is not None:
+            return
+
+        def loop() -> None:
+            while not self._stop.wait(interval_s):
+                try:
+                    self.run_once()
+                except Exception:  # keep the thread alive, never hide the error
+                    log.exception("namespace=%s: cleaner pass failed", self.ns.name)
+
+        self._thread = threading.Thread(target=loop, name=f"durablewal-cleaner-{self.ns.name}",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None

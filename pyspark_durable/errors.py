@@ -193,3 +193,19 @@ class AuthenticationFailed(DurableWalError):
 
     retriable = False
 
+
+class AccessDenied(DurableWalError):
+    """The broker's authorizer refused a request: the principal lacks a right (an ACL).
+
+    The message names the principal, the topic (or the cluster), the operation and the
+    ACL that would grant it, never a secret. Not retriable: the same request is refused
+    again until an operator grants the right; a client that the refusal left unusable
+    is replaced, so the running process succeeds once the ACL is there.
+    """
+
+    retriable = False
+
+    def __init__(self, message: str, *, principal: str, operation: str,
+                 resource: str, **where: Any) -> None:
+        self.principal, self.operation, self.resource = principal, operation, resource
+        super().__init__(message, **where)

@@ -38,6 +38,7 @@ __all__ = [
     "wait_ready",
     "start_cluster",
     "cluster_for_tests",
+    "authorizer_settings",
     "start_broker",
     "stop_broker",
     "kill_broker",
@@ -56,6 +57,18 @@ def start_cluster(
 
             auth.tls_dir = make_ca_and_server(work_dir / "tls", auth.keystore_password)
     return _start_cluster(work_dir, size, tls=tls, auth=auth, **kwargs)
+
+
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def authorizer_settings(auth: Auth) -> dict[str, str]:
+    """``extra`` broker settings that turn on Kafka's StandardAuthorizer: only the admin
+    user, and the nodes' own PLAINTEXT principal ``User:ANONYMOUS`` (controller and
+    inter-broker requests pass the authorizer too), may do anything without an ACL;
+    the other users of :attr:`Auth.plain_users` get the ACLs the test creates."""
+    return {"authorizer.class.name": AUTHORIZER,
+            "super.users": f"User:{auth.admin_user};User:ANONYMOUS"}
 
 
 @contextmanager

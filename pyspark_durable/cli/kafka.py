@@ -1,4 +1,5 @@
-"""``durablewal kafka start|stop|status``: a local Apache Kafka broker in one command.
+"""``durablewal kafka start|stop|status``: a local Apache Kafka broker in one command
+(and ``kafka acls``, the rights of a role: :mod:`.kafka_acls`).
 
 ``start`` returns once the broker serves, printing the options to paste; the broker
 runs on until ``stop`` (by its PID). ``start --foreground`` keeps the broker tied to
@@ -14,13 +15,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .kafka_acls import add_action as add_acls_action
 from .render import emit, emit_json
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "kafka",
-        help="start, stop or show a local Apache Kafka broker",
+        help="start, stop or show a local Apache Kafka broker; print a role's ACLs",
         description="a local Apache Kafka broker in one command",
     )
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -53,6 +55,7 @@ def add_parser(sub: Any) -> None:
                 action="store_true",
                 help="stay attached: the broker stops when this command ends, however it ends",
             )
+    add_acls_action(actions)
 
 
 def _folder(args: argparse.Namespace) -> Path:

@@ -158,6 +158,12 @@ class Auth:
     password: str = field(default_factory=lambda: "pw-" + uuid.uuid4().hex)
     tls_dir: Path | None = None  # ca.pem, server keystore (PKCS12) and its password
     keystore_password: str = field(default_factory=lambda: "ks-" + uuid.uuid4().hex)
+    # more SASL/PLAIN users (name -> password), e.g. one per role of an authorizer's test
+    plain_users: dict[str, str] = field(default_factory=dict)
+
+    def plain_logins(self) -> dict[str, str]:
+        """Every SASL/PLAIN user of the listener: the user, the admin and the others."""
+        return {self.user: self.password, self.admin_user: self.admin_password, **self.plain_users}
 
 
 @dataclass
@@ -265,7 +271,11 @@ def _sasl_properties(node: Node, auth: Auth) -> dict[str, str]:
     return {
         "sasl.enabled.mechanisms": "SCRAM-SHA-256,PLAIN",
         f"{listener}.scram-sha-256.sasl.jaas.config": f"{SCRAM_LOGIN} required;",
-        f"{listener}.plain.sasl.jaas.config": (f'{PLAIN_LOGIN} required user_{auth.user}="{auth.password}";'),
+        f"{listener}.plain.sasl.jaas.config": (
+            f"{PLAIN_LOGIN} required "
+            + " ".join(f'user_{name}="{secret}"' for name, secret in auth.plain_logins().items())
+            + ";"
+        ),
     }
 
 

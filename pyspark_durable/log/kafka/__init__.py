@@ -8,6 +8,7 @@ Module map, from the store down (each imports only modules below it)::
     partition    Partition: partition 0 of a topic: appends, both ends, scans
     pool         ClientPool: the store's one sender and its bounded idle readers
     settings     KafkaSettings: options parsed; client_for, the one place a client is chosen
+    acls         the rights (ACLs) of each role; a refusal as AccessDenied naming the ACL
     auth         security options; a wrong password told quickly
     topics       OneTopicRule (one partition, no broker-side retention); topic configs
     api          Reader, Sender, TopicAdmin: what each client implements; KafkaClient

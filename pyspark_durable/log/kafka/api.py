@@ -67,6 +67,12 @@ class Sender(Protocol):
         Retries never duplicate or reorder a record (idempotence)."""
         ...
 
+    @property
+    def broken(self) -> bool:
+        """True once a failure left the sender unusable for good (librdkafka's fatal
+        errors, such as a refused producer id): the pool makes a new one."""
+        ...
+
     def hurry(self) -> None:
         """Send what lingers (``linger_ms``) now, without waiting: a caller is blocked on it."""
         ...

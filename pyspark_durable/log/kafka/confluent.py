@@ -30,8 +30,9 @@ import atexit
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -40,6 +41,7 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Producer,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import (
@@ -55,9 +57,11 @@ from pyspark_durable.errors import (
     BackendUnavailable,
 )
 from pyspark_durable.log.base import Entry, Record
+from pyspark_durable.log.kafka.acls import principal_of
 from pyspark_durable.log.kafka.api import KafkaClient
 from pyspark_durable.log.kafka.auth import rd_list_topics
 from pyspark_durable.log.kafka.librdkafka import (
+    READER_GROUP,
     RETRIABLE,
     RETRY_BACKOFF_S,
     TRANSIENT_FETCH,
@@ -92,7 +96,9 @@ def shared_sender(settings: Any, namespace: str) -> ConfluentSender:
     key = frozenset(settings.clients["producer"].items())
     with _SENDERS_LOCK:
         sender = _SENDERS.get(key)
-        if sender is None or sender.closed:
+        if sender is None or sender.closed or sender.broken:
+            if sender is not None and sender.broken:
+                sender.discard()
             sender = _SENDERS[key] = ConfluentSender(settings, namespace)
         return sender
 
@@ -110,9 +116,11 @@ class ConfluentSender:
 
     def __init__(self, settings: Any, namespace: str) -> None:
         self.address = settings.bootstrap_servers
+        self.principal = principal_of(settings.clients["producer"])
         self.producer = build(Producer, settings.clients["producer"], "connecting the producer",
                               self.address, namespace=namespace)
         self._stop = threading.Event()
+        self._fatal_error: KafkaError | None = None  # a refused producer id: never used again
         self._waiters = 0  # callers serving delivery reports themselves (see wait)
         self._turn = threading.Condition()
         self._thread = threading.Thread(target=self._serve, name="durablewal-rdkafka-deliveries",
@@ -125,7 +133,8 @@ class ConfluentSender:
             with self._turn:
                 while self._waiters and not self._stop.is_set():
                     self._turn.wait(POLL_S)
-            self.producer.poll(POLL_S)
+            with self._fatal_noted(raise_it=False):
+                self.producer.poll(POLL_S)
 
     def wait(self, future: Future, timeout_s: float) -> bool:
         """Serve delivery reports in the waiting thread until ``future`` is done.
@@ -146,7 +155,8 @@ class ConfluentSender:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                self.producer.flush(min(WAIT_SLICE_S, left))
+                with self._fatal_noted(raise_it=False):
+                    self.producer.flush(min(WAIT_SLICE_S, left))
             return True
         finally:
             with self._turn:
@@ -160,12 +170,15 @@ class ConfluentSender:
         def report(i: int) -> Callable[[Any, Any], None]:
             def delivered(err: KafkaError | None, msg: Any) -> None:
                 if err is not None:
-                    failed(typed(err, "append", self.address, **where))
+                    self._note(err)
+                    # a fatal error purges the queue: the fatal error is the cause
+                    cause = self._fatal_error or err
+                    failed(typed(cause, "append", self.address, self.principal, **where))
                 else:
                     acked(i, msg.offset())
             return delivered
 
-        with rd_translated("append", self.address, **where):
+        with rd_translated("append", self.address, self.principal, **where), self._fatal_noted():
             for i, r in enumerate(records):
                 # bytes and Arrow buffers as they are (librdkafka copies them once)
                 value = r.value if type(r.value) in _AS_IS or r.value is None \
@@ -180,6 +193,37 @@ class ConfluentSender:
                     except BufferError:  # the local queue is full: let deliveries drain
                         self.producer.poll(POLL_S)
 
+    @contextmanager
+    def _fatal_noted(self, raise_it: bool = True) -> Iterator[None]:
+        """A fatal error marks the producer broken. librdkafka raises one from ``produce``,
+        and from ``poll``/``flush`` too (the failed deliveries still come as reports,
+        served by the next poll: there it is not raised)."""
+        try:
+            yield
+        except KafkaException as exc:
+            err = error_of(exc)
+            if err is not None:
+                self._note(err)
+            if self._fatal_error is None:
+                raise
+            if raise_it:  # the cause, not librdkafka's "_FATAL: Unable to produce"
+                raise KafkaException(self._fatal_error) from exc
+            log.debug("Kafka producer of %s failed for good: %s", self.address, exc)
+
+    def _note(self, err: KafkaError) -> None:
+        if err.fatal() and self._fatal_error is None:
+            self._fatal_error = err
+
+    @property
+    def broken(self) -> bool:
+        """librdkafka's fatal errors (a refused idempotent producer id) end a producer
+        for good: granting the right does not revive it, so a new one is made."""
+        return self._fatal_error is not None
+
+    def discard(self) -> None:
+        """Stop serving a broken producer without waiting for it (it delivers nothing)."""
+        self._stop.set()
+
     def hurry(self) -> None:
         """``flush(0)`` wakes the broker threads to send what lingers, without waiting."""
         self.producer.flush(0)
@@ -190,10 +234,12 @@ class ConfluentSender:
 
     def close(self, timeout_s: float) -> None:
         """A store is done with it: wait for what is in flight (it stays shared)."""
-        self.producer.flush(timeout_s)
+        with self._fatal_noted(raise_it=False):
+            self.producer.flush(timeout_s)
 
     def stop(self, timeout_s: float) -> None:
-        self.producer.flush(timeout_s)
+        with self._fatal_noted(raise_it=False):
+            self.producer.flush(timeout_s)
         self._stop.set()
         self._thread.join(timeout=timeout_s)
 
@@ -204,12 +250,14 @@ class ConfluentReader:
 
     def __init__(self, settings: Any, topic: str, where: Mapping[str, Any]) -> None:
         self.address = settings.bootstrap_servers
+        self.principal = principal_of(settings.clients["consumer"])
         self.topic = topic
         self.where = dict(where)
         self.timeout_s = settings.request_timeout_ms / 1000
         self.consumer = build(Consumer, settings.clients["consumer"], "connecting a consumer",
                               self.address, **where)
         self.tp = TopicPartition(topic, 0)
+        self.group_refusals = 0
 
     def watermarks(self) -> tuple[int, int]:
         """Both ends, from the partition's leader (ListOffsets earliest and latest).
@@ -221,7 +269,7 @@ class ConfluentReader:
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
-                with rd_translated("reading watermarks", self.address, **self.where):
+                with rd_translated("reading watermarks", self.address, self.principal, **self.where):
                     # one attempt waits a slice: a request queued for a dead leader
                     # would wait out the whole timeout
                     left = deadline - time.monotonic()
@@ -236,7 +284,7 @@ class ConfluentReader:
         return self.watermarks()[0]
 
     def seek(self, offset: int) -> None:
-        with rd_translated("seeking", self.address, **self.where):
+        with rd_translated("seeking", self.address, self.principal, **self.where):
             self.consumer.assign([TopicPartition(self.topic, 0, offset)])
 
     def fetch(self, max_records: int | None, timeout_ms: int) -> list[Entry]:
@@ -244,7 +292,7 @@ class ConfluentReader:
         an empty list at the end of the partition or when ``timeout_ms`` passed."""
         want = max(1, min(max_records or 10_000, 10_000))
         deadline = time.monotonic() + timeout_ms / 1000
-        with rd_translated("fetching", self.address, **self.where):
+        with rd_translated("fetching", self.address, self.principal, **self.where):
             while True:
                 out: list[Entry] = []
                 at_end = False
@@ -256,12 +304,25 @@ class ConfluentReader:
                             continue
                         if err.code() in TRANSIENT_FETCH and time.monotonic() < deadline:
                             continue  # a leader change: librdkafka fetches from the new one
-                        raise typed(err, f"reading topic {self.topic}", self.address,
+                        if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                            self._group_refused(err)
+                            continue
+                        raise typed(err, f"reading topic {self.topic}", self.address, self.principal,
                                     **self.where)
                     out.append(Entry(msg.offset(), msg.key() or b"", msg.value() or b"",
                                      tuple(msg.headers() or ()), msg.timestamp()[1]))
                 if out or at_end or time.monotonic() >= deadline:
                     return out
+
+    def _group_refused(self, err: KafkaError) -> None:
+        """librdkafka looks up the coordinator of the consumer's ``group.id`` (it must
+        have one, and never joins it); a broker that refuses the principal DESCRIBE on that
+        group says so here. The reader never uses the group (assign/seek, no committed
+        offsets), so the refusal is no error: logged once per reader."""
+        self.group_refusals += 1
+        if self.group_refusals == 1:
+            log.debug("topic %s: the broker refused the coordinator lookup of group %s "
+                      "(unused by this reader): %s", self.topic, READER_GROUP, err.str())
 
     def _take(self, want: int) -> list[Any]:
         """What the prefetch queue holds (at most ``want``), else the first message that
@@ -278,7 +339,7 @@ class ConfluentReader:
     def idle(self) -> None:
         """Stop fetching: an assigned librdkafka consumer fetches in the background, so an
         idle pooled one would keep asking the broker (every fetch.wait.max.ms)."""
-        with rd_translated("releasing a consumer", self.address, **self.where):
+        with rd_translated("releasing a consumer", self.address, self.principal, **self.where):
             self.consumer.unassign()
 
     def close(self) -> None:
@@ -295,6 +356,7 @@ class ConfluentAdmin(OneTopicRule):
     def __init__(self, settings: Any, namespace: str | None = None) -> None:
         self.settings = settings
         self.address = settings.bootstrap_servers
+        self.principal = principal_of(settings.clients["admin"])
         self.namespace = namespace
         self.timeout_s = settings.request_timeout_ms / 1000
         self.client = build(AdminClient, settings.clients["admin"], "connecting the admin client",
@@ -304,8 +366,12 @@ class ConfluentAdmin(OneTopicRule):
     def _where(self, **more: Any) -> dict[str, Any]:
         return {"namespace": self.namespace, **more}
 
+    def _doing(self, what: str, topic: str) -> Any:
+        """:func:`rd_translated` for a request about ``topic``."""
+        return rd_translated(what, self.address, self.principal, **self._where(topic=topic))
+
     def _metadata(self) -> Any:
-        with rd_translated("listing topics", self.address, **self._where()):
+        with rd_translated("listing topics", self.address, self.principal, **self._where()):
             try:
                 return rd_list_topics(self.client, self.settings.connect_timeout_ms / 1000,
                                       self.address, self.settings.clients["admin"],
@@ -324,15 +390,33 @@ class ConfluentAdmin(OneTopicRule):
 
     def partitions(self, topic: str) -> int | None:
         info = self._metadata().topics.get(topic)
-        if info is None or (info.error is not None
-                            and info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+        if info is None:
+            self._check_described(topic)
+            return None
+        if info.error is not None and info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
             return None
         if info.error is not None:
-            raise typed(info.error, "describing topic", self.address, **self._where(topic=topic))
+            with self._doing("describing topic", topic):
+                raise KafkaException(info.error)
         return len(info.partitions)
 
+    def _check_described(self, topic: str) -> None:
+        """A topic missing from the cluster's metadata is missing, or hidden: metadata of
+        all topics leaves out those the principal may not DESCRIBE. Asked by name (never
+        auto-created), a hidden one is refused: an AccessDenied, not a missing log."""
+        with self._doing("describing topic", topic):
+            (future,) = self.client.describe_topics(
+                TopicCollection([topic]), request_timeout=self.timeout_s).values()
+            try:
+                future.result()
+            except KafkaException as exc:
+                err = error_of(exc)
+                if err is None or err.code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    return  # missing (or unknown to the broker asked): the caller's case
+                raise
+
     def delete_topic(self, topic: str) -> None:
-        with rd_translated("deleting a topic", self.address, **self._where(topic=topic)):
+        with self._doing("deleting a topic", topic):
             for future in self.client.delete_topics([topic], request_timeout=self.timeout_s).values():
                 try:
                     future.result()
@@ -345,7 +429,7 @@ class ConfluentAdmin(OneTopicRule):
         spec = NewTopic(topic, num_partitions=1,
                         replication_factor=self.settings.replication_factor,
                         config={**configs, **self.settings.topic_config})
-        with rd_translated("creating topic", self.address, **self._where(topic=topic)):
+        with self._doing("creating topic", topic):
             for future in self.client.create_topics([spec], request_timeout=self.timeout_s).values():
                 try:
                     future.result()
@@ -364,7 +448,7 @@ class ConfluentAdmin(OneTopicRule):
         consumer = build(Consumer, self.settings.clients["consumer"], "reading end offsets",
                          self.address, **self._where(topic=topic))
         try:
-            with rd_translated("reading end offsets", self.address, **self._where(topic=topic)):
+            with self._doing("reading end offsets", topic):
                 return all(consumer.get_watermark_offsets(TopicPartition(topic, p),
                                                           timeout=self.timeout_s)[1] == 0
                            for p in range(count))
@@ -373,7 +457,7 @@ class ConfluentAdmin(OneTopicRule):
 
     def topic_configs(self, topic: str, names: tuple[str, ...]) -> dict[str, str | None]:
         resource = ConfigResource(ResourceType.TOPIC, topic)
-        with rd_translated("describing topic configs", self.address, **self._where(topic=topic)):
+        with self._doing("describing topic configs", topic):
             (future,) = self.client.describe_configs(
                 [resource], request_timeout=self.timeout_s).values()
             entries = future.result()
@@ -383,7 +467,7 @@ class ConfluentAdmin(OneTopicRule):
         resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
             ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
             for k, v in configs.items()])
-        with rd_translated("altering topic configs", self.address, **self._where(topic=topic)):
+        with self._doing("altering topic configs", topic):
             for future in self.client.incremental_alter_configs(
                     [resource], request_timeout=self.timeout_s).values():
                 future.result()
@@ -391,7 +475,7 @@ class ConfluentAdmin(OneTopicRule):
     def delete_records(self, topic: str, offset: int) -> bool:
         """DeleteRecords below ``offset``; False if the broker does not support it."""
         where = self._where(topic=topic)
-        with rd_translated("DeleteRecords", self.address, **where):
+        with rd_translated("DeleteRecords", self.address, self.principal, **where):
             try:
                 futures = self.client.delete_records([TopicPartition(topic, 0, offset)],
                                                      request_timeout=self.timeout_s)

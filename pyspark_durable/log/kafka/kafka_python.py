@@ -28,6 +28,13 @@ from pyspark_durable.errors import (
     OffsetOutOfRange,
 )
 from pyspark_durable.log.base import Entry, Record
+from pyspark_durable.log.kafka.acls import (
+    CLUSTER_REFUSED,
+    GROUP_REFUSED,
+    TOPIC_REFUSED,
+    access_denied,
+    principal_of,
+)
 from pyspark_durable.log.kafka.api import KafkaClient
 from pyspark_durable.log.kafka.auth import authentication_failed, py_check_credentials
 from pyspark_durable.log.kafka.probe import broker_reachability
@@ -123,13 +130,49 @@ def _cause(exc: BaseException, address: str) -> str:
     return ""
 
 
+def refusal_of(exc: BaseException) -> str | None:
+    """The authorizer's refusal ``exc`` carries (TOPIC_AUTHORIZATION_FAILED, ...), if any.
+
+    kafka-python 3.0.12 reports a refused InitProducerId (an idempotent producer without
+    the right to write) as a plain KafkaError whose text names the error class.
+    """
+    names = {kerr.TopicAuthorizationFailedError: TOPIC_REFUSED,
+             kerr.ClusterAuthorizationFailedError: CLUSTER_REFUSED,
+             kerr.GroupAuthorizationFailedError: GROUP_REFUSED}
+    for cls, name in names.items():
+        if isinstance(exc, cls) or (isinstance(exc, kerr.KafkaError)
+                                    and cls.__name__ in str(exc)):
+            return name
+    return None
+
+
 @contextmanager
-def translated(what: str, address: str, **where: Any) -> Iterator[None]:
-    """Turn kafka-python errors into this package's typed errors, naming the broker."""
+def translated(what: str, address: str, principal: str | None = None,
+               **where: Any) -> Iterator[None]:
+    """Turn kafka-python errors into this package's typed errors, naming the broker (and
+    for a refusal of the authorizer, ``principal``)."""
     try:
         yield
     except DurableWalError:
         raise
+    except kerr.KafkaError as exc:
+        refusal = refusal_of(exc)
+        if refusal is None:
+            with _translated_other(what, address, **where):
+                raise
+        # the class only: kafka-python quotes the whole request (a topic's configs)
+        raise access_denied(refusal, what, address, principal or "the client's principal",
+                            type(exc).__name__, **where) from None
+    except (OSError, TimeoutError) as exc:
+        raise BackendUnavailable(f"{what}: Kafka broker {address} unreachable: {exc} "
+                                 f"({broker_reachability(address)})", **where) from exc
+
+
+@contextmanager
+def _translated_other(what: str, address: str, **where: Any) -> Iterator[None]:
+    """The errors of :func:`translated` other than the authorizer's refusals."""
+    try:
+        yield
     except kerr.KafkaConfigurationError as exc:
         raise ConfigError(f"{what}: invalid kafka client option: {exc}", **where) from exc
     except kerr.SaslAuthenticationFailedError as exc:
@@ -152,15 +195,13 @@ def translated(what: str, address: str, **where: Any) -> Iterator[None]:
         if getattr(exc, "retriable", False) or isinstance(exc, _UNREACHABLE):
             raise BackendUnavailable(msg, **where) from exc
         raise DurableWalError(msg, **where) from exc
-    except (OSError, TimeoutError) as exc:
-        raise BackendUnavailable(f"{what}: Kafka broker {address} unreachable: {exc} "
-                                 f"({broker_reachability(address)})", **where) from exc
 
 
-def as_typed(exc: BaseException, what: str, address: str, **where: Any) -> BaseException:
+def as_typed(exc: BaseException, what: str, address: str, principal: str | None = None,
+             **where: Any) -> BaseException:
     """``exc`` (a delivery's failure) as :func:`translated` would raise it."""
     try:
-        with translated(what, address, **where):
+        with translated(what, address, principal, **where):
             raise exc
     except DurableWalError as typed:
         return typed
@@ -191,19 +232,20 @@ class KafkaPythonReader:
 
     def __init__(self, settings: KafkaSettings, topic: str, where: Mapping[str, Any]) -> None:
         self.address = settings.bootstrap_servers
+        self.principal = principal_of(settings.clients["consumer"])
         self.timeout_ms = settings.request_timeout_ms
         self.where = dict(where)
         self.tp = TopicPartition(topic, 0)
-        with translated("connecting a consumer", self.address, **where):
+        with translated("connecting a consumer", self.address, self.principal, **where):
             self.consumer = no_auto_create(KafkaConsumer(**settings.clients["consumer"]))
             self.consumer.assign([self.tp])
 
     def begin(self) -> int:
-        with translated("reading watermarks", self.address, **self.where):
+        with translated("reading watermarks", self.address, self.principal, **self.where):
             return self.consumer.beginning_offsets([self.tp], self.timeout_ms)[self.tp]
 
     def watermarks(self) -> tuple[int, int]:
-        with translated("reading watermarks", self.address, **self.where):
+        with translated("reading watermarks", self.address, self.principal, **self.where):
             begin = self.consumer.beginning_offsets([self.tp], self.timeout_ms)[self.tp]
             return begin, self.consumer.end_offsets([self.tp], self.timeout_ms)[self.tp]
 
@@ -211,7 +253,7 @@ class KafkaPythonReader:
         self.consumer.seek(self.tp, offset)
 
     def fetch(self, max_records: int | None, timeout_ms: int) -> list[Entry]:
-        with translated("fetching", self.address, **self.where):
+        with translated("fetching", self.address, self.principal, **self.where):
             got = self.consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
         return [Entry(r.offset, r.key or b"", r.value or b"",
                       tuple(r.headers) if r.headers else (), r.timestamp)
@@ -227,7 +269,8 @@ class KafkaPythonReader:
 class KafkaPythonSender:
     """kafka-python's KafkaProducer as a :class:`Sender`.
 
-    A producer whose batch expired is replaced before the next send: kafka-python
+    A producer whose batch expired, or whose send was refused by the authorizer, is
+    replaced before the next send. A batch that expired: kafka-python
     3.0.12 drops the producer id of an idempotent producer when a batch it had already
     sent expires (``reset_producer_id``) but never asks for a new one
     (``init_producer_id`` acts only in state UNINITIALIZED), so every later send of that
@@ -236,6 +279,7 @@ class KafkaPythonSender:
 
     def __init__(self, settings: KafkaSettings, namespace: str) -> None:
         self.address = settings.bootstrap_servers
+        self.principal = principal_of(settings.clients["producer"])
         self.settings = settings
         self.namespace = namespace
         self._lock = threading.Lock()
@@ -243,7 +287,7 @@ class KafkaPythonSender:
         self.producer = self._build()
 
     def _build(self) -> KafkaProducer:
-        with translated("connecting the producer", self.address, namespace=self.namespace):
+        with translated("connecting the producer", self.address, self.principal, namespace=self.namespace):
             return no_auto_create(KafkaProducer(**self.settings.clients["producer"]))
 
     def _current(self) -> KafkaProducer:
@@ -257,12 +301,14 @@ class KafkaPythonSender:
     def send(self, topic: str, records: Sequence[Record], acked: Callable[[int, int], None],
              failed: Callable[[BaseException], None], where: Mapping[str, Any]) -> None:
         def on_error(exc: BaseException) -> None:
-            if isinstance(exc, kerr.KafkaTimeoutError):  # expired: see the class docstring
+            # expired (see the class docstring), or refused: a refused producer id leaves
+            # the producer in a fatal state, which a right granted later does not lift
+            if isinstance(exc, kerr.KafkaTimeoutError) or refusal_of(exc) is not None:
                 self._renew = True
-            failed(as_typed(exc, "append", self.address, **where))
+            failed(as_typed(exc, "append", self.address, self.principal, **where))
 
         producer = self._current()
-        with translated("append", self.address, **where):
+        with translated("append", self.address, self.principal, **where):
             send = producer.send
             for i, r in enumerate(records):
                 value = r.value if type(r.value) is bytes or r.value is None \
@@ -272,6 +318,11 @@ class KafkaPythonSender:
                            headers=[(k, bytes(v)) for k, v in r.headers] or None, partition=0)
                 fut.add_callback(lambda meta, i=i: acked(i, meta.offset))
                 fut.add_errback(on_error)
+
+    @property
+    def broken(self) -> bool:
+        """Never: a producer left unusable is replaced here, before the next send."""
+        return False
 
     def hurry(self) -> None:
         """kafka-python has no way to cut linger.ms short without waiting: nothing."""
@@ -299,8 +350,9 @@ class KafkaPythonAdmin(OneTopicRule):
     def __init__(self, settings: KafkaSettings, namespace: str | None = None) -> None:
         self.settings = settings
         self.address = settings.bootstrap_servers
+        self.principal = principal_of(settings.clients["admin"])
         self.namespace = namespace
-        with translated("connecting the admin client", self.address, namespace=namespace):
+        with translated("connecting the admin client", self.address, self.principal, namespace=namespace):
             py_check_credentials(settings.clients["admin"], self.address,
                                  settings.connect_timeout_ms, namespace=namespace)
             try:
@@ -312,25 +364,29 @@ class KafkaPythonAdmin(OneTopicRule):
                     namespace=namespace,
                 ) from exc
 
+    def _doing(self, what: str, topic: str) -> Any:
+        """:func:`translated` for a request about ``topic``."""
+        return translated(what, self.address, self.principal, namespace=self.namespace,
+                          topic=topic)
+
     def list_topics(self) -> list[str]:
-        with translated("listing topics", self.address, namespace=self.namespace):
+        with translated("listing topics", self.address, self.principal, namespace=self.namespace):
             return list(self.client.list_topics())
 
     def partitions(self, topic: str) -> int | None:
         """Number of partitions of ``topic``, None if it does not exist."""
-        with translated("describing topic", self.address, namespace=self.namespace, topic=topic):
+        with self._doing("describing topic", topic):
             (info,) = self.client.describe_topics([topic])
         if info.get("error_code", 0) == kerr.UnknownTopicOrPartitionError.errno:
             return None
         if info.get("error_code", 0):
             err = kerr.for_code(info["error_code"])
-            with translated("describing topic", self.address, topic=topic):
+            with self._doing("describing topic", topic):
                 raise err(f"describe_topics({topic})")
         return len(info.get("partitions") or [])
 
     def delete_topic(self, topic: str) -> None:
-        with translated("replacing an auto-created topic", self.address,
-                        namespace=self.namespace, topic=topic):
+        with self._doing("replacing an auto-created topic", topic):
             try:
                 self.client.delete_topics([topic])
             except kerr.UnknownTopicOrPartitionError:
@@ -339,7 +395,7 @@ class KafkaPythonAdmin(OneTopicRule):
     def create(self, topic: str, configs: Mapping[str, str]) -> int | None:
         spec = {"num_partitions": 1, "replication_factor": self.settings.replication_factor,
                 "configs": {**configs, **self.settings.topic_config}}
-        with translated("creating topic", self.address, namespace=self.namespace, topic=topic):
+        with self._doing("creating topic", topic):
             try:
                 self.client.create_topics({topic: spec})
             except kerr.TopicAlreadyExistsError:
@@ -357,8 +413,7 @@ class KafkaPythonAdmin(OneTopicRule):
 
     def empty(self, topic: str, count: int) -> bool:
         """Do all ``count`` partitions of ``topic`` hold nothing (end offsets 0)?"""
-        with translated("reading end offsets", self.address, namespace=self.namespace,
-                        topic=topic):
+        with self._doing("reading end offsets", topic):
             consumer = no_auto_create(KafkaConsumer(**self.settings.clients["consumer"]))
             try:
                 parts = [TopicPartition(topic, p) for p in range(count)]
@@ -367,24 +422,48 @@ class KafkaPythonAdmin(OneTopicRule):
             finally:
                 consumer.close()
 
+    def _config_request(self, request: Any) -> Any:
+        """Send a DescribeConfigs or IncrementalAlterConfigs request and return its answer.
+
+        kafka-python 3.0.12's ``describe_configs`` drops a resource's error code (a
+        refused DESCRIBE_CONFIGS read as a topic without configs, "retention.ms=None"),
+        and ``alter_configs`` returns a refusal as text: both are sent here instead, so
+        a refusal is the broker's error.
+        """
+        manager = getattr(self.client, "_manager", None)
+        if manager is None:
+            raise ConfigError("kafka-python changed: cannot send a topic configs request; "
+                              "use client=confluent")
+
+        async def send() -> Any:
+            return await manager.send(request)
+
+        return manager.run(send)
+
     def topic_configs(self, topic: str, names: tuple[str, ...]) -> dict[str, str | None]:
         resource = ConfigResource(ConfigResourceType.TOPIC, topic, configs=dict.fromkeys(names))
-        with translated("describing topic configs", self.address, namespace=self.namespace,
-                        topic=topic):
-            entries = self.client.describe_configs([resource], config_filter="all")
+        with self._doing("describing topic configs", topic):
+            response = self._config_request(self.client._describe_configs_request([resource]))
+            for result in response.results:
+                if result.error_code:
+                    raise kerr.for_code(result.error_code)(result.error_message)
+            entries = self.client._describe_configs_process_responses([response], "all")
         entries = entries.get("topic", {}).get(topic, {})
         return {n: entries[n]["value"] if n in entries else None for n in names}
 
     def set_topic_configs(self, topic: str, configs: Mapping[str, str]) -> None:
         resource = ConfigResource(ConfigResourceType.TOPIC, topic, configs=dict(configs))
-        with translated("altering topic configs", self.address, namespace=self.namespace,
-                        topic=topic):
-            self.client.alter_configs([resource], incremental=True)
+        with self._doing("altering topic configs", topic):
+            response = self._config_request(
+                self.client._alter_configs_request([resource], incremental=True))
+            for result in response.responses:
+                if result.error_code:
+                    raise kerr.for_code(result.error_code)(result.error_message)
 
     def delete_records(self, topic: str, offset: int) -> bool:
         """DeleteRecords below ``offset``; False if the broker does not support it."""
         tp = TopicPartition(topic, 0)
-        with translated("DeleteRecords", self.address, namespace=self.namespace, topic=topic):
+        with self._doing("DeleteRecords", topic):
             try:
                 self.client.delete_records({tp: offset},
                                            timeout_ms=self.settings.request_timeout_ms)

@@ -23,6 +23,12 @@ from pyspark_durable.errors import (
     LogNotFound,
     OffsetOutOfRange,
 )
+from pyspark_durable.log.kafka.acls import (
+    CLUSTER_REFUSED,
+    GROUP_REFUSED,
+    TOPIC_REFUSED,
+    access_denied,
+)
 from pyspark_durable.log.kafka.auth import AuthWatch, authentication_failed
 from pyspark_durable.log.kafka.probe import broker_reachability
 from pyspark_durable.secrets import install_log_filter
@@ -166,9 +172,19 @@ BROKER_DOWN = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._
 
 
 
-def typed(err: KafkaError, what: str, address: str, **where: Any) -> DurableWalError:
-    """One librdkafka error as this package's typed error, naming the broker."""
+REFUSED = {KafkaError.TOPIC_AUTHORIZATION_FAILED: TOPIC_REFUSED,
+           KafkaError.CLUSTER_AUTHORIZATION_FAILED: CLUSTER_REFUSED,
+           KafkaError.GROUP_AUTHORIZATION_FAILED: GROUP_REFUSED}
+
+
+def typed(err: KafkaError, what: str, address: str, principal: str | None = None,
+          **where: Any) -> DurableWalError:
+    """One librdkafka error as this package's typed error, naming the broker (and for a
+    refusal of the authorizer, ``principal``)."""
     code = err.code()
+    if code in REFUSED:
+        return access_denied(REFUSED[code], what, address, principal or "the client's principal",
+                             err.str(), group=READER_GROUP, **where)
     if code in AUTH_FAILED:
         return authentication_failed(address, {}, f"{what}: {err.str()}", **where)
     if code in OUT_OF_RANGE:
@@ -195,7 +211,8 @@ def typed(err: KafkaError, what: str, address: str, **where: Any) -> DurableWalE
 
 
 @contextmanager
-def rd_translated(what: str, address: str, **where: Any) -> Iterator[None]:
+def rd_translated(what: str, address: str, principal: str | None = None,
+                  **where: Any) -> Iterator[None]:
     """Turn confluent-kafka errors into this package's typed errors, naming the broker."""
     try:
         yield
@@ -205,7 +222,7 @@ def rd_translated(what: str, address: str, **where: Any) -> Iterator[None]:
         err = error_of(exc)
         if err is None:
             raise DurableWalError(f"{what}: Kafka client failed: {exc}", **where) from exc
-        raise typed(err, what, address, **where) from exc
+        raise typed(err, what, address, principal, **where) from exc
     except (ValueError, TypeError) as exc:  # librdkafka refusing a property or its value
         raise ConfigError(f"{what}: invalid kafka client option: {exc}", **where) from exc
     except (OSError, TimeoutError) as exc:

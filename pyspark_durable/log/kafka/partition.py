@@ -26,7 +26,7 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any
 
-from pyspark_durable.errors import BackendUnavailable
+from pyspark_durable.errors import AccessDenied, BackendUnavailable
 from pyspark_durable.log.base import Entry, Record
 from pyspark_durable.log.kafka.api import Reader
 from pyspark_durable.log.kafka.pool import ClientPool
@@ -106,6 +106,9 @@ class Partition:
         def failed(exc: BaseException) -> None:
             with lock:
                 if out.done():
+                    return
+                if isinstance(exc, AccessDenied):  # refused, so not stored: said as it is
+                    out.set_exception(exc)
                     return
                 done = sum(o is not None for o in offsets)
                 out.set_exception(

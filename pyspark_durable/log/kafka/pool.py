@@ -39,9 +39,10 @@ class ClientPool:
         self._closes = 0
 
     def sender(self) -> Sender:
-        """The store's one sender, made on first use."""
+        """The store's one sender, made on first use, and again once it is broken (a
+        refusal left it unusable): so a right granted later works in this process."""
         with self._lock:
-            if self._sender is None:
+            if self._sender is None or self._sender.broken:
                 self._sender = self.client.sender(self.settings, self.namespace)
             return self._sender
 

@@ -11,6 +11,7 @@ chunks a handle holds: rows ``[lo, hi)`` of a snapshot's table, each made into a
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
@@ -258,24 +259,11 @@ class ChunkList(Sequence[Chunk]):
 
     def position(self, step: int) -> int:
         """The index of the last chunk whose first step is at or below ``step`` (-1: none)."""
-        lo, hi = 0, len(self)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.first_step(mid) <= step:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo - 1
+        return bisect.bisect_right(range(len(self)), step, key=self.first_step) - 1
 
     def from_next_step(self, block: int) -> ChunkList:
         """A copy without the leading chunks that end at or before step ``block``."""
-        lo, hi = 0, len(self)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.next_step(mid) <= block:
-                lo = mid + 1
-            else:
-                hi = mid
+        lo = bisect.bisect_right(range(len(self)), block, key=self.next_step)
         rows = self._rows()
         return self._copy(self._lo + min(lo, rows), self._extra[max(0, lo - rows):])
 

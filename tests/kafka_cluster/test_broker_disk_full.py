@@ -5,8 +5,8 @@ rejoins once its disk has room again.
 Node 3 of a 3-node KRaft cluster of its own keeps its single ``log.dirs`` on a 64 MiB
 tmpfs this test mounts (the machine's root may; one that cannot fails with the reason).
 A filler file takes all but a few MiB, and steps of known rows (about 256 KiB each,
-written through the Python API by a confluent and a kafka-python writer in turn) fill
-the rest. What Apache Kafka does then is what a user's broker does: the append that
+written through the Python API by a confluent and a kafka-python writer at once) fill
+the rest. What Apache Kafka does then is what a user's broker does: the write that
 meets ENOSPC marks the log dir offline, and with every log dir offline the broker halts
 ("Shutdown broker because all log dirs in ... have failed", exit code 1). The other two
 brokers lead on after the controller fences it. Freeing the filler and starting the node
@@ -24,6 +24,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -38,12 +39,12 @@ from pyspark_durable.errors import DurableWalError
 pytestmark = [pytest.mark.kafka, pytest.mark.crash]
 
 DISK_MIB = 64
-ROOM_MIB = 4  # left beside the filler: the steps fill it in ~16 steps of ~256 KiB
+ROOM_MIB = 4  # left beside the filler: ~16 steps of ~256 KiB fill it
 ROWS_PER_STEP = 64
 PAYLOAD_REPEAT = 90  # ~4 KiB per row: a step of ~256 KiB
 FULL_NODE = 3
 STEP_BOUND_S = 75.0  # two appends' delivery timeouts (30 s request timeout + 5 s) and slack
-MAX_FILL_STEPS = 60  # ~15 MiB written: the disk had ROOM_MIB free
+MAX_FILL_ROUNDS = 30  # ~15 MiB written: the disk had ROOM_MIB free
 CLIENTS = ("confluent", "kafka-python")
 # small segments and indexes, so what the broker preallocates stays small on a small disk;
 # one partition of the group-offsets topic (librdkafka's FindCoordinator creates it), so
@@ -91,19 +92,24 @@ def disk_cluster(tmp_path_factory: pytest.TempPathFactory,
 
 
 class Writers:
-    """A confluent and a kafka-python writer taking steps in turn, each timed; a typed
-    error is kept and the same step retried (a writer step is idempotent)."""
+    """A confluent and a kafka-python writer, each taking one step per round at the same
+    time, each step timed; a typed error is kept and the same step retried (a writer
+    step is idempotent), any other error fails the test."""
 
     def __init__(self, cluster: KafkaCluster, namespace: str) -> None:
         self.handles = {c: open_namespace(config(cluster, namespace, c)) for c in CLIENTS}
         self.next = dict.fromkeys(CLIENTS, 0)
         self.acked: dict[tuple[str, int], int] = {}  # (writer, writer step) -> WAL step
         self.phase: dict[tuple[str, int], str] = {}
-        self.times: list[tuple[str, float]] = []
+        self.times: list[tuple[str, str, float]] = []  # (phase, writer, seconds)
         self.errors: list[str] = []
+        self.pool = ThreadPoolExecutor(len(CLIENTS), thread_name_prefix="disk-full-writer")
 
-    def step(self, phase: str) -> float:
-        writer = CLIENTS[len(self.acked) % 2]
+    def round(self, phase: str) -> None:
+        for done in [self.pool.submit(self.step, writer, phase) for writer in CLIENTS]:
+            done.result()
+
+    def step(self, writer: str, phase: str) -> None:
         ws = self.next[writer]
         started = time.monotonic()
         for _ in range(3):
@@ -119,11 +125,11 @@ class Writers:
         assert took < STEP_BOUND_S, f"{writer} step {ws} took {took:.1f}s ({phase})"
         self.acked[(writer, ws)] = step
         self.phase[(writer, ws)] = phase
-        self.times.append((phase, took))
+        self.times.append((phase, writer, took))
         self.next[writer] = ws + 1
-        return took
 
     def close(self) -> None:
+        self.pool.shutdown()
         for ns in self.handles.values():
             ns.close()
 
@@ -174,8 +180,8 @@ def test_one_broker_disk_full_loses_nothing_and_rejoins(disk_cluster, small_disk
     namespace = f"k{uuid.uuid4().hex[:10]}"
     writers = Writers(cluster, namespace)
     try:
-        for _ in range(4):
-            writers.step("before")
+        for _ in range(2):
+            writers.round("before")
         leaders = {t: partition_info(cluster, f"{namespace}_{t}")
                    for t in ("commits", "region_0")}
         for topic, (_, replicas, isr) in leaders.items():
@@ -183,26 +189,28 @@ def test_one_broker_disk_full_loses_nothing_and_rejoins(disk_cluster, small_disk
 
         filler = fill_but(small_disk, ROOM_MIB)
         filled_at = time.monotonic()
+        rounds = 0
         while node.alive():
-            assert len(writers.acked) < 4 + MAX_FILL_STEPS, (
-                f"node {FULL_NODE} still runs after {MAX_FILL_STEPS} steps on a disk with "
+            assert rounds < MAX_FILL_ROUNDS, (
+                f"node {FULL_NODE} still runs after {rounds} rounds of steps on a disk with "
                 f"{ROOM_MIB} MiB free: {os.statvfs(small_disk).f_bavail} blocks left")
-            writers.step("filling")
+            writers.round("filling")
+            rounds += 1
         halted_after = time.monotonic() - filled_at
         exit_code = node.process.wait(timeout=30)
         server_log = (node.folder / "server.log").read_text(errors="replace")
         assert "No space left on device" in server_log, node.log_tail()
         halt = next((ln for ln in server_log.splitlines() if "Shutdown broker" in ln), "")
-        for _ in range(4):  # the broker is gone: two in-sync replicas are left
-            writers.step("down")
+        for _ in range(2):  # the broker is gone: two in-sync replicas are left
+            writers.round("down")
 
         filler.unlink()
         restarted = time.monotonic()
         cluster.restart(FULL_NODE)
         wait_in_sync(cluster, namespace)
         rejoined_s = time.monotonic() - restarted
-        for _ in range(4):
-            writers.step("after")
+        for _ in range(2):
+            writers.round("after")
     finally:
         writers.close()
 
@@ -211,14 +219,16 @@ def test_one_broker_disk_full_loses_nothing_and_rejoins(disk_cluster, small_disk
                  namespace, "--json"])
     out, err = capsys.readouterr()
     assert code == 0 and json.loads(out)["ok"] is True, (code, out, err)
-    slowest = {p: max(t for q, t in writers.times if q == p)
+    slowest = {p: max((t, w) for q, w, t in writers.times if q == p)
                for p in ("before", "filling", "down", "after")}
     phases = {p: sum(1 for q in writers.phase.values() if q == p) for p in slowest}
     print(f"\nnode {FULL_NODE} (leaders before: "
           f"{ {t: v[0] for t, v in leaders.items()} }) halted with exit code {exit_code} "
           f"{halted_after:.1f}s after the filler: {halt.strip()[:200]}")
+    halting_round = [f"{w} {t:.1f}s" for q, w, t in writers.times if q == "filling"][-2:]
+    print(f"the round of steps that met the full disk: {halting_round}")
     print(f"steps per phase {phases}, slowest step per phase "
-          f"{ {p: round(t, 1) for p, t in slowest.items()} } s; typed errors: "
+          f"{ {p: f'{t:.1f}s ({w})' for p, (t, w) in slowest.items()} }; typed errors: "
           f"{writers.errors or 'none'}")
     print(f"restart and back in sync in {rejoined_s:.1f}s; {rows} rows of "
           f"{len(writers.acked)} steps read back once each on both clients; check ok")

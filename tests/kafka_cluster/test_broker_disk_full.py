@@ -215,6 +215,7 @@ def test_one_broker_disk_full_loses_nothing_and_rejoins(disk_cluster, small_disk
         writers.close()
 
     rows = check_read_back(cluster, namespace, writers.acked)
+    capsys.readouterr()  # what came before is not check's output
     code = main(["check", "--bootstrap-servers", cluster.bootstrap, "--namespace",
                  namespace, "--json"])
     out, err = capsys.readouterr()

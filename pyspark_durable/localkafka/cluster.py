@@ -458,6 +458,7 @@ def start_cluster(
     tls: bool = False,
     auth: Auth | None = None,
     extra: Mapping[str, str] | None = None,
+    node_extra: Mapping[int, Mapping[str, str]] | None = None,
     log_level: str = "WARN",
     heap: tuple[str, ...] = HEAP,
     attached: bool = True,
@@ -465,7 +466,9 @@ def start_cluster(
     sasl_port: int | None = None,
 ) -> KafkaCluster:
     """Format and start ``size`` KRaft nodes under ``work_dir``; see the module docstring.
-    ``port`` and ``sasl_port`` fix a single node's listeners (else free ports are drawn)."""
+    ``port`` and ``sasl_port`` fix a single node's listeners (else free ports are drawn).
+    ``node_extra`` maps a node id to settings of that node alone, over ``extra`` (a
+    ``log.dirs`` on a small file system of its own, say)."""
     classpath = kafka_classpath()
     work_dir.mkdir(parents=True, exist_ok=True)
     if (sasl or tls) and auth is None:
@@ -484,7 +487,8 @@ def start_cluster(
     voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
     for node in nodes:
         node.folder.mkdir(parents=True, exist_ok=True)
-        (node.folder / "server.properties").write_text(properties(node, voters, size, auth, extra or {}))
+        (node.folder / "server.properties").write_text(properties(
+            node, voters, size, auth, {**(extra or {}), **(node_extra or {}).get(node.node_id, {})}))
         (node.folder / "log4j2.properties").write_text(
             LOG4J2.format(level=log_level, path=node.folder / "server.log")
         )

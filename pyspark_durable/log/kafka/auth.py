@@ -95,6 +95,12 @@ def authentication_failed(address: str, config: Mapping[str, Any], detail: str,
     if not config:  # a client's error met later, without the options at hand
         what = f"authentication to Kafka broker {address} failed"
         fix = "check the kafka.sasl.* and kafka.ssl.* options"
+    elif protocol.startswith("SASL") and str(mechanism).upper() == "OAUTHBEARER":
+        what = (f"SASL/OAUTHBEARER authentication (security.protocol {protocol}) to Kafka "
+                f"broker {address} failed")
+        fix = ("the broker refused the token: check that its issuer, audience and signing "
+               "key are the ones the broker expects (its sasl.oauthbearer.expected.audience, "
+               "expected.issuer, jwks.endpoint.url) and kafka.sasl.oauthbearer.scope")
     elif protocol.startswith("SASL"):
         what = (f"SASL authentication (mechanism {mechanism or 'GSSAPI'}, security.protocol "
                 f"{protocol}) to Kafka broker {address} failed")
@@ -166,6 +172,9 @@ def py_check_credentials(config: Mapping[str, Any], address: str, timeout_ms: in
     protocol = protocol_of(config)
     if protocol == "PLAINTEXT":
         return
+    provider = config.get("sasl_oauth_token_provider")
+    if provider is not None and protocol.startswith("SASL"):
+        provider.token()  # a refused client secret is told by the token endpoint, at once
     import kafka.errors as kerr
     from kafka.net.manager import KafkaConnectionManager
     from kafka.net.selector import NetworkSelector

@@ -70,7 +70,7 @@ class TokenServer:
         now = int(time.time())
         claims = {"iss": self.issuer, "aud": profile.audience or self.audience,
                   "sub": client_id, "iat": now, "exp": now + profile.lifetime_s,
-                  "jti": uuid.uuid4().hex, "scope": scope or ""}
+                  "jti": uuid.uuid4().hex, **({"scope": scope} if scope else {})}
         key = self._foreign if profile.foreign_key else self._key
         token = jwt.encode(claims, key, algorithm="RS256", headers={"kid": KID})
         with self._changed:

@@ -154,12 +154,16 @@ class OAuthValidation:
     ``OAuthBearerValidatorCallbackHandler``, RS256 signatures against the keys at
     ``jwks_url``, and the ``iss`` and ``aud`` claims. ``reauth_ms`` is the longest session
     before the client must log in again (``connections.max.reauth.ms``): a session ends
-    at its token's expiry anyway, so a client must fetch a new token to go on."""
+    at its token's expiry anyway, so a client must fetch a new token to go on.
+    ``clock_skew_s`` is how long past its expiry a token is still taken for a login
+    (Kafka's default is 30 s; ``exp`` is in whole seconds, and a client refreshing at 80 %
+    of a token's life that lives seconds may log in with it right at its expiry)."""
 
     jwks_url: str
     issuer: str
     audience: str
     reauth_ms: int = 600_000
+    clock_skew_s: int = 2
 
 
 @dataclass
@@ -293,7 +297,7 @@ def _oauth_properties(listener: str, oauth: OAuthValidation) -> dict[str, str]:
         "sasl.oauthbearer.jwks.endpoint.url": oauth.jwks_url,
         "sasl.oauthbearer.expected.issuer": oauth.issuer,
         "sasl.oauthbearer.expected.audience": oauth.audience,
-        "sasl.oauthbearer.clock.skew.seconds": "0",  # an expired token is refused at once
+        "sasl.oauthbearer.clock.skew.seconds": str(oauth.clock_skew_s),
     }
 
 

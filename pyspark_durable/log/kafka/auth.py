@@ -96,11 +96,7 @@ def authentication_failed(address: str, config: Mapping[str, Any], detail: str,
         what = f"authentication to Kafka broker {address} failed"
         fix = "check the kafka.sasl.* and kafka.ssl.* options"
     elif protocol.startswith("SASL") and str(mechanism).upper() == "OAUTHBEARER":
-        what = (f"SASL/OAUTHBEARER authentication (security.protocol {protocol}) to Kafka "
-                f"broker {address} failed")
-        fix = ("the broker refused the token: check that its issuer, audience and signing "
-               "key are the ones the broker expects (its sasl.oauthbearer.expected.audience, "
-               "expected.issuer, jwks.endpoint.url) and kafka.sasl.oauthbearer.scope")
+        what, detail, fix = _oauth_failure(address, protocol, config, detail)
     elif protocol.startswith("SASL"):
         what = (f"SASL authentication (mechanism {mechanism or 'GSSAPI'}, security.protocol "
                 f"{protocol}) to Kafka broker {address} failed")
@@ -111,6 +107,27 @@ def authentication_failed(address: str, config: Mapping[str, Any], detail: str,
         fix = "check kafka.ssl.cafile (the CA that signed the broker's certificate)"
     return AuthenticationFailed(f"{what}: {secrets.scrub(detail)}; {fix} (not retried)",
                                 **where)
+
+
+RD_TOKEN_FAILED = "Failed to acquire SASL OAUTHBEARER token: "  # librdkafka's OIDC fetch
+
+
+def _oauth_failure(address: str, protocol: str, config: Mapping[str, Any],
+                   detail: str) -> tuple[str, str, str]:
+    """What failed, the client's words and the fix, for OAUTHBEARER: the token endpoint
+    gave no token (librdkafka's OIDC), or the broker refused the token."""
+    if RD_TOKEN_FAILED in detail:
+        url = config.get("sasl.oauthbearer.token.endpoint.url")
+        client_id = config.get("sasl.oauthbearer.client.id")
+        return (f"the OAuth token endpoint {url} (client id {client_id!r}) gave no token",
+                detail.split(RD_TOKEN_FAILED, 1)[1],
+                "check kafka.sasl.oauthbearer.client.id, kafka.sasl.oauthbearer.client.secret, "
+                "kafka.sasl.oauthbearer.scope and kafka.sasl.oauthbearer.token.endpoint.url")
+    return (f"SASL/OAUTHBEARER authentication (security.protocol {protocol}) to Kafka broker "
+            f"{address} failed", detail,
+            "the broker refused the token; check that its issuer, audience and signing key "
+            "are the ones the broker expects (its sasl.oauthbearer.expected.audience, "
+            "expected.issuer, jwks.endpoint.url) and kafka.sasl.oauthbearer.scope")
 
 
 # -- librdkafka ------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from kafka_broker import Auth, KafkaCluster, cluster_for_tests
+from kafka_broker import Auth, KafkaCluster, cluster_for_tests, topic_bytes
 from oauth_server import Client, TokenServer
 
 from pyspark_durable.endpoint import open_namespace, write_step
@@ -113,8 +113,6 @@ def test_both_clients_read_and_write_through_oauthbearer(cluster, tokens, client
     """This tests that a WAL is written and read over SASL/OAUTHBEARER with tokens from the
     client-credentials endpoint, from the same options on both clients, and that no token
     or client secret is in any log record at DEBUG or in the bytes of the WAL's topics."""
-    from test_kafka_auth import topic_bytes
-
     caplog.set_level(logging.DEBUG)
     for name in ("kafka", "pyspark_durable", "confluent_kafka"):
         caplog.set_level(logging.DEBUG, logger=name)

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyspark_durable import secrets
-from pyspark_durable.errors import AuthenticationFailed
+from pyspark_durable.errors import AuthenticationFailed, BackendUnavailable, DurableWalError
 from pyspark_durable.log.kafka.spelling import normalize_key
 
 FIRST_SLICE_S = 0.5  # first metadata wait; doubled up to MAX_SLICE_S
@@ -110,6 +110,22 @@ def authentication_failed(address: str, config: Mapping[str, Any], detail: str,
 
 
 RD_TOKEN_FAILED = "Failed to acquire SASL OAUTHBEARER token: "  # librdkafka's OIDC fetch
+# libcurl's words, in librdkafka's failure, for an endpoint it could not reach
+RD_ENDPOINT_DOWN = ("Failed to connect", "Could not connect", "Could not resolve",
+                    "Timeout was reached")
+
+
+def rd_login_failed(address: str, config: Mapping[str, Any], failure: str,
+                    **where: Any) -> DurableWalError:
+    """librdkafka's failed login as a typed error: a token endpoint it could not reach is
+    retriable :class:`BackendUnavailable` (as kafka-python's provider reports it); any
+    other failure is :func:`authentication_failed`."""
+    if RD_TOKEN_FAILED in failure and any(w in failure for w in RD_ENDPOINT_DOWN):
+        url = config.get("sasl.oauthbearer.token.endpoint.url")
+        return BackendUnavailable(secrets.scrub(
+            f"cannot reach the OAuth token endpoint {url}: "
+            f"{failure.split(RD_TOKEN_FAILED, 1)[1]}"), **where)
+    return authentication_failed(address, config, failure, **where)
 
 
 def _oauth_failure(address: str, protocol: str, config: Mapping[str, Any],
@@ -119,7 +135,7 @@ def _oauth_failure(address: str, protocol: str, config: Mapping[str, Any],
     if RD_TOKEN_FAILED in detail:
         url = config.get("sasl.oauthbearer.token.endpoint.url")
         client_id = config.get("sasl.oauthbearer.client.id")
-        return (f"the OAuth token endpoint {url} (client id {client_id!r}) gave no token",
+        return (f"the OAuth token endpoint {url} (client id {client_id!r}) refused",
                 detail.split(RD_TOKEN_FAILED, 1)[1],
                 "check kafka.sasl.oauthbearer.client.id, kafka.sasl.oauthbearer.client.secret, "
                 "kafka.sasl.oauthbearer.scope and kafka.sasl.oauthbearer.token.endpoint.url")
@@ -172,7 +188,7 @@ def rd_list_topics(client: Any, timeout_s: float, address: str, config: Mapping[
             err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
             client.poll(0)  # serves error_cb
             if watch.failure is not None:
-                raise authentication_failed(address, config, watch.failure, **where) from None
+                raise rd_login_failed(address, config, watch.failure, **where) from None
             if err is None or err.code() not in waiting or time.monotonic() >= deadline:
                 raise
         slice_s = min(slice_s * 2, MAX_SLICE_S)

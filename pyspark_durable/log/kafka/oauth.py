@@ -110,10 +110,10 @@ class ClientCredentials:
         said = f"HTTP {exc.code}" + (f" {error}" if error else "")
         if exc.code in REFUSED_HTTP:
             return AuthenticationFailed(secrets.scrub(
-                f"{self._where()} refused the client credentials: {said}; check "
+                f"{self._where()} refused the client id and secret ({said}); check "
                 "kafka.sasl.oauthbearer.client.id, kafka.sasl.oauthbearer.client.secret and "
                 "kafka.sasl.oauthbearer.scope (not retried)", [self._secret]))
-        return BackendUnavailable(secrets.scrub(f"{self._where()} failed: {said}",
+        return BackendUnavailable(secrets.scrub(f"{self._where()} failed ({said})",
                                                 [self._secret]))
 
     def _parse(self, body: bytes) -> tuple[str, float]:
@@ -122,7 +122,7 @@ class ClientCredentials:
             answer = json.loads(body)
             token = str(answer["access_token"])
         except (ValueError, KeyError, TypeError):
-            raise ConfigError(f"{self._where()} answered with no access_token: check "
+            raise ConfigError(f"{self._where()} answered with no access_token; check "
                               "kafka.sasl.oauthbearer.token.endpoint.url") from None
         secrets.remember({"access_token": token})
         lifetime = answer.get("expires_in")

@@ -23,13 +23,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from kafka_broker import Auth, KafkaCluster, cluster_for_tests, topic_bytes
+from kafka_broker import Auth, KafkaCluster, cluster_for_tests, free_port, topic_bytes
 from oauth_server import Client, TokenServer
 
 from pyspark_durable.endpoint import open_namespace, write_step
 from pyspark_durable.errors import AuthenticationFailed, BackendUnavailable, DurableWalError
 from pyspark_durable.localkafka.cluster import OAuthValidation
 from pyspark_durable.log import Record, open_store
+from pyspark_durable.secrets import REDACTED
 
 pytestmark = pytest.mark.kafka
 
@@ -183,13 +184,33 @@ def test_a_refused_token_is_a_quick_typed_error(cluster, tokens, client, case):
     assert not exc.retriable and not isinstance(exc, BackendUnavailable)
     assert took < QUICK_S, f"a refusal took {took:.1f}s"
     assert says in str(exc)
+    assert REDACTED not in str(exc), "a part of the message was masked as if secret"
     if case == "wrong client secret":
-        assert f"the OAuth token endpoint {tokens.url}/token (client id 'app')" in str(exc)
+        assert f"the OAuth token endpoint {tokens.url}/token (client id 'app') refused" in str(exc)
     else:
         assert cluster.sasl_bootstrap() in str(exc) and "the broker refused the token" in str(exc)
     assert_nothing_shows(tokens, str(exc), "the error")
     if secret is not None:
         assert secret not in str(exc)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_an_unreachable_token_endpoint_is_retriable(cluster, tokens, client):
+    """This tests that a token endpoint nobody listens on is a retriable
+    BackendUnavailable naming the endpoint (the identity provider may come back), not a
+    refusal, within seconds, on both clients."""
+    url = f"http://127.0.0.1:{free_port()}/token"
+    options = {**oauth_options(cluster, tokens), "kafka.client": client,
+               "kafka.sasl.oauthbearer.token.endpoint.url": url,
+               "kafka.connect.timeout.ms": "30000"}
+    start = time.monotonic()
+    with pytest.raises(BackendUnavailable) as caught:
+        open_store("kafka", "nope", **options)
+    took = time.monotonic() - start
+    print(f"{client} unreachable endpoint ({took:.1f}s): {caught.value}")
+    assert caught.value.retriable and took < QUICK_S
+    assert f"cannot reach the OAuth token endpoint {url}" in str(caught.value)
+    assert_nothing_shows(tokens, str(caught.value), "the error")
 
 
 def cli_process(argv: list[str]) -> subprocess.Popen:

@@ -39,6 +39,8 @@ setup(
             "chispa>=0.10",
             "pandas>=2,<3",
             "ruff>=0.6",
+            # the OAUTHBEARER tests' token endpoint signs RS256 JWTs (cryptography)
+            "pyjwt[crypto]>=2.8",
         ],
         "notebook": ["nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6", "matplotlib>=3.8",
                      "pandas>=2,<3"],

@@ -37,6 +37,9 @@ MIN_SCRUB_LEN = 6
 SECRET_KEY = re.compile(
     r"(?i)secret|passw(or)?d|token|access[._-]?key|api[._-]?key|jaas|credential|"
     r"private[._-]?key|key[._-]?pem|oauthbearer[._-]?config")
+# keys SECRET_KEY matches that name no secret: an OAuth token endpoint's address (its
+# errors must name it)
+NOT_SECRET_KEY = re.compile(r"(?i)token[._-]?endpoint[._-]?url['\"]?$")
 # a JAAS line: username="..." password="..." (quoted, as Kafka's JAAS parser wants them)
 JAAS_VALUE = re.compile(r"""(?i)\b(password|username)\s*=\s*("(?:[^"\\]|\\.)*"|'[^']*'|[^\s;]+)""")
 # kafka-python's DEBUG lines show SASL requests: auth_bytes=b'\x00user\x00password'
@@ -55,8 +58,8 @@ _lock = threading.Lock()
 
 def is_secret(key: Any) -> bool:
     """Does the option named ``key`` (any spelling: ``kafka.sasl.plain.password``,
-    ``sasl_password``) hold a secret?"""
-    return bool(SECRET_KEY.search(str(key)))
+    ``sasl_password``) hold a secret? Not an OAuth token endpoint's URL."""
+    return bool(SECRET_KEY.search(str(key))) and not NOT_SECRET_KEY.search(str(key))
 
 
 def redact_options(options: Mapping[str, Any]) -> dict[str, Any]:

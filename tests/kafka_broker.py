@@ -21,6 +21,7 @@ from pyspark_durable.localkafka.cluster import (
     BrokerStartError,
     KafkaCluster,
     Node,
+    free_port,
     kafka_classpath,
     random_cluster_id,
     wait_ready,
@@ -33,6 +34,7 @@ __all__ = [
     "BrokerStartError",
     "KafkaCluster",
     "Node",
+    "free_port",
     "kafka_classpath",
     "random_cluster_id",
     "wait_ready",
@@ -42,6 +44,7 @@ __all__ = [
     "start_broker",
     "stop_broker",
     "kill_broker",
+    "topic_bytes",
 ]
 
 
@@ -105,3 +108,34 @@ def kill_broker(broker: KafkaCluster) -> None:
     """``kill -9`` every node of the cluster (a broker gone without a goodbye)."""
     for node in broker.nodes:
         broker.kill(node.node_id)
+
+
+def topic_bytes(cluster: KafkaCluster, prefix: str) -> bytes:
+    """Every key, value and header of every topic of namespace ``prefix``, read raw over
+    the PLAINTEXT listener: what a search for a leaked secret must cover."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix + "_")]
+    assert topics, f"no topics of {prefix}"
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "raw-reader",
+                         "enable.auto.commit": "false", "enable.partition.eof": "true"})
+    data = bytearray()
+    try:
+        for topic in topics:
+            consumer.assign([TopicPartition(topic, 0, 0)])
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+            seen = low
+            while seen < high:
+                msg = consumer.poll(5)
+                assert msg is not None, f"{topic} stopped at {seen} of {high}"
+                if msg.error() is not None:
+                    continue
+                data += (msg.key() or b"") + (msg.value() or b"")
+                for k, v in msg.headers() or ():
+                    data += k.encode() + (v or b"")
+                seen = msg.offset() + 1
+    finally:
+        consumer.close()
+    return bytes(data)

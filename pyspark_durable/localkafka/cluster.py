@@ -149,6 +149,24 @@ def port_free(port: int) -> bool:
 
 
 @dataclass
+class OAuthValidation:
+    """How the SASL listener's OAUTHBEARER checks a token: Kafka's
+    ``OAuthBearerValidatorCallbackHandler``, RS256 signatures against the keys at
+    ``jwks_url``, and the ``iss`` and ``aud`` claims. ``reauth_ms`` is the longest session
+    before the client must log in again (``connections.max.reauth.ms``): a session ends
+    at its token's expiry anyway, so a client must fetch a new token to go on.
+    ``clock_skew_s`` is how long past its expiry a token is still taken for a login
+    (Kafka's default is 30 s; ``exp`` is in whole seconds, and a client refreshing at 80 %
+    of a token's life that lives seconds may log in with it right at its expiry)."""
+
+    jwks_url: str
+    issuer: str
+    audience: str
+    reauth_ms: int = 600_000
+    clock_skew_s: int = 2
+
+
+@dataclass
 class Auth:
     """Credentials and files of the SASL and TLS listeners."""
 
@@ -160,6 +178,7 @@ class Auth:
     keystore_password: str = field(default_factory=lambda: "ks-" + uuid.uuid4().hex)
     # more SASL/PLAIN users (name -> password), e.g. one per role of an authorizer's test
     plain_users: dict[str, str] = field(default_factory=dict)
+    oauth: OAuthValidation | None = None  # adds OAUTHBEARER to the SASL listener
 
     def plain_logins(self) -> dict[str, str]:
         """Every SASL/PLAIN user of the listener: the user, the admin and the others."""
@@ -241,7 +260,7 @@ class KafkaCluster:
         node = self.node(node_id)
         if node.alive():
             raise BrokerStartError(f"Kafka node {node_id} is still running")
-        _launch(node, self.classpath, self.heap, self.attached)
+        _launch(node, self.classpath, self.heap, self.attached, _jvm_options(self.auth))
         if wait:
             wait_ready(self, [node_id])
 
@@ -264,12 +283,36 @@ class KafkaCluster:
 
 SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule"
 PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
+OAUTH_PACKAGE = "org.apache.kafka.common.security.oauthbearer"
+# Kafka 4 fetches a JWKS only from URLs this JVM property lists
+OAUTH_ALLOWED_URLS = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
+
+
+def _oauth_properties(listener: str, oauth: OAuthValidation) -> dict[str, str]:
+    return {
+        f"{listener}.oauthbearer.sasl.jaas.config": f"{OAUTH_PACKAGE}.OAuthBearerLoginModule required;",
+        f"{listener}.oauthbearer.sasl.server.callback.handler.class":
+            f"{OAUTH_PACKAGE}.OAuthBearerValidatorCallbackHandler",
+        f"{listener}.oauthbearer.connections.max.reauth.ms": str(oauth.reauth_ms),
+        "sasl.oauthbearer.jwks.endpoint.url": oauth.jwks_url,
+        "sasl.oauthbearer.expected.issuer": oauth.issuer,
+        "sasl.oauthbearer.expected.audience": oauth.audience,
+        "sasl.oauthbearer.clock.skew.seconds": str(oauth.clock_skew_s),
+    }
+
+
+def _jvm_options(auth: Auth | None) -> tuple[str, ...]:
+    if auth is None or auth.oauth is None:
+        return ()
+    return (f"-D{OAUTH_ALLOWED_URLS}={auth.oauth.jwks_url}",)
 
 
 def _sasl_properties(node: Node, auth: Auth) -> dict[str, str]:
     listener = "listener.name.sasl_plaintext"
+    oauth = {} if auth.oauth is None else _oauth_properties(listener, auth.oauth)
     return {
-        "sasl.enabled.mechanisms": "SCRAM-SHA-256,PLAIN",
+        **oauth,
+        "sasl.enabled.mechanisms": "SCRAM-SHA-256,PLAIN" + (",OAUTHBEARER" if oauth else ""),
         f"{listener}.scram-sha-256.sasl.jaas.config": f"{SCRAM_LOGIN} required;",
         f"{listener}.plain.sasl.jaas.config": (
             f"{PLAIN_LOGIN} required "
@@ -349,12 +392,14 @@ def die_with_caller() -> Callable[[], None]:
     return arm
 
 
-def _launch(node: Node, classpath: str, heap: tuple[str, ...], attached: bool) -> None:
+def _launch(node: Node, classpath: str, heap: tuple[str, ...], attached: bool,
+            jvm: tuple[str, ...] = ()) -> None:
     with open(node.folder / "stdout.log", "ab") as out:
         node.process = subprocess.Popen(
             [
                 "java",
                 *heap,
+                *jvm,
                 "-XX:+UseSerialGC",
                 "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={node.folder / 'log4j2.properties'}",
@@ -496,7 +541,7 @@ def start_cluster(
     _format(nodes, cluster_id, classpath, auth)
     cluster = KafkaCluster(nodes, cluster_id, classpath, auth, heap, attached)
     for node in nodes:
-        _launch(node, classpath, heap, attached)
+        _launch(node, classpath, heap, attached, _jvm_options(auth))
     try:
         wait_ready(cluster)
     except BaseException:

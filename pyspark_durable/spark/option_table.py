@@ -114,7 +114,10 @@ OPTION_TABLE: tuple[Opt, ...] = (
         "(`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`) and either "
         "`kafka.sasl.plain.username`/`kafka.sasl.plain.password` or `kafka.sasl.jaas.config` "
         "(PLAIN or SCRAM login module, as in Spark's Kafka connector), and `kafka.ssl.cafile` "
-        "(the CA of the brokers' certificates). Both clients. Secret values are never printed",
+        "(the CA of the brokers' certificates); or `OAUTHBEARER` with OAuth2 client credentials: "
+        "`kafka.sasl.oauthbearer.token.endpoint.url`, `kafka.sasl.oauthbearer.client.id`, "
+        "`kafka.sasl.oauthbearer.client.secret`, `kafka.sasl.oauthbearer.scope`. Both clients. "
+        "Secret values are never printed",
         passthrough=True,
     ),
     Opt(

@@ -10,6 +10,8 @@ Module map, from the store down (each imports only modules below it)::
     settings     KafkaSettings: options parsed; client_for, the one place a client is chosen
     acls         the rights (ACLs) of each role; a refusal as AccessDenied naming the ACL
     auth         security options; a wrong password told quickly
+    oauth        OAUTHBEARER with OAuth2 client credentials: librdkafka's OIDC, a token
+                 provider for kafka-python
     topics       OneTopicRule (one partition, no broker-side retention); topic configs
     api          Reader, Sender, TopicAdmin: what each client implements; KafkaClient
     spelling     normalize_key: one spelling rule for option keys

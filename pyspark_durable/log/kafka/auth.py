@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyspark_durable import secrets
-from pyspark_durable.errors import AuthenticationFailed
+from pyspark_durable.errors import AuthenticationFailed, BackendUnavailable, DurableWalError
 from pyspark_durable.log.kafka.spelling import normalize_key
 
 FIRST_SLICE_S = 0.5  # first metadata wait; doubled up to MAX_SLICE_S
@@ -95,6 +95,8 @@ def authentication_failed(address: str, config: Mapping[str, Any], detail: str,
     if not config:  # a client's error met later, without the options at hand
         what = f"authentication to Kafka broker {address} failed"
         fix = "check the kafka.sasl.* and kafka.ssl.* options"
+    elif protocol.startswith("SASL") and str(mechanism).upper() == "OAUTHBEARER":
+        what, detail, fix = _oauth_failure(address, protocol, config, detail)
     elif protocol.startswith("SASL"):
         what = (f"SASL authentication (mechanism {mechanism or 'GSSAPI'}, security.protocol "
                 f"{protocol}) to Kafka broker {address} failed")
@@ -105,6 +107,43 @@ def authentication_failed(address: str, config: Mapping[str, Any], detail: str,
         fix = "check kafka.ssl.cafile (the CA that signed the broker's certificate)"
     return AuthenticationFailed(f"{what}: {secrets.scrub(detail)}; {fix} (not retried)",
                                 **where)
+
+
+RD_TOKEN_FAILED = "Failed to acquire SASL OAUTHBEARER token: "  # librdkafka's OIDC fetch
+# libcurl's words, in librdkafka's failure, for an endpoint it could not reach
+RD_ENDPOINT_DOWN = ("Failed to connect", "Could not connect", "Could not resolve",
+                    "Timeout was reached")
+
+
+def rd_login_failed(address: str, config: Mapping[str, Any], failure: str,
+                    **where: Any) -> DurableWalError:
+    """librdkafka's failed login as a typed error: a token endpoint it could not reach is
+    retriable :class:`BackendUnavailable` (as kafka-python's provider reports it); any
+    other failure is :func:`authentication_failed`."""
+    if RD_TOKEN_FAILED in failure and any(w in failure for w in RD_ENDPOINT_DOWN):
+        url = config.get("sasl.oauthbearer.token.endpoint.url")
+        return BackendUnavailable(secrets.scrub(
+            f"cannot reach the OAuth token endpoint {url}: "
+            f"{failure.split(RD_TOKEN_FAILED, 1)[1]}"), **where)
+    return authentication_failed(address, config, failure, **where)
+
+
+def _oauth_failure(address: str, protocol: str, config: Mapping[str, Any],
+                   detail: str) -> tuple[str, str, str]:
+    """What failed, the client's words and the fix, for OAUTHBEARER: the token endpoint
+    gave no token (librdkafka's OIDC), or the broker refused the token."""
+    if RD_TOKEN_FAILED in detail:
+        url = config.get("sasl.oauthbearer.token.endpoint.url")
+        client_id = config.get("sasl.oauthbearer.client.id")
+        return (f"the OAuth token endpoint {url} (client id {client_id!r}) refused",
+                detail.split(RD_TOKEN_FAILED, 1)[1],
+                "check kafka.sasl.oauthbearer.client.id, kafka.sasl.oauthbearer.client.secret, "
+                "kafka.sasl.oauthbearer.scope and kafka.sasl.oauthbearer.token.endpoint.url")
+    return (f"SASL/OAUTHBEARER authentication (security.protocol {protocol}) to Kafka broker "
+            f"{address} failed", detail,
+            "the broker refused the token; check that its issuer, audience and signing key "
+            "are the ones the broker expects (its sasl.oauthbearer.expected.audience, "
+            "expected.issuer, jwks.endpoint.url) and kafka.sasl.oauthbearer.scope")
 
 
 # -- librdkafka ------------------------------------------------------------------------
@@ -149,7 +188,7 @@ def rd_list_topics(client: Any, timeout_s: float, address: str, config: Mapping[
             err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
             client.poll(0)  # serves error_cb
             if watch.failure is not None:
-                raise authentication_failed(address, config, watch.failure, **where) from None
+                raise rd_login_failed(address, config, watch.failure, **where) from None
             if err is None or err.code() not in waiting or time.monotonic() >= deadline:
                 raise
         slice_s = min(slice_s * 2, MAX_SLICE_S)
@@ -166,6 +205,9 @@ def py_check_credentials(config: Mapping[str, Any], address: str, timeout_ms: in
     protocol = protocol_of(config)
     if protocol == "PLAINTEXT":
         return
+    provider = config.get("sasl_oauth_token_provider")
+    if provider is not None and protocol.startswith("SASL"):
+        provider.token()  # a refused client secret is told by the token endpoint, at once
     import kafka.errors as kerr
     from kafka.net.manager import KafkaConnectionManager
     from kafka.net.selector import NetworkSelector

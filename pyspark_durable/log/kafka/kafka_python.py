@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import kafka.errors as kerr
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.net.sasl.oauth import AbstractTokenProvider
 
 from pyspark_durable.errors import (
     BackendUnavailable,
@@ -37,6 +38,7 @@ from pyspark_durable.log.kafka.acls import (
 )
 from pyspark_durable.log.kafka.api import KafkaClient
 from pyspark_durable.log.kafka.auth import authentication_failed, py_check_credentials
+from pyspark_durable.log.kafka.oauth import OAUTH_KEYS, ClientCredentials, kafka_python_tokens
 from pyspark_durable.log.kafka.probe import broker_reachability
 from pyspark_durable.log.kafka.topics import OneTopicRule
 from pyspark_durable.secrets import KAFKA_PYTHON_LOGGERS, install_log_filter
@@ -68,6 +70,23 @@ CLIENTS: dict[str, type] = {
     "admin": KafkaAdminClient,
 }
 KAFKA_KEYS = frozenset().union(*(c.DEFAULT_CONFIG for c in CLIENTS.values()))  # type: ignore[attr-defined]
+# kafka-python's names and the OAuth client-credentials options both clients take
+OPTION_KEYS = KAFKA_KEYS | OAUTH_KEYS
+
+
+class TokenProvider(AbstractTokenProvider):
+    """kafka-python's ``sasl_oauth_token_provider``: the tokens of one
+    :class:`~pyspark_durable.log.kafka.oauth.ClientCredentials`."""
+
+    def __init__(self, tokens: ClientCredentials) -> None:
+        super().__init__()
+        self.tokens = tokens
+
+    def __repr__(self) -> str:
+        return f"TokenProvider({self.tokens!r})"
+
+    def token(self) -> str:
+        return self.tokens.token()
 
 
 def default_of(name: str) -> Any:
@@ -85,6 +104,9 @@ def client_configs(servers: str, own: Mapping[str, Any],
     install_log_filter(KAFKA_PYTHON_LOGGERS, prefix="kafka.")  # SASL requests at DEBUG
     for k, v in TUNED.items():
         merged.setdefault(k, v)
+    tokens = kafka_python_tokens(merged, int(own["request_timeout_ms"]) / 1000)
+    if tokens is not None:
+        merged["sasl_oauth_token_provider"] = TokenProvider(tokens)
     common = {
         "bootstrap_servers": servers.split(","),
         "bootstrap_timeout_ms": int(own["connect_timeout_ms"]),
@@ -484,4 +506,4 @@ class KafkaPythonAdmin(OneTopicRule):
 
 CLIENT = KafkaClient("kafka-python", configs=client_configs, reader=KafkaPythonReader,
                      sender=KafkaPythonSender, admin=KafkaPythonAdmin,
-                     keys=lambda: KAFKA_KEYS, default_of=default_of)
+                     keys=lambda: OPTION_KEYS, default_of=default_of)

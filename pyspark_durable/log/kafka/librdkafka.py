@@ -30,6 +30,7 @@ from pyspark_durable.log.kafka.acls import (
     access_denied,
 )
 from pyspark_durable.log.kafka.auth import AuthWatch, authentication_failed
+from pyspark_durable.log.kafka.oauth import librdkafka_oidc
 from pyspark_durable.log.kafka.probe import broker_reachability
 from pyspark_durable.secrets import install_log_filter
 
@@ -115,6 +116,7 @@ def librdkafka_configs(servers: str, own: Mapping[str, Any],
                        merged: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], int]:
     """The properties of the producer, consumer and admin client, and the delivery timeout."""
     user = {ALIASES.get(k, k.replace("_", ".")): _text(v) for k, v in merged.items()}
+    librdkafka_oidc(user)
     request_ms = int(own["request_timeout_ms"])
     common = {
         **TUNED,

@@ -12,6 +12,16 @@ from pyspark_durable.localkafka.cluster import _ephemeral_ports, free_port  # no
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / "pyspark_durable"
 
+# The backends a test can run on, by the name ``@pytest.mark.backends(...)`` takes and the
+# test id shows: (``open_store`` backend, Kafka client). The Kafka log is named by its
+# client: confluent-kafka (librdkafka, the product's default) and kafka-python.
+BACKENDS: dict[str, tuple[str, str | None]] = {
+    "file": ("file", None),
+    "memory": ("memory", None),
+    "kafka-confluent": ("kafka", "confluent"),
+    "kafka-python": ("kafka", "kafka-python"),
+}
+KAFKA_CLIENTS = tuple(client for _, client in BACKENDS.values() if client)
 
 
 def package_zip(dest: Path) -> Path:
@@ -29,18 +39,24 @@ def hashed_payload(i: int) -> str:
     return f"row-{i}-" + hashlib.sha1(str(i).encode()).hexdigest()
 
 
-def wal_namespace(wal: dict, create: bool = True):
-    """The Namespace behind Spark options of conftest's ``wal`` shape (the file log, or
-    Kafka with its ``kafka.client``), opened with the Python API."""
-    from pyspark_durable.endpoint import open_namespace
-
+def wal_config(wal: dict) -> dict:
+    """The endpoint config (``open_namespace``'s) of Spark options of conftest's ``wal``
+    shape: the file log, or Kafka with its ``kafka.client``."""
     if wal.get("backend") == "kafka":
         options = {"bootstrap_servers": wal["kafka.bootstrap.servers"],
                    "client": wal.get("kafka.client", "confluent")}
     else:
         options = {"path": wal["path"]}
-    return open_namespace({"backend": wal.get("backend", "file"), "namespace": wal["namespace"],
-                           "options": options}, create=create)
+    return {"backend": wal.get("backend", "file"), "namespace": wal["namespace"],
+            "options": options}
+
+
+def wal_namespace(wal: dict, create: bool = True):
+    """The Namespace behind Spark options of conftest's ``wal`` shape, opened with the
+    Python API."""
+    from pyspark_durable.endpoint import open_namespace
+
+    return open_namespace(wal_config(wal), create=create)
 
 
 def assert_acknowledged(ns, writer: str, writer_step: int, step: int) -> None:

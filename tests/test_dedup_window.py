@@ -48,6 +48,7 @@ def agree(ns: Namespace, store) -> None:
             (ns._state.next_step, ns._state.pairs, ns._state.writer_last)
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_a_new_wal_remembers_a_writers_newest_steps_and_refuses_older_ones(make_store):
     """This tests that a streaming writer's recommits of remembered writer steps return
     their step (no new step), that only its newest DEDUP_STEPS pairs are kept (a
@@ -70,6 +71,7 @@ def test_a_new_wal_remembers_a_writers_newest_steps_and_refuses_older_ones(make_
     assert write(ns, "q", n) == n  # the next micro-batch
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_a_one_off_writer_is_forgotten_after_the_window_and_its_recommit_refused(make_store):
     """This tests one-off writers (batch writes: started_ms): remembered while the WAL's
     clock (the newest commit or cleaner-pass time) is within the window of their start,
@@ -93,6 +95,7 @@ def test_a_one_off_writer_is_forgotten_after_the_window_and_its_recommit_refused
     agree(ns, make_store())
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_one_off_writers_past_the_bound_are_forgotten_oldest_start_first(make_store):
     """This tests the bound on one-off writers remembered (an `oneoffs` record; a new WAL
     has DEDUP_ONE_OFFS): past it the writer with the oldest start is forgotten, so a
@@ -121,6 +124,7 @@ def test_one_off_writers_past_the_bound_are_forgotten_oldest_start_first(make_st
 
 
 @pytest.mark.parametrize(("racing", "past"), [(True, False), (True, True), (False, True)])
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_recommit_racing_a_cleaner_at_the_edge_of_the_window(make_store, racing, past):
     """This tests the forced interleaving at the window's edge: a committer checked its
     pair (young enough, not committed yet) and is paused before it appends; meanwhile a
@@ -161,6 +165,7 @@ def test_recommit_racing_a_cleaner_at_the_edge_of_the_window(make_store, racing,
     agree(ns, make_store())
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_a_wal_without_a_dedup_record_keeps_every_pair_until_a_cleaner_bounds_it(make_store):
     """This tests a WAL an older version wrote (no `dedup` record): its step records are
     judged as that version did, every pair remembered, so their step numbers never
@@ -183,6 +188,7 @@ def test_a_wal_without_a_dedup_record_keeps_every_pair_until_a_cleaner_bounds_it
     agree(ns, make_store())
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_dedup_window_arguments_are_checked(make_store):
     """This tests that a window or step count that is not a positive integer is a
     ConfigError naming it, and nothing is appended."""

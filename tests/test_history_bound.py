@@ -70,6 +70,7 @@ def same_state(a: NamespaceState, b: NamespaceState) -> None:
 
 
 @pytest.mark.parametrize("shape", ["writer", "per-step"])
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_a_namespace_never_cleaned_opens_by_replaying_a_bounded_tail(make_store, shape):
     """This tests that committers alone (no cleaner pass ever) keep an open's replay
     bounded: after STEPS commits, one writer or one writer per step, an open
@@ -170,6 +171,7 @@ def run_ahead(b: Namespace, expire_to: int, commits: int) -> None:
     Cleaner(b, grace_ms=0).run_once()
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_a_handle_holding_an_old_index_heals_when_others_trim_under_it(make_store, monkeypatch):
     """This tests the race that trimming and committers' snapshots make: a long-lived
     handle holds a step index whose chunks start at step 0; at the moment it reads a

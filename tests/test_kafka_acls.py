@@ -34,6 +34,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from helpers import KAFKA_CLIENTS
 from kafka_broker import Auth, KafkaCluster, authorizer_settings, cluster_for_tests
 from test_kafka_auth import spark_session  # noqa: F401 - the module's SparkSession fixture
 
@@ -47,11 +48,10 @@ from pyspark_durable.wal.upkeep.cleaner import Cleaner
 
 pytestmark = pytest.mark.kafka
 
-CLIENTS = ["confluent", "kafka-python"]
 USERS = {"reader": "reader", "writer": "writer", "cleaner": "cleaner", "admin": "nsadmin"}
 # a reader per client that never had WRITE on any topic: its producer id is refused
 # (CLUSTER_AUTHORIZATION_FAILED), not just its topic (WRITE on any topic grants the id)
-LURKERS = {client: f"lurker_{client.replace('-', '_')}" for client in CLIENTS}
+LURKERS = {client: f"lurker_{client.replace('-', '_')}" for client in KAFKA_CLIENTS}
 ACL_WAIT_S = 15.0  # an ACL change reaches the broker's authorizer within milliseconds
 PLAIN_JAAS = "org.apache.kafka.common.security.plain.PlainLoginModule"
 
@@ -208,7 +208,7 @@ def refused(cluster: KafkaCluster, caught: pytest.ExceptionInfo, user: str, oper
 # -- each role, its job, with exactly its rights --------------------------------------
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_each_role_does_its_job_with_exactly_its_rights(cluster, acls, client):
     """This tests that, with only the PREFIXED ACLs role_rights lists (and no group ACL),
     the admin creates a 2-region namespace, the writer writes steps to both regions, the
@@ -242,7 +242,7 @@ def test_each_role_does_its_job_with_exactly_its_rights(cluster, acls, client):
 # -- each right taken away: a typed refusal -------------------------------------------
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_a_missing_right_is_a_typed_refusal_naming_the_acl(cluster, acls, client):
     """This tests that each role without the right its job needs fails with AccessDenied
     (not retriable, not BackendUnavailable) naming the principal, the topic, the
@@ -280,7 +280,7 @@ def test_a_missing_right_is_a_typed_refusal_naming_the_acl(cluster, acls, client
     refused(cluster, caught, "cleaner", "DELETE", f"{ns}_region_")
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_without_describe_configs_retention_cannot_be_checked(cluster, acls, client, capsys):
     """This tests that a writer without DESCRIBE_CONFIGS gets AccessDenied saying the
     retention settings cannot be checked (never a false 'retention.ms=None' alarm, never
@@ -324,7 +324,7 @@ def login_file(cluster: KafkaCluster, user: str) -> Path:
 # -- a reader that registers its position; a refusal healed in the same process --------
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_a_registered_reader_needs_write_on_the_commits_topic_only(cluster, acls, client):
     """This tests that a reader registering its position (readerId) without WRITE is
     refused with AccessDenied naming WRITE (librdkafka's fatal 'Failed to acquire

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from helpers import KAFKA_CLIENTS
 from kafka_broker import KafkaCluster, cluster_for_tests
 from kafka_tls import make_ca_and_server
 
@@ -38,7 +39,6 @@ from pyspark_durable.secrets import REDACTED, redact_options, scrub
 
 pytestmark = pytest.mark.kafka
 
-CLIENTS = ["confluent", "kafka-python"]
 QUICK_S = 5.0  # a refused login must fail well before the 20 s connect timeout given
 SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule"
 PLAIN_JAAS = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -110,8 +110,8 @@ def roundtrip(store_kwargs: dict) -> None:
 # -- the log layer ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize("kind", ["scram", "plain", "ssl"])
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_the_log_reads_and_writes_over_sasl_and_tls(cluster, client, kind):
     """This tests that both clients append and read a log and a snapshot through the SASL
     listener (SCRAM-SHA-256 and PLAIN) and through the TLS listener (the test's CA),
@@ -119,7 +119,7 @@ def test_the_log_reads_and_writes_over_sasl_and_tls(cluster, client, kind):
     roundtrip({**connection(cluster, kind), "client": client})
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_kafka_spellings_and_a_jaas_line_work_on_both_clients(cluster, client):
     """This tests that Kafka's own spellings, as Spark's Kafka connector takes them
     (``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``),
@@ -138,8 +138,8 @@ def test_kafka_spellings_and_a_jaas_line_work_on_both_clients(cluster, client):
                "kafka.ssl.cafile": str(auth.tls_dir / "ca.pem")})
 
 
-@pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize("kind", ["scram", "plain"])
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_a_wrong_password_is_a_quick_typed_error(cluster, client, kind):
     """This tests that a wrong password is AuthenticationFailed (not retriable, not a
     BackendUnavailable) naming the broker and the SASL mechanism, within seconds although
@@ -161,7 +161,7 @@ def test_a_wrong_password_is_a_quick_typed_error(cluster, client, kind):
     assert_no_secret(cluster, text, "the error")
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_an_untrusted_broker_certificate_is_a_quick_typed_error(cluster, client, tmp_path):
     """This tests that a TLS listener whose certificate another CA signed is
     AuthenticationFailed naming the broker, quickly, on both clients."""
@@ -176,7 +176,7 @@ def test_an_untrusted_broker_certificate_is_a_quick_typed_error(cluster, client,
     assert "SSL" in str(caught.value)
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_a_bad_option_never_quotes_a_secret(cluster, client):
     """This tests that ConfigErrors about options holding a secret (a misspelt key, the
     unknown-option listing, a JAAS line of an unsupported login module, a secret given as
@@ -265,7 +265,7 @@ def topic_bytes(cluster: KafkaCluster, prefix: str) -> bytes:
     return bytes(data)
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_no_secret_in_logs_stored_metadata_or_errors(cluster, client, caplog):
     """This tests that a whole WAL session over SASL PLAIN (the password goes on the wire
     in clear: kafka-python logs that request at DEBUG) and a refused login leave no secret
@@ -338,7 +338,7 @@ def test_the_cli_reaches_a_sasl_broker_with_a_config_file(cluster, shop, tmp_pat
             ["steps", "--namespace", shop], ["tail", "--namespace", shop, "--table", "orders"],
             ["check", "--namespace", shop], ["retention", "--namespace", shop],
             ["clean", "--namespace", shop, "--grace-ms", "0"]]
-    for client in CLIENTS:
+    for client in KAFKA_CLIENTS:
         for argv in runs:
             for extra in ([], ["--json"], ["-vv"]):
                 code, out, err = cli(capsys, *argv, "--kafka-config", conf,
@@ -385,7 +385,7 @@ def cli_process(argv: list[str]) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_no_cli_command_prints_a_secret_at_any_verbosity(cluster, shop, short_password_user,
                                                          tmp_path, client):
     """This tests that every durablewal command, run as its own process with -vv (our
@@ -446,7 +446,7 @@ def test_the_cli_warns_of_a_secret_on_the_command_line(cluster, shop, capsys):
     assert_no_secret(cluster, out + err, "the output")
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_the_cli_reports_a_wrong_password_in_one_line(cluster, shop, tmp_path, capsys, client):
     """This tests that a wrong password in the --kafka-config file is one line on stderr
     naming the broker and the mechanism, exit 2, quickly (the timeout is 20 s)."""
@@ -663,7 +663,7 @@ def test_our_loggers_at_debug_in_spark_show_no_secret(cluster, spark_session,
     assert_no_secret(cluster, logged, "the DEBUG log of Spark's Python processes")
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_a_listener_reached_with_the_wrong_protocol_is_named_within_a_second(cluster, client):
     """This tests that a client speaking the wrong security protocol to a listener (PLAINTEXT
     to the SASL or the TLS listener, SASL_PLAINTEXT to the TLS one) gets, within a second, a

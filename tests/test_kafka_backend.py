@@ -23,11 +23,6 @@ from pyspark_durable.log.kafka.store import KafkaLogStore
 pytestmark = pytest.mark.kafka
 
 
-@pytest.fixture(params=["confluent", "kafka-python"])
-def client(request) -> str:
-    return request.param
-
-
 @pytest.fixture
 def make_kafka(kafka_broker, namespace, client):
     opened = []
@@ -62,6 +57,7 @@ def create_topic(broker: str, topic: str, partitions: int) -> None:
         admin.close()
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_topics_have_one_partition_and_expected_names(make_kafka, kafka_broker, namespace):
     """This tests that logs and snapshots map to single-partition topics {namespace}_{log}."""
     store = make_kafka()
@@ -73,6 +69,7 @@ def test_topics_have_one_partition_and_expected_names(make_kafka, kafka_broker, 
     assert store.list_logs() == ["commits", "region_0"]
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_namespace_prefix_of_another_is_not_confused(make_kafka, kafka_broker, namespace):
     """This tests that namespace a does not list the logs of namespace a_b, and both are listed."""
     make_kafka(namespace).open_region(1)
@@ -85,6 +82,7 @@ def test_namespace_prefix_of_another_is_not_confused(make_kafka, kafka_broker, n
         make_kafka().open_log("x_snapshots")
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_existing_multi_partition_topic_is_refused(make_kafka, kafka_broker, namespace):
     """This tests that a log topic made with several partitions (by hand, or auto-created
     by a broker whose num.partitions is above 1) and holding records is an error, not used."""
@@ -99,6 +97,7 @@ def test_existing_multi_partition_topic_is_refused(make_kafka, kafka_broker, nam
     assert describe(kafka_broker, [topic]) == {topic: 3}  # left as it was
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_auto_created_topic_with_broker_retention_is_refused_or_fixed(
         make_kafka, kafka_broker, namespace, caplog):
     """This tests that a topic with Kafka's default 7-day retention (auto-created by a
@@ -128,6 +127,7 @@ def test_auto_created_topic_with_broker_retention_is_refused_or_fixed(
 
 @pytest.mark.parametrize("setting", ["retention.ms=86400000", "retention.bytes=1048576",
                                      "cleanup.policy=compact"])
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_operator_changed_retention_is_refused_for_writing(make_kafka, kafka_broker, namespace,
                                                            setting, client):
     """This tests that a region topic of a live WAL whose broker-side retention an operator
@@ -159,6 +159,7 @@ def test_operator_changed_retention_is_refused_for_writing(make_kafka, kafka_bro
     assert setting in problems["region_0"] and "retention.ms=3600000" in problems["snapshots"]
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_empty_auto_created_topic_is_replaced(make_kafka, kafka_broker, namespace):
     """This tests that an EMPTY topic a broker auto-created with several partitions (a stale
     client asked for a deleted topic) is replaced by a 1-partition topic when the log is
@@ -173,6 +174,7 @@ def test_empty_auto_created_topic_is_replaced(make_kafka, kafka_broker, namespac
     assert log.append([Record(b"k", b"v")]) == [0]
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_high_watermark_seen_by_fresh_and_old_handles(make_kafka, kafka_broker):
     """This tests that a fresh store learns the true end of a log written in one batch
     (ListOffsets), and a handle that knew an older end sees what another writer added."""
@@ -189,6 +191,7 @@ def test_high_watermark_seen_by_fresh_and_old_handles(make_kafka, kafka_broker):
 
 
 @pytest.mark.parametrize("option", sorted(FORBIDDEN))
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_forbidden_options_are_refused(kafka_broker, namespace, option, client):
     """This tests that options breaking the guarantees are refused, naming the option."""
     with pytest.raises(ConfigError, match=f"'{option}' cannot be set"):
@@ -198,6 +201,7 @@ def test_forbidden_options_are_refused(kafka_broker, namespace, option, client):
         KafkaLogStore(namespace, client=client, **{"kafka.bootstrap.servers": kafka_broker, dotted: "x"})
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_unknown_options_list_valid_ones(kafka_broker, namespace, client):
     """This tests that an unknown option is refused naming it, with the valid option names
     (kafka-python: all of them; librdkafka names the property it does not know)."""
@@ -225,6 +229,7 @@ def test_unknown_options_list_valid_ones(kafka_broker, namespace, client):
         KafkaLogStore(namespace, client="fastest", bootstrap_servers=kafka_broker)
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_option_spellings_and_string_values(make_kafka, namespace, client):
     """This tests that kafka.-prefixed, dotted and string-valued options (Spark style) work,
     on both clients (kafka-python names are translated for librdkafka)."""
@@ -247,6 +252,7 @@ def test_option_spellings_and_string_values(make_kafka, namespace, client):
     assert [e.value for e in log.read(0)] == [b"x" * 1000] * 3
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_unreachable_bootstrap_fails_in_bounded_time(namespace, client):
     """This tests that a closed port fails within connect_timeout_ms, naming the address."""
     with socket.socket() as s:
@@ -272,6 +278,7 @@ def _partition_bytes(cluster, topic: str) -> int:
     return sum(p.stat().st_size for p in folder.iterdir() if p.suffix == ".log")
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_delete_records_moves_the_log_start_and_frees_segments(make_kafka, kafka_cluster,
                                                               namespace, client):
     """This tests that delete_before runs DeleteRecords on Apache Kafka: the broker's log
@@ -302,6 +309,7 @@ def test_delete_records_moves_the_log_start_and_frees_segments(make_kafka, kafka
     assert after <= before * 0.4, (before, after)
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_logical_low_watermark_when_delete_records_is_refused(make_kafka, kafka_broker, caplog):
     """This tests that where DeleteRecords is not available (Kafka-protocol services
     without it) no store reads below the low watermark: the logical low watermark is
@@ -327,6 +335,7 @@ def test_logical_low_watermark_when_delete_records_is_refused(make_kafka, kafka_
         log.read(12)
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_snapshots_topic_is_compacted_for_real(make_kafka, kafka_broker, namespace):
     """This tests that deleted snapshot versions are tombstones that Kafka's log cleaner
     removes from the compacted snapshots topic, and that a store opened after compaction
@@ -382,6 +391,7 @@ def test_snapshots_topic_is_compacted_for_real(make_kafka, kafka_broker, namespa
     assert fresh.open_region(0, create=False).low_watermark() == 2
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_headers_and_2mb_values_round_trip(make_kafka):
     """This tests that binary headers (also empty) and 2 MB values come back byte for byte."""
     log = make_kafka().open_region(0)
@@ -397,6 +407,7 @@ def test_headers_and_2mb_values_round_trip(make_kafka):
     ]
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_broker_going_away_mid_read_is_retriable(tmp_path, caplog, client):
     """This tests that a broker killed mid-read is a retriable error, not a short read or hang."""
     broker = start_broker(tmp_path / "private-kafka")
@@ -500,6 +511,7 @@ print("KAFKA-PYTHON", "kafka" in sys.modules)
     assert "KAFKA-PYTHON False" in done.stdout, done.stdout
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_replication_options_and_retention_overrides(kafka_broker, namespace, client):
     """This tests that kafka.replication.factor and kafka.min.insync.replicas reach the
     topics the WAL creates (checked against a 1-node broker: factor 1), that invalid
@@ -519,6 +531,7 @@ def test_replication_options_and_retention_overrides(kafka_broker, namespace, cl
             KafkaLogStore(namespace, client=client, bootstrap_servers=kafka_broker, **bad)
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_a_vanished_topic_is_never_created_again_by_a_handle(make_kafka, kafka_broker, namespace,
                                                              client):
     """This tests that a log handle whose topic was deleted under it fails to read and to
@@ -581,6 +594,7 @@ def lagging(store: KafkaLogStore, lag: dict) -> KafkaLogStore:
     return store
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_an_acknowledged_range_is_read_past_a_stale_high_watermark(make_kafka):
     """This tests that a reader whose view of a log's end is stale (its own cached end,
     then a broker answering the old end and a fetch ending early) still reads every entry
@@ -600,6 +614,7 @@ def test_an_acknowledged_range_is_read_past_a_stale_high_watermark(make_kafka):
     assert (lag["stale"], lag["early"]) == (0, 0)  # every stale answer was given
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_an_acknowledged_end_never_reached_names_the_high_watermark(make_kafka):
     """This tests that when the broker's end stays below a range the caller knows was
     acknowledged, the read fails within request_timeout_ms with a retriable
@@ -622,6 +637,7 @@ def test_an_acknowledged_end_never_reached_names_the_high_watermark(make_kafka):
     assert time.monotonic() - start < 1.0
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_idle_readers_are_bounded_per_store_whatever_the_regions(make_kafka):
     """This tests that reading 12 region logs one after another leaves at most
     IDLE_READERS readers open in the store (the rest closed), that a log read again and
@@ -643,6 +659,7 @@ def test_idle_readers_are_bounded_per_store_whatever_the_regions(make_kafka):
     assert store.pool.idle(regions[-1].topic) == [kept]
 
 
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_a_handle_follows_a_recreated_wal_whose_old_snapshots_are_gone(kafka_broker, namespace,
                                                                        client):
     """This tests a long-lived handle on a Kafka WAL whose topics were all deleted and made

@@ -25,16 +25,11 @@ from test_kafka_backend import lagging
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.backends("kafka-confluent", "kafka-python")]
 CHILD = str(Path(__file__).parent / "tail_child.py")
 WRITERS = ("w0", "w1", "w2")
 WRITE_S = 6.0  # each writer commits steps back to back this long
 EXIT_TIMEOUT_S = 120.0  # a child that outlives this is stuck: the test fails
-
-
-@pytest.fixture(params=["confluent", "kafka-python"])
-def client(request) -> str:
-    return request.param
 
 
 def _spawn(err: Path, role: str, config: dict, namespace: str, *args: str,

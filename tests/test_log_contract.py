@@ -9,6 +9,8 @@ import pytest
 from pyspark_durable.errors import ConfigError, LogNotFound, OffsetOutOfRange
 from pyspark_durable.log import Record
 
+pytestmark = pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
+
 
 def rec(i: int, size: int = 20) -> Record:
     return Record(

@@ -44,6 +44,7 @@ def records_since(ns: Namespace, offset: int) -> list[tuple[object, int]]:
             for e in entries]
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_first_step_of_1000_new_tables_appends_two_records_and_round_trips(make_store):
     """This tests that a first step writing 1,000 new tables appends one `tables` record
     and one `step` record (not 1,001), that the step record stays under 24 bytes a run,
@@ -72,6 +73,7 @@ def test_first_step_of_1000_new_tables_appends_two_records_and_round_trips(make_
     assert not Checker(again.store).run().problems
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_a_step_writing_1000_tables_commits_a_compact_record(make_store):
     """This tests that a later step writing the same 1,000 tables (a streaming query's
     every micro-batch) appends only its step record, smaller than 24,000 bytes where JSON
@@ -116,6 +118,7 @@ def test_sink_task_routing_1000_new_tables_defines_them_in_one_record(tmp_path):
         7, 7 + TABLES, 7 + 2 * TABLES]
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_write_step_defines_the_tables_in_memory_in_one_record(make_store):
     """This tests that `write_step` of 1,000 new tables given in memory appends one
     `tables` record and the step, and that a table given as an iterator (its schema
@@ -133,6 +136,7 @@ def test_write_step_defines_the_tables_in_memory_in_one_record(make_store):
     assert read_steps(ns, "t999", with_metadata=False).column("id").to_pylist() == [999, 1000]
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_racing_handles_agree_the_first_definition_wins(make_store):
     """This tests that when handle `a` defines tables between handle `b`'s decision and
     its append, `b`'s definitions of those tables are ignored (a's win, in every handle),
@@ -167,6 +171,7 @@ def test_racing_handles_agree_the_first_definition_wins(make_store):
     assert [i.schema.names for i in infos] == [["id", "note"]] * 100
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_a_refused_batch_defines_nothing_and_one_table_stays_its_own_record(make_store):
     """This tests that definitions of one call are all or nothing (a conflict in one
     table defines none of the others), that a new table asked with two schemas is defined

@@ -26,7 +26,6 @@ from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.source import first_step, offset, resume_step
 from pyspark_durable.wal import Namespace
 
-BACKENDS = ["file", "memory", "confluent"]  # conftest parametrizes store_config with these
 NUMERIC_NAMES = ["007", "7", "\u0667", "\u00b2", " 7", "7 "]  # ASCII, Arabic-Indic 7, superscript 2
 
 
@@ -35,6 +34,7 @@ def ns(make_store) -> Namespace:
     return Namespace(make_store())
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent")
 def test_names_that_look_like_numbers_are_separate_tables(ns):
     """This tests that "007", "7", an Arabic-Indic 7, "²" and padded "7"s are six tables,
     each read back under its own name, and none of them is table id 7."""
@@ -50,7 +50,7 @@ def test_names_that_look_like_numbers_are_separate_tables(ns):
         ns.table(7)
 
 
-@pytest.mark.parametrize("store_config", ["file"], indirect=True)
+@pytest.mark.backends("file")
 def test_a_table_created_by_id_is_read_by_id_and_its_name_hints_there(ns):
     """This tests that a table an older version created from the numeric name "7" (stored
     as id 7, named "7") stays readable by its id, and that asking for the name "7" fails
@@ -66,7 +66,7 @@ def test_a_table_created_by_id_is_read_by_id_and_its_name_hints_there(ns):
     assert read_steps(ns, 7).column("id").to_pylist() == [1]
 
 
-@pytest.mark.parametrize("store_config", ["file"], indirect=True)
+@pytest.mark.backends("file")
 @pytest.mark.parametrize("table", ["", None, True, -1, 1 << 64, 1.5])
 def test_a_table_that_is_neither_name_nor_id_is_a_typed_error(ns, table):
     """This tests that an empty, missing, boolean, negative, too large or float table is a

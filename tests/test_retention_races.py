@@ -29,7 +29,8 @@ from pyspark_durable.wal.upkeep.check import Checker
 sys.path.insert(0, str(Path(__file__).parent))
 from race_child import rows_for
 
-BACKENDS = ["file", "confluent"]
+pytestmark = pytest.mark.backends("file", "kafka-confluent")
+
 CHILD = str(Path(__file__).parent / "race_child.py")
 
 

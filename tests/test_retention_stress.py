@@ -33,8 +33,7 @@ from helpers import assert_acknowledged
 from pyspark_durable.wal import Cleaner, Namespace, table_id_for_name
 from pyspark_durable.wal.upkeep.check import Checker
 
-pytestmark = pytest.mark.crash
-BACKENDS = ["file", "confluent"]
+pytestmark = [pytest.mark.crash, pytest.mark.backends("file", "kafka-confluent")]
 CHILD = str(Path(__file__).parent / "stress_child.py")
 WRITERS = ("w0", "w1")
 CLEANERS = ("c0", "c1")

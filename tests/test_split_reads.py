@@ -46,6 +46,7 @@ def flat(batches) -> list[tuple]:
             for sb in batches for b in sb.batches for row in b.to_pylist()]
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_windows_of_a_step_read_exactly_the_whole_step(make_store):
     """This tests that any cut of a region's offsets into windows, read window by
     window, gives exactly the rows, sequence numbers and offsets of the whole read, on

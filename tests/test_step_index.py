@@ -66,6 +66,7 @@ def described(c: StepCommit) -> tuple:
             dict(c.first_sequences), c.timestamp_ms)
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_a_snapshot_holds_chunks_and_every_step_reads_back_as_a_full_replay(make_store):
     """This tests that after a cleaner pass (no retention: every step is needed) a new
     handle holds no step in memory, only chunks, and that every step it reads back from
@@ -97,6 +98,7 @@ def test_a_snapshot_holds_chunks_and_every_step_reads_back_as_a_full_replay(make
     assert sorted(got.column("id").to_pylist()) == [360, 360, 361]
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_a_refusal_after_a_snapshots_last_step_is_kept_for_the_next_fold(make_store):
     """This tests the steps of one chunk folded by two processes: a record refused after
     the last step a snapshot covers (a duplicate here), then, in another handle that
@@ -119,6 +121,7 @@ def test_a_refusal_after_a_snapshots_last_step_is_kept_for_the_next_fold(make_st
     assert {s: described(opened._state.step(s)) for s in range(5)} == reference
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_a_long_lived_handle_reads_its_chunks_after_another_cleaner_trimmed(make_store):
     """This tests two cleaners in two long-lived handles: one folded its index while
     step 5 was the first needed, the other expired further, snapshotted twice and trimmed
@@ -152,6 +155,7 @@ def write_one(ns: Namespace, i: int) -> None:
     a.commit()
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_retention_cuts_the_first_chunk_exactly(make_store):
     """This tests that a retention point inside a chunk frees the entries of the steps
     before it (the chunk is split at the first needed step, not kept whole) and that the
@@ -172,6 +176,7 @@ def test_retention_cuts_the_first_chunk_exactly(make_store):
             r.start for s in range(13, 20) for r in reference[s][4] if r.region_id == region_id)
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_a_chunk_that_does_not_match_its_records_is_corrupt(make_store):
     """This tests that a chunk read back from a commits log that holds other steps than
     the snapshot says (a log restored from elsewhere, a damaged snapshot that kept its
@@ -205,6 +210,7 @@ def test_a_chunk_that_does_not_match_its_records_is_corrupt(make_store):
         load(unknown)
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_a_pass_snapshots_only_when_the_replay_after_the_newest_grew(make_store, monkeypatch):
     """This tests that a cleaner pass writes no new snapshot while fewer than
     SNAPSHOT_EVERY_RECORDS records came since the newest one (each snapshot is a stored
@@ -333,6 +339,7 @@ def counted_spans(reference: dict[int, tuple], ns: Namespace, base: int) -> dict
     return found
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_tables_and_regions_count_from_the_chunks_reading_only_the_cut_one(make_store):
     """This tests that what `durablewal tables` shows (rows, bytes, first sequence per
     region and table) and what `regions` counts (offsets of retained and of expired

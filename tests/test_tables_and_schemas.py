@@ -36,6 +36,7 @@ def open_ns(make_store):
     return make
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_one_table_over_regions_has_dense_sequences_per_region(open_ns):
     """This tests that a table written to three regions numbers its entries densely per
     (region, table), across steps, restarts and a clean."""
@@ -65,6 +66,7 @@ def test_one_table_over_regions_has_dense_sequences_per_region(open_ns):
     assert not Checker(ns.store).run().problems
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_merge_schema_adds_versions_and_old_rows_read_as_newest(open_ns, store_config):
     """This tests that mergeSchema appends nullable columns and widens int32 to int64 and
     float32 to float64 (Arrow and Avro), that old rows read as the newest schema with nulls,
@@ -94,6 +96,7 @@ def test_merge_schema_adds_versions_and_old_rows_read_as_newest(open_ns, store_c
     assert not Checker(reopened.store).run().problems
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_racing_writers_agree_on_one_schema_history(open_ns):
     """This tests that two writers evolving one table at once, the second paused between
     deciding its version 1 and appending it while the first appends its own version 1,
@@ -122,6 +125,7 @@ def test_racing_writers_agree_on_one_schema_history(open_ns):
             {"id": 3, "a": None, "b": 3.5}]
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_case_twins_and_real_conflicts_are_refused(open_ns):
     """This tests that a column differing only in case, or a lossy type change, is refused
     with or without mergeSchema, naming the column."""
@@ -149,6 +153,7 @@ def test_union_by_name_widens_and_names_conflicts():
     assert common_type(pa.int64(), pa.float64()) is None  # lossy either way: a conflict
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_opening_to_read_creates_nothing(make_store, store_config, namespace, tmp_path):
     """This tests that opening an unknown namespace without create fails listing the
     namespaces and leaves the storage exactly as it was."""
@@ -180,6 +185,7 @@ def _listing(store_config, tmp_path: Path, make_store) -> object:
     return sorted(type(make_store()).list_namespaces({}))
 
 
+@pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
 def test_wal_written_before_tables_spanned_regions_still_opens(make_store):
     """This tests that a commits log of the earlier format (tables bound to a region, runs
     without a schema version, marks without a region) and a version 2 snapshot recover."""

@@ -22,6 +22,8 @@ from pyspark_durable.errors import (
 from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy
 from pyspark_durable.wal.upkeep import cleaner as cleaner_module
 
+pytestmark = pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
+
 
 def rows(tag: str, n: int, start: int = 0) -> pa.Table:
     return pa.table({"id": pa.array(range(start, start + n), pa.int64()),

@@ -18,7 +18,7 @@ TOTAL_STEPS = 300
 
 # each Kafka client gets one of the two modes
 @pytest.mark.parametrize("store_config,mode", [("file", "write"), ("file", "clean"),
-                                               ("confluent", "write"), ("kafka-python", "clean")],
+                                               ("kafka-confluent", "write"), ("kafka-python", "clean")],
                          indirect=["store_config"])
 def test_writer_killed_at_random_points(make_store, store_config, namespace, mode):
     """This tests that a writer (and cleaner) killed by SIGKILL ≥ 20 times loses and duplicates nothing."""

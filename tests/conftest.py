@@ -9,14 +9,24 @@ ones are marked ``kafka``. A backend fixture without the mark fails: there is no
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from helpers import BACKENDS
 from kafka_broker import KafkaCluster, cluster_for_tests
 
 from pyspark_durable.log import LogStore, open_store
+
+# Test modules and the scripts they start import one another by file name (pytest's
+# default "prepend" import: no __init__.py, so every test file's name is unique in
+# tests/). These folders hold what is imported across folders; tests/ itself is on
+# sys.path as this conftest's folder.
+for _folder in ("children", "log", "log/kafka", "spark"):
+    if str(Path(__file__).resolve().parent / _folder) not in sys.path:
+        sys.path.insert(1, str(Path(__file__).resolve().parent / _folder))
 
 # the fixtures a ``backends`` mark parametrizes, one per test
 BACKEND_FIXTURES = ("store_config", "wal", "client")

@@ -10,7 +10,10 @@ from pathlib import Path
 # one port rule for brokers and every other server a test starts
 from pyspark_durable.localkafka.cluster import _ephemeral_ports, free_port  # noqa: F401
 
-PACKAGE_DIR = Path(__file__).resolve().parent.parent / "pyspark_durable"
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent  # the repository
+CHILDREN = TESTS / "children"  # the scripts tests start as processes
+PACKAGE_DIR = ROOT / "pyspark_durable"
 
 # The backends a test can run on, by the name ``@pytest.mark.backends(...)`` takes and the
 # test id shows: (``open_store`` backend, Kafka client). The Kafka log is named by its

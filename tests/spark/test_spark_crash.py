@@ -21,7 +21,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from helpers import wal_config
+from helpers import CHILDREN, wal_config
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 
@@ -42,7 +42,7 @@ def run_child(sink_wal: dict, source_wal: dict, folder: Path,
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent.parent)])}
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "spark_child.py"), json.dumps(sink_wal),
+        [sys.executable, str(CHILDREN / "spark_child.py"), json.dumps(sink_wal),
          json.dumps(source_wal), str(folder)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, env=env, start_new_session=True)
     batches = 0

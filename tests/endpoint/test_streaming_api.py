@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from helpers import CHILDREN, ROOT
 
 from pyspark_durable.endpoint import open_namespace, read_batches, read_steps, write_step
 from pyspark_durable.errors import ConfigError, StepNotCommitted
 from pyspark_durable.wal.attempt import APPEND_GROUP_BYTES, INFLIGHT_BYTES_MAX
 
-ROOT = Path(__file__).resolve().parents[1]
-CHILD = Path(__file__).resolve().with_name("memory_child.py")
+CHILD = CHILDREN / "memory_child.py"
 MiB = 1 << 20
 STEP_MB = 512  # the step written and read by the bounded tests
 ENTRY_MAX = 2 * MiB

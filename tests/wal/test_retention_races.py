@@ -16,22 +16,19 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import assert_acknowledged
+from helpers import CHILDREN, ROOT, assert_acknowledged
+from race_child import rows_for
 
 from pyspark_durable.errors import AttemptLost
 from pyspark_durable.wal import Cleaner, Namespace
 from pyspark_durable.wal.upkeep.check import Checker
 
-sys.path.insert(0, str(Path(__file__).parent))
-from race_child import rows_for
-
 pytestmark = pytest.mark.backends("file", "kafka-confluent")
 
-CHILD = str(Path(__file__).parent / "race_child.py")
+CHILD = str(CHILDREN / "race_child.py")
 
 
 class Paused:
@@ -40,7 +37,7 @@ class Paused:
     def __init__(self, role: str, store_config: tuple[str, dict], namespace: str, point: str,
                  *args: str) -> None:
         backend, config = store_config
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(
             [sys.executable, CHILD, role, backend, json.dumps(config), namespace, point, *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -4,15 +4,15 @@ README's table, the parsed defaults and the accepted names all come from it."""
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from pyspark_durable.errors import ConfigError
 from pyspark_durable.spark.option_table import OPTION_TABLE, OPTIONS, markdown
 from pyspark_durable.spark.options import WalOptions
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = ROOT / "README.md"
 
 
 def test_readme_options_table_is_the_option_table():

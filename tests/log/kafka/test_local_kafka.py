@@ -12,10 +12,9 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-from helpers import free_port
+from helpers import TESTS, free_port
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import ConfigError
@@ -23,7 +22,6 @@ from pyspark_durable.localkafka.service import client_settings
 
 pytestmark = pytest.mark.kafka
 
-TESTS = Path(__file__).resolve().parent
 START_S = 240  # a JVM broker's start on 2 shared cores, jars resolved once
 
 

@@ -4,7 +4,7 @@ client: every committed step is read whole, by content, and never called corrupt
 A committed step proves its entries exist (acknowledged with acks=all before its
 commit record was written), so a read of its runs must never stop at a stale view of
 a region's end (``KafkaLog.read_acknowledged``). The first test runs the normal
-cluster setup for real (writer and reader processes, ``tests/tail_child.py``); the
+cluster setup for real (writer and reader processes, ``tests/children/tail_child.py``); the
 second forces the race a leader change makes, deterministically.
 """
 
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from helpers import CHILDREN, ROOT, TESTS
 from stress_child import rows_for
 from test_kafka_backend import lagging
 
@@ -26,7 +27,7 @@ from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
 
 pytestmark = [pytest.mark.kafka, pytest.mark.backends("kafka-confluent", "kafka-python")]
-CHILD = str(Path(__file__).parent / "tail_child.py")
+CHILD = str(CHILDREN / "tail_child.py")
 WRITERS = ("w0", "w1", "w2")
 WRITE_S = 6.0  # each writer commits steps back to back this long
 EXIT_TIMEOUT_S = 120.0  # a child that outlives this is stuck: the test fails
@@ -35,8 +36,7 @@ EXIT_TIMEOUT_S = 120.0  # a child that outlives this is stuck: the test fails
 def _spawn(err: Path, role: str, config: dict, namespace: str, *args: str,
            stdin: int | None = None) -> subprocess.Popen:
     """A child whose stdout the test reads, its stderr going to ``err``."""
-    tests = Path(__file__).parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
     with err.open("w") as err_file:
         return subprocess.Popen([sys.executable, CHILD, role, "kafka", json.dumps(config),
                                  namespace, *args], stdin=stdin, stdout=subprocess.PIPE,

@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from helpers import TESTS
 
 from pyspark_durable.cli import main as durablewal
 from pyspark_durable.endpoint import read_steps
@@ -27,7 +28,7 @@ from pyspark_durable.log.file.marks import ACK_FILE, ACK_SLOT, LOW_FILE, read_ac
 from pyspark_durable.wal import Cleaner, Namespace
 from pyspark_durable.wal.upkeep.check import run_check
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = TESTS / "golden"
 OLDER = sorted(p for p in GOLDEN.glob("r*-*") if p.is_dir())
 NEWER = sorted(p for p in GOLDEN.glob("future-*") if p.is_dir())
 NS = "golden"

@@ -1,6 +1,6 @@
-"""Child processes for ``tests/test_file_log.py``: real appenders, a reader and a crash victim.
+"""Child processes for ``tests/log/test_file_log.py``: real appenders, a reader and a crash victim.
 
-Run as ``python tests/file_log_child.py MODE ...`` (the test sets ``PYTHONPATH`` to the
+Run as ``python tests/children/file_log_child.py MODE ...`` (the test sets ``PYTHONPATH`` to the
 repository root). Every record's content is a pure function of ``(tag, seq)``
 (:func:`make_record`), so the parent test can recompute the expected bytes of any entry
 it finds, and can tell which writer appended it.

@@ -14,10 +14,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from helpers import ROOT
 
 from pyspark_durable.endpoint import read_steps
 from pyspark_durable.errors import SchemaMismatch
@@ -222,7 +222,7 @@ def test_racing_processes_agree_on_every_table(tmp_path):
     count = 300
     path, go = str(tmp_path / "wal"), tmp_path / "go"
     Namespace(open_store("file", "race", path=path)).close()
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     children = [subprocess.Popen([sys.executable, "-c", CHILD, path, str(go), cols, str(count)],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, env=env)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from helpers import CHILDREN, ROOT, TESTS
 
 from pyspark_durable.endpoint import read_steps
 from pyspark_durable.errors import WriterStepExpired
@@ -40,7 +41,6 @@ from pyspark_durable.wal.replay.clocks import CLOCK_STEP_MS
 from pyspark_durable.wal.replay.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.replay.state import NamespaceState
 
-HERE = Path(__file__).parent
 DAY_MS = 86_400_000
 AHEAD_MS, BEHIND_MS = 8 * DAY_MS, -8 * DAY_MS
 NAMESPACE = "clocks"
@@ -51,7 +51,7 @@ def clock_shim(tmp_path_factory) -> Path:
     """The preload shim, built once; a machine without gcc fails here, never skips."""
     out = tmp_path_factory.mktemp("shim") / "clock_shim.so"
     built = subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", str(out),
-                            str(HERE / "clock_shim.c"), "-ldl"], capture_output=True, text=True)
+                            str(TESTS / "clock_shim.c"), "-ldl"], capture_output=True, text=True)
     assert built.returncode == 0, f"gcc could not build the clock shim: {built.stderr}"
     return out
 
@@ -68,9 +68,9 @@ def open_ns(path: Path) -> Namespace:
 def host(shim: Path, skew_ms: int, path: Path, **args) -> dict:
     """Run one op in a separate process whose clock is off by ``skew_ms``; its output."""
     env = {**os.environ, "LD_PRELOAD": str(shim), "CLOCK_SKEW_MS": str(skew_ms),
-           "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     before = int(time.time() * 1000)
-    done = subprocess.run([sys.executable, str(HERE / "clock_child.py"),
+    done = subprocess.run([sys.executable, str(CHILDREN / "clock_child.py"),
                            json.dumps({"path": str(path), "namespace": NAMESPACE, **args})],
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -2,7 +2,7 @@
 
 Two writer processes commit steps, one reader reads them and expires what it read,
 two cleaners run passes with ``grace_ms=0`` back to back, all at once, each killed
-by SIGKILL many times at random moments and restarted (``tests/stress_child.py``).
+by SIGKILL many times at random moments and restarted (``tests/children/stress_child.py``).
 Kills are driven by the children's output (a writer after k more of its ACKs, the
 reader after k more READs, a cleaner after k more ACKs of the writers once it has
 passed at least once; then a small random delay), so a faster machine kills at the
@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from helpers import assert_acknowledged
+from helpers import CHILDREN, ROOT, assert_acknowledged
 
 from pyspark_durable.wal import Cleaner, Namespace, table_id_for_name
 from pyspark_durable.wal.upkeep.check import Checker
 
 pytestmark = [pytest.mark.crash, pytest.mark.backends("file", "kafka-confluent")]
-CHILD = str(Path(__file__).parent / "stress_child.py")
+CHILD = str(CHILDREN / "stress_child.py")
 WRITERS = ("w0", "w1")
 CLEANERS = ("c0", "c1")
 READER = "stress-reader"
@@ -93,7 +93,7 @@ class Run:
         self.tmp = tmp
         self.rng = rng
         self.events: queue.Queue[tuple[str, int, str | None]] = queue.Queue()
-        self.env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.lines: dict[str, list[tuple[int, list[str]]]] = defaultdict(list)
 
     def start(self, child: Child) -> None:

@@ -1,4 +1,4 @@
-"""Child processes for ``tests/test_kafka_tailing.py``: writers and a tailing reader.
+"""Child processes for ``tests/log/kafka/test_kafka_tailing.py``: writers and a tailing reader.
 
 Usage: ``python tail_child.py ROLE BACKEND CONFIG_JSON NAMESPACE ARGS...`` (the test sets
 ``PYTHONPATH`` to the repository root and ``tests/``). Lines are printed and flushed

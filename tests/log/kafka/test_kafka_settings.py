@@ -1,6 +1,6 @@
 """The Kafka backend's own options are a table (log/kafka/settings.py, OWN_OPTIONS): each
 option's parser, minimum and field. Parsing connects to nothing, so no broker runs here;
-tests/test_kafka_backend.py checks the options against a real broker."""
+tests/log/kafka/test_kafka_backend.py checks the options against a real broker."""
 
 from __future__ import annotations
 

@@ -12,13 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-CHILD = str(Path(__file__).parent / "storage_child.py")
+from helpers import CHILDREN, ROOT
+
+CHILD = str(CHILDREN / "storage_child.py")
 
 
 def run(mode: str, tmp_path: Path) -> dict:
     folder = tmp_path / "mnt"
     folder.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(["unshare", "-rm", sys.executable, CHILD, mode, str(folder)],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

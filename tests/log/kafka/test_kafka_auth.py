@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import KAFKA_CLIENTS
+from helpers import KAFKA_CLIENTS, ROOT, TESTS
 from kafka_broker import KafkaCluster, cluster_for_tests
 from kafka_tls import make_ca_and_server
 
@@ -380,7 +380,7 @@ def short_password_user(cluster: KafkaCluster) -> str:
 
 def cli_process(argv: list[str]) -> subprocess.Popen:
     """``durablewal ARGV`` as its own process (its loggers made in their real order)."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, "-m", "pyspark_durable", *argv], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -482,7 +482,7 @@ def test_the_cli_config_file_errors_name_no_secret(cluster, tmp_path, capsys):
 @pytest.fixture(scope="module")
 def spark_session():
     """The suite's SparkSession (created here when this module runs alone)."""
-    sys.path.insert(0, str(Path(__file__).parent / "spark"))
+    sys.path.insert(0, str(TESTS / "spark"))
     from pyspark.sql import SparkSession
     from spark_settings import spark_builder
 

@@ -12,6 +12,7 @@ import time
 import uuid
 
 import pytest
+from helpers import CHILDREN, ROOT
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka_broker import kill_broker, start_broker, stop_broker
 
@@ -473,8 +474,8 @@ def test_a_recreated_topic_is_a_typed_error_on_both_clients(kafka_broker):
     survives: librdkafka 2.6-2.16 crashed with SIGSEGV here on the old test broker
     (Tansu), which is why kafka-python was the default; on Apache Kafka it does not,
     and confluent is now the default client (settings.resolve_client)."""
-    child = os.path.join(os.path.dirname(__file__), "kafka_deleted_child.py")
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
+    child = str(CHILDREN / "kafka_deleted_child.py")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for client in ("kafka-python", "confluent"):
         done = subprocess.run([sys.executable, child, kafka_broker, client, "4"], env=env,
                               capture_output=True, text=True, timeout=180)
@@ -504,7 +505,7 @@ assert read_steps(ns, "t", with_metadata=False).column("id").to_pylist() == [1, 
 ns.close()
 print("KAFKA-PYTHON", "kafka" in sys.modules)
 """
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -6,7 +6,7 @@ acknowledged append survives ``kill -9`` at any moment, a torn tail is truncated
 reported, a CRC failure in the middle is an error naming where, appends share fsyncs
 and return only after one covering their bytes, and retention removes whole segments.
 
-Child processes run ``tests/file_log_child.py``; every record's bytes are a pure
+Child processes run ``tests/children/file_log_child.py``; every record's bytes are a pure
 function of ``(tag, seq)`` (:func:`file_log_child.make_record`), so the test recomputes
 what any entry it finds must contain.
 """
@@ -30,14 +30,14 @@ from types import SimpleNamespace
 
 import pytest
 from file_log_child import make_record, parse_key
+from helpers import CHILDREN, ROOT
 
 from pyspark_durable.errors import CorruptEntryError, OffsetOutOfRange
 from pyspark_durable.log import Record
 from pyspark_durable.log.file import BODY_HEAD, FRAME_HEAD, FileLogStore, encode_frame
 from pyspark_durable.log.file.store import NAMED_SEGMENT_BYTES
 
-ROOT = Path(__file__).resolve().parent.parent
-CHILD = Path(__file__).resolve().with_name("file_log_child.py")
+CHILD = CHILDREN / "file_log_child.py"
 LOGGER = "pyspark_durable.log.file"
 NS = "filelog"
 LOG = "region_0"

@@ -1,4 +1,4 @@
-"""Child processes for ``tests/test_retention_stress.py``: writers, a reader, cleaners.
+"""Child processes for ``tests/wal/test_retention_stress.py``: writers, a reader, cleaners.
 
 Usage: ``python stress_child.py ROLE BACKEND CONFIG_JSON NAMESPACE ARGS...`` (the test
 sets ``PYTHONPATH`` to the repository root). Every line below is printed and flushed

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml
+from helpers import ROOT
 
 from pyspark_durable.endpoint import (
     EndpointConfig,
@@ -16,7 +16,7 @@ from pyspark_durable.endpoint import (
 )
 from pyspark_durable.errors import ConfigError
 
-CONF = Path(__file__).parent.parent / "conf"
+CONF = ROOT / "conf"
 
 
 # the kafka example asks for the broker by name, so its mark is set here: unmarked, it

@@ -4,7 +4,9 @@ test module, its conftest and the child scripts the tests start with it)."""
 from __future__ import annotations
 
 import hashlib
+import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 # one port rule for brokers and every other server a test starts
@@ -25,6 +27,23 @@ BACKENDS: dict[str, tuple[str, str | None]] = {
     "kafka-python": ("kafka", "kafka-python"),
 }
 KAFKA_CLIENTS = tuple(client for _, client in BACKENDS.values() if client)
+
+
+def wait_until(condition: Callable[[], object], what: str | Callable[[], str],
+               timeout_s: float, interval_s: float = 0.2) -> object:
+    """``condition()``'s first truthy value, asked every ``interval_s``; an AssertionError
+    naming ``what`` was awaited (a string, or a function saying what is missing) after
+    ``timeout_s``. Only for conditions no event reports (a broker's background threads,
+    another process's files): wherever an event exists, wait on the event instead."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = condition()
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout_s:g}s waiting for {said}")
+        time.sleep(interval_s)
 
 
 def package_zip(dest: Path) -> Path:

@@ -10,9 +10,9 @@ then ``ERROR <type> <message>`` when the second read fails with an exception, ``
 from __future__ import annotations
 
 import sys
-import time
 import uuid
 
+from helpers import wait_until
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
@@ -30,10 +30,9 @@ def main() -> None:
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     topics = [t for t in admin.list_topics() if t.startswith(namespace + "_")]
     admin.delete_topics(topics)
-    deadline = time.monotonic() + 60
-    while set(topics) & set(admin.list_topics()):  # deletion completes asynchronously
-        assert time.monotonic() < deadline, "topics were not deleted within 60 s"
-        time.sleep(0.1)
+    # deletion completes asynchronously
+    wait_until(lambda: not set(topics) & set(admin.list_topics()), f"{topics} to be deleted",
+               60, interval_s=0.1)
     if partitions:
         admin.create_topics([NewTopic(f"{namespace}_region_0", partitions, -1)])
     admin.close()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -34,7 +33,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from helpers import KAFKA_CLIENTS
+from helpers import KAFKA_CLIENTS, wait_until
 from kafka_broker import Auth, KafkaCluster, authorizer_settings, cluster_for_tests
 from test_kafka_auth import spark_session  # noqa: F401 - the module's SparkSession fixture
 
@@ -110,13 +109,13 @@ class Acls:
     def _wait(self, bindings: list[AclBinding], present: bool) -> None:
         everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None,
                                       None, AclOperation.ANY, AclPermissionType.ANY)
-        deadline = time.monotonic() + ACL_WAIT_S
-        while True:
+
+        def applied() -> bool:  # the broker applies the controller's record: no event
             held = set(self.admin.describe_acls(everything, request_timeout=10).result())
-            if all((b in held) == present for b in bindings):
-                return
-            assert time.monotonic() < deadline, f"ACLs not applied after {ACL_WAIT_S}s"
-            time.sleep(0.05)  # the broker applies the controller's record: ask again
+            return all((b in held) == present for b in bindings)
+
+        wait_until(applied, f"ACLs {'applied' if present else 'removed'}: {bindings}",
+                   ACL_WAIT_S, interval_s=0.05)
 
     def create_topics(self, specs: dict[str, dict[str, str]]) -> None:
         new = [NewTopic(t, 1, -1, config=c) for t, c in specs.items()]

@@ -12,7 +12,7 @@ import time
 import uuid
 
 import pytest
-from helpers import CHILDREN, ROOT
+from helpers import CHILDREN, ROOT, TESTS, wait_until
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka_broker import kill_broker, start_broker, stop_broker
 
@@ -302,9 +302,10 @@ def test_delete_records_moves_the_log_start_and_frees_segments(make_kafka, kafka
     tp = TopicPartition(topic, 0)
     assert consumer.beginning_offsets([tp])[tp] == 200  # the broker's own log start offset
     consumer.close()
-    deadline = time.monotonic() + 60  # the broker's retention thread runs every second here
-    while _partition_bytes(kafka_cluster, topic) > before * 0.4 and time.monotonic() < deadline:
-        time.sleep(0.5)  # the broker's own schedule: nothing to wait on but its disk
+    # the broker's retention thread runs every second here: nothing to wait on but its disk
+    wait_until(lambda: _partition_bytes(kafka_cluster, topic) <= before * 0.4,
+               f"the broker to free 60% of {before} bytes below the DeleteRecords point",
+               60, interval_s=0.5)
     after = _partition_bytes(kafka_cluster, topic)
     print(f"DeleteRecords below 200 of 250 entries: {before} -> {after} bytes on disk")
     assert after <= before * 0.4, (before, after)
@@ -375,15 +376,14 @@ def test_snapshots_topic_is_compacted_for_real(make_kafka, kafka_broker, namespa
         return keys
 
     written = len(raw_keys())
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
+
+    def compacted() -> bool:  # the broker's log cleaner: nothing to wait on but the topic
         store.write_snapshot("wal", 1000 + int(time.monotonic()), b"tick")  # rolls a segment
         store.prune_snapshots("wal", keep=2)
-        keys = raw_keys()
-        if len(keys) < written // 2:
-            break
-        time.sleep(1.0)  # the broker's log cleaner: nothing to wait on but the topic
-    assert len(keys) < written // 2, (written, len(keys))
+        return len(raw_keys()) < written // 2
+
+    wait_until(compacted, f"the log cleaner to compact {written} snapshot keys to half",
+               90, interval_s=1.0)
     fresh = make_kafka()
     versions = fresh.snapshot_versions("wal")
     assert len(versions) == 2 and versions[-1] >= 1000
@@ -475,7 +475,7 @@ def test_a_recreated_topic_is_a_typed_error_on_both_clients(kafka_broker):
     (Tansu), which is why kafka-python was the default; on Apache Kafka it does not,
     and confluent is now the default client (settings.resolve_client)."""
     child = str(CHILDREN / "kafka_deleted_child.py")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
     for client in ("kafka-python", "confluent"):
         done = subprocess.run([sys.executable, child, kafka_broker, client, "4"], env=env,
                               capture_output=True, text=True, timeout=180)
@@ -548,10 +548,9 @@ def test_a_vanished_topic_is_never_created_again_by_a_handle(make_kafka, kafka_b
     admin = KafkaAdminClient(bootstrap_servers=kafka_broker)
     try:
         admin.delete_topics([topic])
-        deadline = time.monotonic() + 60
-        while topic in admin.list_topics():  # deletion completes asynchronously
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        # deletion completes asynchronously
+        wait_until(lambda: topic not in admin.list_topics(), f"{topic} to be deleted", 60,
+                   interval_s=0.1)
         with pytest.raises(DurableWalError):
             list(log.read(0))
         with pytest.raises(DurableWalError):

@@ -77,17 +77,17 @@ def wait_for_reader(ns: Namespace, reader_id: str) -> None:
     race that makes a commit :class:`AttemptLost` would never be run.
     """
     while True:
-        state = ns.refresh()
-        position = state.readers.get(reader_id)
-        if state.next_step - (position.next_step if position else 0) <= MAX_READER_LAG:
+        end = ns.steps().stop  # steps() refreshes
+        position = ns.reader_position(reader_id)
+        if end - (position.next_step if position else 0) <= MAX_READER_LAG:
             return
         time.sleep(POLL_S)
 
 
 def writer(ns: Namespace, writer_id: str, n: int, reader_id: str, slow_s: float) -> None:
     rng = random.Random()
-    committed = [ws for (w, ws) in ns.refresh().pairs if w == writer_id]
-    start = max(committed) if committed else 0  # redo the last one: its commit is a no-op
+    ns.refresh()
+    start = ns.newest_committed_writer_step(writer_id) or 0  # redo the last one: a no-op commit
     for ws in range(start, n):
         wait_for_reader(ns, reader_id)
         while True:
@@ -147,7 +147,8 @@ def read_one(ns: Namespace, step: int) -> str:
 
 
 def reader(ns: Namespace, reader_id: str, total: int) -> None:
-    position = ns.refresh().readers.get(reader_id)
+    ns.refresh()
+    position = ns.reader_position(reader_id)
     next_step = position.next_step if position else 0
     ns.expire(next_step)  # a kill may have come between recording the position and expiring
     while next_step < total:

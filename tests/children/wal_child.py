@@ -49,8 +49,8 @@ def main() -> None:
     backend, config, namespace, mode, steps = sys.argv[1:6]
     ns = Namespace(open_store(backend, namespace, **json.loads(config)))
     cleaner = Cleaner(ns, grace_ms=0)
-    committed = [ws for (w, ws) in ns.refresh().pairs if w == WRITER]
-    start = max(committed) if committed else 0  # redo the last one: its commit is a no-op
+    ns.refresh()
+    start = ns.newest_committed_writer_step(WRITER) or 0  # redo the last one: a no-op commit
     retry = mode.endswith("-retry")
     for ws in range(start, int(steps)):
         for _ in range(2 if retry else 1):

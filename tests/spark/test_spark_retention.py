@@ -59,13 +59,16 @@ class CleanerThread:
 
     def _loop(self) -> None:
         ns = self.cleaner.ns
-        last_seen = ns.refresh().last_clean_ms
+        ns.refresh()
+        last_seen = ns.last_clean_ms()
         while not self._stop.wait(self.interval_s):
             try:
-                if ns.refresh().last_clean_ms > last_seen:
+                ns.refresh()
+                if ns.last_clean_ms() > last_seen:
                     self.other_passes += 1
                 self.reports.append(self.cleaner.run_once())
-                last_seen = ns.refresh().last_clean_ms
+                ns.refresh()
+                last_seen = ns.last_clean_ms()
             except Exception as exc:  # noqa: BLE001 - the test fails on it, never hidden
                 self.errors.append(exc)
 
@@ -165,6 +168,7 @@ def test_writer_and_reader_stream_while_cleaners_run(spark, tmp_path):
         # cleaning really happened: steps expired, entries and commit records deleted
         region = ns.store.open_region(0)
         commits = ns.store.open_log("commits")
+        ns.refresh()
         reader_batches = committed_batches(tmp_path / "ckpt-reader")
         print(f"\nwriter: {committed_batches(tmp_path / 'ckpt-writer')} micro-batches, "
               f"{steps.stop} steps, {expected} rows; reader: {reader_batches} micro-batches, "
@@ -174,7 +178,7 @@ def test_writer_and_reader_stream_while_cleaners_run(spark, tmp_path):
               f"{sum(r.freed_entries for r in cleaner.reports)} entries; region 0 "
               f"[{region.low_watermark()}, {region.high_watermark()}), commits "
               f"[{commits.low_watermark()}, {commits.high_watermark()}); reader "
-              f"{ns.refresh().readers[reader_id]}")
+              f"{ns.readers()[reader_id]}")
         assert reader_batches >= MIN_BATCHES
         assert steps.start > expired_by_driver
         assert region.low_watermark() > 0
@@ -259,7 +263,7 @@ def test_holding_reader_keeps_steps_it_has_not_read(spark, tmp_path):
     Cleaner(ns, grace_ms=0).run_once()
     assert ns.steps().start <= 3, (
         f"steps {ns.steps()} are left although reader 'holder' has not read step 3; "
-        f"readers recorded: {ns.refresh().readers}")
+        f"readers recorded: {dict(ns.readers())}")
     again = stream_read(spark, opts, out, ckpt)
     assert again.exception() is None, again.exception()
     assert sorted(r.id for r in spark.read.parquet(out).collect()) == list(range(10))

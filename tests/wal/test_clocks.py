@@ -204,15 +204,15 @@ def test_one_pass_from_a_host_ahead_stops_no_writers_auto_clean(clock_shim, wal)
     for ws in range(3):
         commit(ns, "q", ws, consecutive=True)
     host(clock_shim, AHEAD_MS, wal, op="clean", grace_ms=0)
-    assert ns.refresh().last_clean_ms > now_ms() + AHEAD_MS - 60_000
+    assert ns._refreshed().last_clean_ms > now_ms() + AHEAD_MS - 60_000
     opts = WalOptions.parse({"path": str(wal), "namespace": NAMESPACE,
                              "cleanIntervalMs": "60000", "retentionSteps": "1"})
     before = now_ms()
     keep_retention(opts)
-    assert before <= ns.refresh().last_clean_ms <= now_ms()  # a pass ran, on our clock
+    assert before <= ns._refreshed().last_clean_ms <= now_ms()  # a pass ran, on our clock
     assert ns.steps() == range(2, 3)
     keep_retention(opts)  # not due again: the schedule holds
-    assert namespace_for(opts).last_clean_ms() == ns.refresh().last_clean_ms
+    assert namespace_for(opts).last_clean_ms() == ns._refreshed().last_clean_ms
 
 
 def test_an_old_wal_with_a_skewed_record_replays_as_it_was_written(wal):
@@ -234,7 +234,7 @@ def test_an_old_wal_with_a_skewed_record_replays_as_it_was_written(wal):
     with pytest.raises(WriterStepExpired):
         commit(ns, "batch-2", started_ms=t0 + 1)
     assert commit(ns, "q", 0, consecutive=True) == 1
-    before = (ns.refresh().next_step, ns._state.pairs, ns._state.index.refused)
+    before = (ns._refreshed().next_step, ns._state.pairs, ns._state.index.refused)
     Cleaner(ns, grace_ms=0).run_once()  # appends the `clocks` record
     assert ns._state.dedup.step_ms == CLOCK_STEP_MS
     full = NamespaceState(NAMESPACE)
@@ -253,13 +253,13 @@ def test_one_record_moves_the_clock_at_most_a_day_and_passes_do_not_add_up(wal):
     ns = open_ns(wal)
     t0 = now_ms()
     assert commit(ns, "q", 0, consecutive=True) == 0
-    first = ns.refresh().dedup.step_clock_ms
+    first = ns._refreshed().dedup.step_clock_ms
     assert t0 <= first <= now_ms()
     ns.append_record(StepCommit("x", 0, (), (), first + AHEAD_MS))  # a commit 8 days ahead
     for _ in range(10):
         ns.append_record(CleanRecord(first + AHEAD_MS, {}))
     ns.append_record(StepCommit("y", 0, (), (), first + BEHIND_MS))
-    d = ns.refresh().dedup
+    d = ns._refreshed().dedup
     assert (d.step_clock_ms, d.clock_ms) == (first + CLOCK_STEP_MS, first + 2 * CLOCK_STEP_MS)
     assert ns.steps() == range(0, 3)
     agree(wal, ns)

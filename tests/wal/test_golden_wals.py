@@ -76,7 +76,8 @@ def test_a_wal_an_older_release_wrote_reads_exactly_checks_clean_and_goes_on(fix
     assert read_back(ns) == manifest["rows"]
     if manifest["reader"]:
         reader, next_step = manifest["reader"]
-        assert ns.refresh().readers[reader].next_step == next_step
+        ns.refresh()
+        assert ns.readers()[reader].next_step == next_step
     assert problems(root) == []
     assert durablewal(["check", str(root), "--namespace", NS]) == 0
 

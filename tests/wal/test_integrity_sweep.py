@@ -66,7 +66,8 @@ def view(root: Path) -> tuple:
     try:
         tables = {name: read_steps(ns, name).to_pylist() for name in ("orders", "items",
                                                                        "events")}
-        readers = {r: p.next_step for r, p in ns.refresh().readers.items()}
+        ns.refresh()
+        readers = {r: p.next_step for r, p in ns.readers().items()}
         return (ns.steps(), tables, readers, ns.incarnation)
     finally:
         ns.close()

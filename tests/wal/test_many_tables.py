@@ -50,7 +50,7 @@ def test_first_step_of_1000_new_tables_appends_two_records_and_round_trips(make_
     and one `step` record (not 1,001), that the step record stays under 24 bytes a run,
     and that every table and row reads back after a reopen, content digests checked."""
     ns = Namespace(make_store())
-    start = ns.refresh().next_offset
+    start = ns._refreshed().next_offset
     names = [f"t{i}" for i in range(TABLES)]
     infos = ns.define_tables([(n, ID) for n in names])
     assert [i.table_id for i in infos] == [table_id_for_name(n) for n in names]
@@ -85,7 +85,7 @@ def test_a_step_writing_1000_tables_commits_a_compact_record(make_store):
         attempt = ns.begin("query", ws)
         for i, name in enumerate(names):
             attempt.write(name, rows(i + ws))
-        start = ns.refresh().next_offset
+        start = ns._refreshed().next_offset
         attempt.commit()
     ((step, size),) = records_since(ns, start)
     assert size < STEP_BYTES_MAX, size
@@ -108,7 +108,7 @@ def test_sink_task_routing_1000_new_tables_defines_them_in_one_record(tmp_path):
     opts = WalOptions.parse({"path": str(tmp_path / "wal"), "namespace": "sink",
                              "tableColumn": "table"})
     ns = namespace_for(opts)
-    start = ns.refresh().next_offset
+    start = ns._refreshed().next_offset
     batch = pa.record_batch({"table": [f"t{i % TABLES}" for i in range(3 * TABLES)],
                              "id": pa.array(range(3 * TABLES), pa.int64())})
     receipt = write_batches(opts, iter([batch]), "query", 0, "a0", batch.schema)
@@ -126,7 +126,7 @@ def test_write_step_defines_the_tables_in_memory_in_one_record(make_store):
     from pyspark_durable.endpoint import write_step
 
     ns = Namespace(make_store())
-    start = ns.refresh().next_offset
+    start = ns._refreshed().next_offset
     data: dict = {f"t{i}": rows(i) for i in range(TABLES)}
     data["lazy"] = iter([rows(7), rows(9)])
     assert write_step(ns, "loader", 0, data) == 0
@@ -162,7 +162,7 @@ def test_racing_handles_agree_the_first_definition_wins(make_store):
     assert not second.tables and {v.table_id for v in second.versions} == {
         table_id_for_name(n) for n in shared}
     for ns in (a, b, Namespace(make_store())):
-        tables = ns.refresh().tables
+        tables = ns._refreshed().tables
         for n in shared:
             assert [s.names for s in tables[table_id_for_name(n)].schemas] == [
                 ["id"], ["id", "note"]], n
@@ -177,7 +177,7 @@ def test_a_refused_batch_defines_nothing_and_one_table_stays_its_own_record(make
     table defines none of the others), that a new table asked with two schemas is defined
     once with their merge, and that one definition alone is still a `table` record."""
     ns = Namespace(make_store())
-    start = ns.refresh().next_offset
+    start = ns._refreshed().next_offset
     ns.define_table("old", ID)
     with pytest.raises(SchemaMismatch, match=r"table=old: rows have new columns"):
         ns.define_tables([("new", ID), ("old", ID_NOTE)])
@@ -190,7 +190,7 @@ def test_a_refused_batch_defines_nothing_and_one_table_stays_its_own_record(make
     kinds = [r.kind for r, _ in records_since(ns, start)]
     assert kinds == ["table", "table"]
     assert ns.define_tables([("old", ID), ("new", ID)]) == [ns.table("old"), info]
-    assert ns.refresh().next_offset == start + 2  # tables that exist and fit append nothing
+    assert ns._refreshed().next_offset == start + 2  # tables that exist and fit append nothing
 
 
 CHILD = """
@@ -208,7 +208,7 @@ while not os.path.exists(go):
 infos = ns.define_tables([(f"t{i}", schema) for i in range(count)], merge_schema=True)
 print(json.dumps({str(i.table_id): i.schema.names for i in infos}), flush=True)
 sys.stdin.readline()  # the other process is done too
-print(json.dumps({str(t): [s.names for s in i.schemas] for t, i in ns.refresh().tables.items()}))
+print(json.dumps({str(t): [s.names for s in i.schemas] for t, i in ns._refreshed().tables.items()}))
 """
 
 
@@ -237,7 +237,7 @@ def test_racing_processes_agree_on_every_table(tmp_path):
         assert child.returncode == 0, err
         views.append(json.loads(out))
     fresh = Namespace(open_store("file", "race", path=path))
-    mine = {str(t): [s.names for s in i.schemas] for t, i in fresh.refresh().tables.items()}
+    mine = {str(t): [s.names for s in i.schemas] for t, i in fresh._refreshed().tables.items()}
     assert views[0] == views[1] == mine
     ids = {str(table_id_for_name(f"t{i}")) for i in range(count)}
     assert set(mine) == set(got[0]) == set(got[1]) == ids

@@ -118,7 +118,7 @@ def test_racing_writers_agree_on_one_schema_history(open_ns):
     write_step(second, "b", 0, {"t": pa.table({"id": [3], "b": [3.5]})}, merge_schema=True)
     assert [r["v"] for r in appended if r["k"] == "schema"] == [1, 2]  # lost v1, merged again
     for ns in (first, second, open_ns()):
-        info = ns.refresh().tables[table_id_for_name("t")]
+        info = ns._refreshed().tables[table_id_for_name("t")]
         assert [s.names for s in info.schemas] == [["id"], ["id", "a"], ["id", "a", "b"]]
         assert read_steps(ns, "t", with_metadata=False).to_pylist() == [
             {"id": 1, "a": None, "b": None}, {"id": 2, "a": "from a", "b": None},

@@ -58,7 +58,7 @@ def measure(root: str, path: str, tables: int) -> dict:
         write_step(ns, "loader", 0, data)
         seconds = time.perf_counter() - t0
         first = commits_tail(ns, since)
-        since = ns.refresh().next_offset
+        since = ns._refreshed().next_offset
         write_step(ns, "loader", 1, data)
     else:
         from pyspark_durable.spark.options import WalOptions
@@ -82,7 +82,7 @@ def measure(root: str, path: str, tables: int) -> dict:
         micro_batch(0)
         seconds = time.perf_counter() - t0
         first = commits_tail(ns, since)
-        since = ns.refresh().next_offset
+        since = ns._refreshed().next_offset
         micro_batch(1)
     later = commits_tail(ns, since)
     return {"seconds": seconds, "records": len(first), "step_bytes": len(first[-1]),

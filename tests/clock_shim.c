@@ -5,7 +5,7 @@
  * monotonic clocks are untouched, as on a host whose NTP is wrong. Python's time.time()
  * reads clock_gettime(CLOCK_REALTIME), so the whole interpreter, the WAL and its file
  * log see the skewed time, exactly as a separate machine would. Built by
- * tests/test_clocks.py with gcc. */
+ * tests/wal/test_clocks.py with gcc. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdlib.h>

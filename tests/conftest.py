@@ -1,21 +1,35 @@
-"""Shared fixtures: one store factory per log backend, strict collection rules."""
+"""Shared fixtures: one store factory per log backend, strict collection rules.
+
+A test names the backends it runs on with ``@pytest.mark.backends(...)`` (names from
+helpers.BACKENDS: file, memory, kafka-confluent, kafka-python), on itself or on its
+module's ``pytestmark``. ``pytest_generate_tests`` below turns the mark into one test
+per backend, with the backend's name as test id, through whichever backend fixture the
+test takes (``store_config``/``make_store``, ``wal``, ``client``); the Kafka
+ones are marked ``kafka``. A backend fixture without the mark fails: there is no default."""
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+from helpers import BACKENDS
 from kafka_broker import KafkaCluster, cluster_for_tests
 
 from pyspark_durable.log import LogStore, open_store
 
-# a test taking ``store_config`` (or ``make_store``) runs on each of these, unless its
-# module sets ``BACKENDS``; the Kafka log is named by its client: "confluent"
-# (confluent-kafka / librdkafka, the product's default) and "kafka-python"
-KAFKA_CLIENTS = ("confluent", "kafka-python")
-LOG_BACKENDS = ["file", "memory", *KAFKA_CLIENTS]
+# Test modules and the scripts they start import one another by file name (pytest's
+# default "prepend" import: no __init__.py, so every test file's name is unique in
+# tests/). These folders hold what is imported across folders; tests/ itself is on
+# sys.path as this conftest's folder.
+for _folder in ("children", "log", "log/kafka", "spark"):
+    if str(Path(__file__).resolve().parent / _folder) not in sys.path:
+        sys.path.insert(1, str(Path(__file__).resolve().parent / _folder))
 
+# the fixtures a ``backends`` mark parametrizes, one per test
+BACKEND_FIXTURES = ("store_config", "wal", "client")
 
 SLOW_MARKS = ("kafka", "spark", "crash")
 
@@ -69,46 +83,65 @@ def namespace() -> str:
 StoreFactory = Callable[..., LogStore]
 
 
-def backend_param(backend: str):
-    """A backend as a test parameter; the Kafka ones (named by client) are marked
+def backend_param(name: str):
+    """A backend as a test parameter, its name the test id; the Kafka ones are marked
     ``kafka`` (the quick lane, ``-m quick``, starts no broker)."""
-    return pytest.param(backend, marks=pytest.mark.kafka) if backend in KAFKA_CLIENTS \
-        else backend
+    if name not in BACKENDS:
+        raise pytest.UsageError(f"unknown backend {name!r} in a backends mark; "
+                                f"valid: {', '.join(BACKENDS)}")
+    marks = [pytest.mark.kafka] if BACKENDS[name][0] == "kafka" else []
+    return pytest.param(name, id=name, marks=marks)
 
 
-@pytest.fixture(params=["file", backend_param("confluent")])
+def marked_backend(request: pytest.FixtureRequest) -> tuple[str, str | None]:
+    """(``open_store`` backend, Kafka client) of the test's ``backends`` parameter; a
+    test that names no backends fails with the reason."""
+    name = getattr(request, "param", None)
+    if name is None:
+        pytest.fail(f"{request.node.nodeid} takes {request.fixturename!r} but names no "
+                    "backends: add @pytest.mark.backends(...)", pytrace=False)
+    return BACKENDS[name]
+
+
+@pytest.fixture
 def wal(request, tmp_path) -> dict:
-    """Spark options (``format("durablewal")``) of a fresh namespace: on the file log,
-    and on Kafka with the confluent client (the default; kafka-python's Spark path is
-    covered by the tests that name it)."""
+    """Spark options (``format("durablewal")``) of a fresh namespace on the test's backend:
+    the file log or Kafka on the named client."""
     ns = f"s{uuid.uuid4().hex[:10]}"
-    if request.param == "file":
+    backend, client = marked_backend(request)
+    if backend == "file":
         return {"namespace": ns, "path": str(tmp_path / "wal")}
     broker = request.getfixturevalue("kafka_broker")
     return {"namespace": ns, "backend": "kafka", "kafka.bootstrap.servers": broker,
-            "kafka.client": request.param}
+            "kafka.client": client}
+
+
+@pytest.fixture
+def client(request) -> str:
+    """The Kafka client of the test's backend (``kafka-confluent`` → ``confluent``)."""
+    _, client = marked_backend(request)
+    if client is None:
+        pytest.fail(f"{request.node.nodeid}: the client fixture runs on Kafka backends "
+                    f"only, not {request.param!r}", pytrace=False)
+    return client
 
 
 @pytest.fixture
 def store_config(request: pytest.FixtureRequest, tmp_path) -> tuple[str, dict]:
-    backend = request.param
+    """(``open_store`` backend, its options) of a fresh store on the test's backend."""
+    backend, client = marked_backend(request)
     if backend == "file":
         return backend, {"path": str(tmp_path / "wal"), "segment_size_bytes": 64 * 1024}
     if backend == "memory":
         return backend, {}
-    if backend in KAFKA_CLIENTS:
-        broker = request.getfixturevalue("kafka_broker")
-        return "kafka", {"bootstrap_servers": broker, "client": backend}
-    raise AssertionError(backend)
+    broker = request.getfixturevalue("kafka_broker")
+    return "kafka", {"bootstrap_servers": broker, "client": client}
 
 
 @pytest.fixture
 def make_store(store_config, namespace) -> Iterator[StoreFactory]:
-    """Open (and reopen) stores of one fresh namespace; closes them all at the end.
-
-    A test using it runs once per backend of ``LOG_BACKENDS`` (file, memory, and the
-    Kafka log on each client: ``[confluent]``, ``[kafka-python]``), or of its module's
-    ``BACKENDS``; the test id names the backend."""
+    """Open (and reopen) stores of one fresh namespace on the test's backend; closes them
+    all at the end."""
     backend, config = store_config
     opened: list[LogStore] = []
 
@@ -123,8 +156,19 @@ def make_store(store_config, namespace) -> Iterator[StoreFactory]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    named = [name.strip() for m in metafunc.definition.iter_markers("parametrize")
-             for name in (m.args[0].split(",") if isinstance(m.args[0], str) else m.args[0])]
-    if "store_config" in metafunc.fixturenames and "store_config" not in named:
-        backends = getattr(metafunc.module, "BACKENDS", LOG_BACKENDS)
-        metafunc.parametrize("store_config", [backend_param(b) for b in backends], indirect=True)
+    """One test per backend of its ``backends`` mark, through the backend fixture it takes
+    (one that its own ``parametrize`` names is left to it)."""
+    marker = metafunc.definition.get_closest_marker("backends")
+    if marker is None:
+        return
+    named = {name.strip() for m in metafunc.definition.iter_markers("parametrize")
+             for name in (m.args[0].split(",") if isinstance(m.args[0], str) else m.args[0])}
+    used = [f for f in BACKEND_FIXTURES if f in metafunc.fixturenames and f not in named]
+    if len(used) > 1:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid} takes {used}: a backends mark "
+                                "parametrizes one backend fixture")
+    if used:
+        metafunc.parametrize(used[0], [backend_param(b) for b in marker.args], indirect=True)
+    elif marker in metafunc.definition.own_markers:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid} names backends but takes no "
+                                f"backend fixture ({', '.join(BACKEND_FIXTURES)})")

@@ -4,14 +4,46 @@ test module, its conftest and the child scripts the tests start with it)."""
 from __future__ import annotations
 
 import hashlib
+import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 # one port rule for brokers and every other server a test starts
 from pyspark_durable.localkafka.cluster import _ephemeral_ports, free_port  # noqa: F401
 
-PACKAGE_DIR = Path(__file__).resolve().parent.parent / "pyspark_durable"
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent  # the repository
+CHILDREN = TESTS / "children"  # the scripts tests start as processes
+PACKAGE_DIR = ROOT / "pyspark_durable"
 
+# The backends a test can run on, by the name ``@pytest.mark.backends(...)`` takes and the
+# test id shows: (``open_store`` backend, Kafka client). The Kafka log is named by its
+# client: confluent-kafka (librdkafka, the product's default) and kafka-python.
+BACKENDS: dict[str, tuple[str, str | None]] = {
+    "file": ("file", None),
+    "memory": ("memory", None),
+    "kafka-confluent": ("kafka", "confluent"),
+    "kafka-python": ("kafka", "kafka-python"),
+}
+KAFKA_CLIENTS = tuple(client for _, client in BACKENDS.values() if client)
+
+
+def wait_until(condition: Callable[[], object], what: str | Callable[[], str],
+               timeout_s: float, interval_s: float = 0.2) -> object:
+    """``condition()``'s first truthy value, asked every ``interval_s``; an AssertionError
+    naming ``what`` was awaited (a string, or a function saying what is missing) after
+    ``timeout_s``. Only for conditions no event reports (a broker's background threads,
+    another process's files): wherever an event exists, wait on the event instead."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = condition()
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout_s:g}s waiting for {said}")
+        time.sleep(interval_s)
 
 
 def package_zip(dest: Path) -> Path:
@@ -29,18 +61,24 @@ def hashed_payload(i: int) -> str:
     return f"row-{i}-" + hashlib.sha1(str(i).encode()).hexdigest()
 
 
-def wal_namespace(wal: dict, create: bool = True):
-    """The Namespace behind Spark options of conftest's ``wal`` shape (the file log, or
-    Kafka with its ``kafka.client``), opened with the Python API."""
-    from pyspark_durable.endpoint import open_namespace
-
+def wal_config(wal: dict) -> dict:
+    """The endpoint config (``open_namespace``'s) of Spark options of conftest's ``wal``
+    shape: the file log, or Kafka with its ``kafka.client``."""
     if wal.get("backend") == "kafka":
         options = {"bootstrap_servers": wal["kafka.bootstrap.servers"],
                    "client": wal.get("kafka.client", "confluent")}
     else:
         options = {"path": wal["path"]}
-    return open_namespace({"backend": wal.get("backend", "file"), "namespace": wal["namespace"],
-                           "options": options}, create=create)
+    return {"backend": wal.get("backend", "file"), "namespace": wal["namespace"],
+            "options": options}
+
+
+def wal_namespace(wal: dict, create: bool = True):
+    """The Namespace behind Spark options of conftest's ``wal`` shape, opened with the
+    Python API."""
+    from pyspark_durable.endpoint import open_namespace
+
+    return open_namespace(wal_config(wal), create=create)
 
 
 def assert_acknowledged(ns, writer: str, writer_step: int, step: int) -> None:

@@ -6,7 +6,6 @@ import errno
 import os
 import re
 
-import pyarrow as pa
 import pytest
 
 from pyspark_durable.endpoint import (
@@ -200,11 +199,28 @@ def test_failed_atomic_writes_leave_no_temporary_file(shop_wal, monkeypatch, tmp
     assert open_namespace(config).steps() == range(2, 2)
 
 
-def test_every_error_above_is_a_durable_wal_error():
-    """This tests that every typed error used here shares the one root, DurableWalError."""
-    for kind in {k for _, k, _ in CASES.values()} | {StepExpired, BackendUnavailable}:
-        assert issubclass(kind, DurableWalError), kind
-    assert pa is not None
+def test_except_durable_wal_error_catches_every_error_the_package_defines():
+    """This tests that a user's ``except DurableWalError`` catches every exception class
+    any module of pyspark_durable defines (all imported and searched), so a new error
+    class outside the root fails here. The one exception is the CLI's CliError, which
+    never leaves ``durablewal``'s main: it becomes a message and an exit status."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import pyspark_durable
+
+    defined = {}
+    for info in pkgutil.walk_packages(pyspark_durable.__path__, "pyspark_durable."):
+        if info.name.endswith("__main__"):  # runs the CLI when imported
+            continue
+        module = importlib.import_module(info.name)
+        defined.update({f"{module.__name__}.{obj.__qualname__}": obj for obj in vars(module).values()
+                        if inspect.isclass(obj) and issubclass(obj, BaseException)
+                        and obj.__module__ == module.__name__})
+    assert {"pyspark_durable.errors.ConfigError", "pyspark_durable.errors.DiskFull"} <= set(defined)
+    outside = {name for name, kind in defined.items() if not issubclass(kind, DurableWalError)}
+    assert outside == {"pyspark_durable.cli.shared.CliError"}, outside
 
 
 def test_handle_notices_a_restored_or_recreated_wal(shop_wal, tmp_path):

@@ -162,3 +162,19 @@ def test_the_wal_module_map_names_every_module():
              if name.startswith("pyspark_durable.wal.") and path.name != "__init__.py"}
     assert rows == found, f"missing from the map: {sorted(found - rows)}; " \
                           f"not modules: {sorted(rows - found)}"
+
+
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_function_in_the_package_is_over_60_lines():
+    """This tests that every function of the package (methods and nested functions too)
+    spans at most 60 lines from its ``def`` to its last line: a longer one is split along
+    a real seam, so each can be read whole."""
+    long = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name} "
+            f"({node.end_lineno - node.lineno + 1} lines)"
+            for path in sorted(PACKAGE.rglob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, "functions over 60 lines:\n" + "\n".join(long)

@@ -17,7 +17,7 @@ from wal_child import WRITER, rows_for
 
 from pyspark_durable.wal import Namespace
 
-CHILD = str(Path(__file__).parent / "wal_child.py")
+CHILD = str(Path(__file__).parent / "children" / "wal_child.py")
 
 
 def run_child(backend: str, config: dict, namespace: str, mode: str, steps: int,

@@ -32,7 +32,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from pyspark_durable.errors import DecodeError, DurableWalError
@@ -129,6 +129,9 @@ def _namespace_option() -> argparse.ArgumentParser:
     return p
 
 
+AddCommand = Callable[..., argparse.ArgumentParser]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Inspect, verify and clean a pyspark_durable WAL.\n\n" + WHERE,
@@ -146,6 +149,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler, parser=p)
         return p
 
+    _add_reading_commands(add)  # in this order in --help
+    _add_maintenance_commands(add)
+    kafka.add_parser(sub)
+    p = sub.add_parser("demo", add_help=False, help="run the demo (arguments pass through)",
+                       description="Run pyspark_durable.demo; every argument passes through.")
+    p.set_defaults(handler=commands.cmd_demo)
+    return parser
+
+
+def _add_reading_commands(add: AddCommand) -> None:
+    """The commands that only read a WAL: what it holds, and how far readers lag."""
     p = add("namespaces", commands.cmd_namespaces, "list namespaces", ns=False)
     p.add_argument("--names-only", action="store_true",
                    help="names only (no summary: faster on a cluster with many namespaces)")
@@ -178,6 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", metavar="TIME",
                    help="only steps committed at or after TIME: ms since the epoch or ISO-8601 "
                         "(no zone: UTC), e.g. 2026-01-01T12:00:00Z")
+
+
+def _add_maintenance_commands(add: AddCommand) -> None:
+    """The commands that verify or change a WAL: check, clean and retention."""
     p = add("check", maintain.cmd_check,
             "verify CRCs, sequences, steps and the snapshot; exit 1 listing every problem",
             epilog=CHECK_TERMS)
@@ -199,11 +217,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clear", action="store_true", help="keep everything (no limits)")
     p.add_argument("--drop-reader", action="append", metavar="ID",
                    help="forget a reader, so it no longer holds retention (repeatable)")
-    kafka.add_parser(sub)
-    p = sub.add_parser("demo", add_help=False, help="run the demo (arguments pass through)",
-                       description="Run pyspark_durable.demo; every argument passes through.")
-    p.set_defaults(handler=commands.cmd_demo)
-    return parser
 
 
 class _StderrHandler(logging.Handler):

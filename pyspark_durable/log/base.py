@@ -6,7 +6,7 @@ are named ``region_{id}`` (the Kafka backend maps that to the topic
 to them. A store also keeps small named, *versioned* snapshots, which is where the
 WAL's state snapshots go (named ``wal``).
 
-The contract, which every backend passes (``tests/test_log_contract.py``):
+The contract, which every backend passes (``tests/log/test_log_contract.py``):
 
 * ``append`` returns the offsets of its records only once they are durable
   (file: fsync'd; Kafka: acks=all). Offsets of a log are dense: 0, 1, 2, ...

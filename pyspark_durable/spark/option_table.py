@@ -5,7 +5,7 @@ Each option names its parser (:mod:`pyspark_durable.spark.option_values`), its m
 and the :class:`~pyspark_durable.spark.options.WalOptions` field it sets, so
 ``WalOptions.parse`` is one loop over the table plus the rules that span options.
 ``python -m pyspark_durable.spark.option_table`` prints the README table;
-``tests/test_option_table.py`` fails when README.md's differs, or when a parsed
+``tests/spark/test_option_table.py`` fails when README.md's differs, or when a parsed
 default differs from the one written here. Default values that belong to a concept
 of another layer are that layer's constants (the cleaner's grace, the entry size
 limit, the default table), never a second literal.

@@ -180,12 +180,17 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
 
     # -- state ----------------------------------------------------------------
 
-    def refresh(self) -> NamespaceState:
+    def refresh(self) -> None:
         """Replay what any process appended to the commits log since we last looked.
 
         If a cleaner cleaned the log below where we are, the handle heals: it
-        recovers again from the newest snapshot (rule 8 of the protocol).
+        recovers again from the newest snapshot (rule 8 of the protocol). The replayed
+        state stays inside the WAL; ask the handle's queries what it holds.
         """
+        self._refreshed()
+
+    def _refreshed(self) -> NamespaceState:
+        """:meth:`refresh`, returning the replayed state (for the WAL's own code)."""
         with self._lock:
             try:
                 self._state.replay(self._commits)
@@ -238,7 +243,7 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
     def committed_step(self, writer_id: str, writer_step: int) -> int | None:
         """The step that committed ``(writer_id, writer_step)``, or None."""
         check_writer(writer_id, writer_step, self.name)
-        return self.refresh().dedup.committed(writer_id, writer_step)
+        return self._refreshed().dedup.committed(writer_id, writer_step)
 
     def commit(self, writer_id: str, writer_step: int, receipts: list[AttemptReceipt],
                consecutive: bool = False, started_ms: int | None = None) -> int:
@@ -291,12 +296,12 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
         with self._lock:
             if not self.snapshots.due(self._state):
                 return None
-            return self.healing(lambda _: self.snapshots.write_if_due(self.refresh()))
+            return self.healing(lambda _: self.snapshots.write_if_due(self._refreshed()))
 
     def note_writer_step(self, writer_id: str, writer_step: int) -> None:
         """Record that a consecutive writer finished ``writer_step`` without rows."""
         check_writer(writer_id, writer_step, self.name)
-        last = self.refresh().dedup.last(writer_id)
+        last = self._refreshed().dedup.last(writer_id)
         if last is None or last < writer_step:
             self.check_consecutive(writer_id, writer_step)
             self.append_record(WriterRecord(writer_id, writer_step))
@@ -353,7 +358,7 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
         ``refresh=False``: as of this handle's last refresh, for a caller that just
         refreshed (on Kafka a refresh costs broker round trips).
         """
-        s = self.refresh() if refresh else self._state
+        s = self._refreshed() if refresh else self._state
         return range(s.expired_before, s.next_step)
 
     def step_commit(self, step: int) -> StepCommit:
@@ -380,7 +385,7 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
     def expire(self, step: int) -> None:
         """Steps below ``step`` are no longer needed by step readers."""
         check_step_arg("expire step", step, self.name)
-        s = self.refresh()
+        s = self._refreshed()
         if step > s.next_step:
             raise StepNotCommitted(f"cannot expire up to {step}: only steps below "
                                    f"{s.next_step} are committed", namespace=self.name)
@@ -425,7 +430,7 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
             raise ConfigError(f"reader id {reader_id!r} is not a non-empty string",
                               namespace=self.name)
         check_step_arg("reader next step", next_step, self.name)
-        s = self.refresh()
+        s = self._refreshed()
         if next_step > s.next_step:
             raise StepNotCommitted(f"reader {reader_id!r} cannot have read up to step {next_step}"
                                    f": committed steps end at {s.next_step}", namespace=self.name)
@@ -448,7 +453,7 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
         (:mod:`.reserve`; a second try decides again from a fresh replay)."""
 
         def append() -> None:
-            if needed(self.refresh()):
+            if needed(self._refreshed()):
                 self.append_record(record)
                 self.refresh()
 
@@ -460,13 +465,13 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
         for name, value in (("dedup window", window_ms), ("dedup steps", steps)):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"{name} {value!r} is not an integer > 0", namespace=self.name)
-        d = self.refresh().dedup
+        d = self._refreshed().dedup
         if (d.window_ms, d.steps) != (window_ms, steps):
             self.append_record(DedupRecord(window_ms, steps))
             self.refresh()
 
     def retention(self) -> RetentionPolicy:
-        return RetentionPolicy.from_json(self.refresh().retention)
+        return RetentionPolicy.from_json(self._refreshed().retention)
 
     def close(self) -> None:
         self.store.close()

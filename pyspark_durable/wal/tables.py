@@ -53,12 +53,13 @@ class NamespaceTables:
     _lock: threading.RLock
 
     # provided by the Namespace this is mixed into
-    refresh: Callable[[], NamespaceState]
+    refresh: Callable[[], None]
+    _refreshed: Callable[[], NamespaceState]
     append_record: Callable[[CommitRecord], int]
 
     def tables(self, refresh: bool = True) -> dict[int, TableInfo]:
         """Table id -> table (a copy). ``refresh=False``: as of the last refresh."""
-        return dict((self.refresh() if refresh else self._state).tables)
+        return dict((self._refreshed() if refresh else self._state).tables)
 
     def resolve_table(self, table: int | str) -> int:
         """A table reference to its id: an ``int`` is an id, a ``str`` is always a name.
@@ -80,7 +81,7 @@ class NamespaceTables:
 
     def table(self, table: int | str) -> TableInfo:
         table_id = self.resolve_table(table)
-        info = self._state.tables.get(table_id) or self.refresh().tables.get(table_id)
+        info = self._state.tables.get(table_id) or self._refreshed().tables.get(table_id)
         if info is None:
             known = ", ".join(t.name for t in self._state.tables.values()) or "none"
             kind = "table id" if isinstance(table, int) else "table"

@@ -16,14 +16,13 @@ import socket
 import subprocess
 import sys
 import sysconfig
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyspark
 import pytest
-from helpers import free_port
+from helpers import free_port, wait_until
 from helpers import package_zip as make_package_zip
 
 PYSPARK_HOME = Path(pyspark.__file__).parent
@@ -71,20 +70,25 @@ class ConnectServer:
         except OSError as exc:
             return f"<no server log: {exc}>"
 
+    def listening(self) -> bool:
+        """Whether the server accepts connections; fails the test if it exited."""
+        if self.process.poll() is not None:
+            pytest.fail(f"Connect server exited with {self.process.returncode}:\n{self.log_tail()}",
+                        pytrace=False)
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=POLL_S):
+                return True
+        except OSError:
+            return False
+
     def wait_ready(self) -> ConnectServer:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                pytest.fail(f"Connect server exited with {self.process.returncode}:\n{self.log_tail()}",
-                            pytrace=False)
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=POLL_S):
-                    return self
-            except OSError:
-                time.sleep(POLL_S)
-        self.stop()
-        pytest.fail(f"Connect server not listening after {START_TIMEOUT_S}s:\n{self.log_tail()}",
-                    pytrace=False)
+        try:  # the server announces nothing: ask its port
+            wait_until(self.listening, "the Connect server to listen", START_TIMEOUT_S,
+                       interval_s=POLL_S)
+        except AssertionError as exc:
+            self.stop()
+            pytest.fail(f"{exc}:\n{self.log_tail()}", pytrace=False)
+        return self
 
     def stop(self) -> None:
         if self.process.poll() is None:

@@ -21,6 +21,7 @@ def test_register_works_on_a_connect_session(connect):
     assert connect.session_type == "pyspark.sql.connect.session.SparkSession"
 
 
+@pytest.mark.backends("file", "kafka-confluent")
 def test_a_connect_session_finds_durablewal_without_register(connect_server, make_client, wal):
     """This tests that a Connect session that never calls register() reads and writes
     format("durablewal"): the server finds the installed package's DefaultSource, as
@@ -30,11 +31,13 @@ def test_a_connect_session_finds_durablewal_without_register(connect_server, mak
     assert client.ok("batch", wal=wal) == BATCH_ROWS
 
 
+@pytest.mark.backends("file", "kafka-confluent")
 def test_batch_round_trip_through_connect(connect, wal):
     """This tests that a batch write and a batch read from a Connect client return the rows by content."""
     assert connect.ok("batch", wal=wal) == BATCH_ROWS
 
 
+@pytest.mark.backends("file", "kafka-confluent")
 def test_streaming_round_trip_through_connect(connect, wal, tmp_path):
     """This tests that JSON files -> durablewal -> memory (file) or parquet (Kafka) with availableNow,
     started from a Connect client, delivers every row once."""

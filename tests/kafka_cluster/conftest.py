@@ -10,13 +10,12 @@ one a degraded cluster.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kafka_broker import KafkaCluster, cluster_for_tests
-from kafka_cluster_tools import Progress, restart_all
+from kafka_cluster_tools import restart_all
+from progress_events import ProgressEvents
 
 import pyspark_durable
 
@@ -45,9 +44,6 @@ def all_nodes_up(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator:
     """One SparkSession (local[2]) per pytest process, with tests/spark's settings."""
-    spark_dir = str(Path(__file__).resolve().parent.parent / "spark")
-    if spark_dir not in sys.path:
-        sys.path.insert(0, spark_dir)
     from spark_settings import spark_builder
 
     session = spark_builder().getOrCreate()
@@ -58,8 +54,8 @@ def spark() -> Iterator:
 
 
 @pytest.fixture
-def progress(spark) -> Iterator[Progress]:
-    p = Progress()
-    spark.streams.addListener(p.listener)
+def progress(spark) -> Iterator[ProgressEvents]:
+    p = ProgressEvents()
+    spark.streams.addListener(p)
     yield p
-    spark.streams.removeListener(p.listener)
+    spark.streams.removeListener(p)

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 from helpers import hashed_payload as payload
+from helpers import wait_until
 from kafka_broker import KafkaCluster, wait_ready
 
 ROWS_PER_FILE = 150
@@ -71,19 +69,19 @@ def wait_in_sync(cluster: KafkaCluster, prefix: str, timeout_s: float = WAIT_S) 
 
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
     want = sorted(n.node_id for n in cluster.nodes)
-    deadline = time.monotonic() + timeout_s
     lagging: dict[str, object] = {}
-    while time.monotonic() < deadline:
+
+    def in_sync() -> bool:  # the broker pushes no event for a finished election: ask again
         topics = admin.list_topics(timeout=10).topics
-        lagging = {f"{name}[{p.id}]": (p.leader, sorted(p.isrs))
-                   for name, meta in topics.items() if name.startswith(prefix)
-                   for p in meta.partitions.values()
-                   if p.leader not in want or sorted(p.isrs) != want}
-        if topics and not lagging:
-            return
-        time.sleep(0.2)  # the broker pushes no event for a finished election: ask again
-    raise AssertionError(f"partitions of {prefix}* not led and in sync after {timeout_s:.0f}s: "
-                         f"{lagging}")
+        lagging.clear()
+        lagging.update({f"{name}[{p.id}]": (p.leader, sorted(p.isrs))
+                        for name, meta in topics.items() if name.startswith(prefix)
+                        for p in meta.partitions.values()
+                        if p.leader not in want or sorted(p.isrs) != want})
+        return bool(topics) and not lagging
+
+    wait_until(in_sync, lambda: f"partitions of {prefix}* led and in sync; lagging: {lagging}",
+               timeout_s)
 
 
 def partition_info(cluster: KafkaCluster, topic: str) -> tuple[int, list[int], list[int]]:
@@ -101,70 +99,3 @@ def leader_of(cluster: KafkaCluster, topic: str) -> int:
     leader = partition_info(cluster, topic)[0]
     assert leader in {n.node_id for n in cluster.nodes}, f"{topic} has no leader: {leader}"
     return leader
-
-
-class Progress:
-    """A StreamingQueryListener's view: rows and batches per query, and terminations.
-
-    Tests wait on its condition (events), never by sleeping in a loop.
-    """
-
-    def __init__(self) -> None:
-        from pyspark.sql.streaming import StreamingQueryListener
-
-        self.cond = threading.Condition()
-        self.rows: dict[str, int] = {}
-        self.batches: dict[str, int] = {}
-        self.terminated: dict[str, str | None] = {}
-        outer = self
-
-        class Listener(StreamingQueryListener):
-            def onQueryStarted(self, event) -> None:
-                pass
-
-            def onQueryProgress(self, event) -> None:
-                p = event.progress
-                with outer.cond:
-                    qid = str(p.id)
-                    outer.rows[qid] = outer.rows.get(qid, 0) + p.numInputRows
-                    if p.numInputRows:
-                        outer.batches[qid] = outer.batches.get(qid, 0) + 1
-                    outer.cond.notify_all()
-
-            def onQueryIdle(self, event) -> None:
-                pass
-
-            def onQueryTerminated(self, event) -> None:
-                with outer.cond:
-                    outer.terminated[str(event.id)] = event.exception
-                    outer.cond.notify_all()
-
-        self.listener = Listener()
-
-    def rows_of(self, query) -> int:
-        with self.cond:
-            return self.rows.get(str(query.id), 0)
-
-    def batches_of(self, query) -> int:
-        with self.cond:
-            return self.batches.get(str(query.id), 0)
-
-    def wait_until(self, queries: list, done: Callable[[], bool], what: str,
-                   timeout_s: float = WAIT_S) -> None:
-        """Wait for ``done()`` on events; fail if one of ``queries`` stops, or on timeout."""
-        ids = {str(q.id) for q in queries}
-        with self.cond:
-            reached = self.cond.wait_for(lambda: bool(ids & set(self.terminated)) or done(),
-                                         timeout=timeout_s)
-            stopped = {i: self.terminated[i] for i in ids & set(self.terminated)}
-            rows = {i: self.rows.get(i, 0) for i in ids}
-        assert not stopped, f"a query stopped while waiting for {what}: {stopped}"
-        assert reached, f"timed out after {timeout_s:.0f}s waiting for {what}; rows so far {rows}"
-
-    def wait_terminated(self, query, timeout_s: float = WAIT_S) -> str | None:
-        """Wait until ``query`` terminates; its exception text (None if it stopped cleanly)."""
-        qid = str(query.id)
-        with self.cond:
-            ok = self.cond.wait_for(lambda: qid in self.terminated, timeout=timeout_s)
-            assert ok, f"query {query.name} did not terminate within {timeout_s:.0f}s"
-            return self.terminated[qid]

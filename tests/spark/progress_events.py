@@ -1,7 +1,9 @@
-"""Wait on a running query's progress events (a StreamingQueryListener), never by polling."""
+"""Wait on running queries' progress events (one StreamingQueryListener for the suite),
+never by polling."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import threading
 import time
@@ -13,7 +15,9 @@ WAIT_S = 240.0  # first micro-batches take tens of seconds on a loaded 2-core ma
 
 
 class ProgressEvents(StreamingQueryListener):
-    """Every progress event per query id, each as (monotonic arrival, progress dict)."""
+    """Every progress event per query id, each as (monotonic arrival, progress dict), and
+    how each query terminated. Events arrive seconds late under load: they tell that a
+    batch ran and when it started (the JVM's timestamp), not when the test saw it."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
@@ -45,14 +49,32 @@ class ProgressEvents(StreamingQueryListener):
         """The events of batches that read rows."""
         return [(t, p) for t, p in self.of(query) if p["numInputRows"] > 0]
 
-    def wait_until(self, query, done: Callable[[], bool], what: str,
+    def rows_of(self, query) -> int:
+        """Rows ``query``'s batches read so far."""
+        return sum(p["numInputRows"] for _, p in self.of(query))
+
+    def batches_of(self, query, since_ms: float = 0.0) -> int:
+        """Batches with rows of ``query`` that started after ``since_ms`` (epoch ms)."""
+        return len({p["batchId"] for _, p in self.with_rows(query)
+                    if dt.datetime.fromisoformat(p["timestamp"]).timestamp() * 1000 > since_ms})
+
+    def wait_until(self, queries, done: Callable[[], bool], what: str,
                    timeout_s: float = WAIT_S) -> None:
-        """Wait on events for ``done()``; fail if the query stops first, or on timeout."""
+        """Wait on events for ``done()``; fail if one of ``queries`` (a query or a list)
+        stops first, or on timeout, naming ``what`` was awaited."""
+        ids = {str(q.id) for q in (queries if isinstance(queries, list) else [queries])}
+        with self.cond:
+            reached = self.cond.wait_for(lambda: done() or bool(ids & set(self.terminated)),
+                                         timeout=timeout_s)
+            stopped = {i: self.terminated[i] for i in ids & set(self.terminated)}
+            rows = {i: sum(p["numInputRows"] for _, p in self.events.get(i, [])) for i in ids}
+        assert not stopped or done(), f"a query stopped while waiting for {what}: {stopped}"
+        assert reached, f"timed out after {timeout_s:.0f}s waiting for {what}; rows so far {rows}"
+
+    def wait_terminated(self, query, timeout_s: float = WAIT_S) -> str | None:
+        """Wait until ``query`` terminates; its exception text (None if it stopped cleanly)."""
         qid = str(query.id)
         with self.cond:
-            reached = self.cond.wait_for(lambda: qid in self.terminated or done(),
-                                         timeout=timeout_s)
-            stopped = self.terminated.get(qid, "(running)")
-        assert qid not in self.terminated or done(), \
-            f"query {query.name} stopped while waiting for {what}: {stopped}"
-        assert reached, f"timed out after {timeout_s:.0f}s waiting for {what}"
+            ok = self.cond.wait_for(lambda: qid in self.terminated, timeout=timeout_s)
+            assert ok, f"query {query.name} did not terminate within {timeout_s:.0f}s"
+            return self.terminated[qid]

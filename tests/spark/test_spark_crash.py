@@ -17,15 +17,15 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 import zlib
 from pathlib import Path
 
 import pytest
+from helpers import CHILDREN, wal_config
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 
-pytestmark = [pytest.mark.spark, pytest.mark.crash]
+pytestmark = [pytest.mark.spark, pytest.mark.crash, pytest.mark.backends("file", "kafka-confluent")]
 HERE = Path(__file__).parent
 KILLS = 3  # each restart costs a Spark start (~15 s): 3 kills prove the point
 FILES = 18
@@ -42,7 +42,7 @@ def run_child(sink_wal: dict, source_wal: dict, folder: Path,
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent.parent)])}
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "spark_child.py"), json.dumps(sink_wal),
+        [sys.executable, str(CHILDREN / "spark_child.py"), json.dumps(sink_wal),
          json.dumps(source_wal), str(folder)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, env=env, start_new_session=True)
     batches = 0
@@ -66,20 +66,10 @@ def run_child(sink_wal: dict, source_wal: dict, folder: Path,
     return True, err
 
 
-@pytest.fixture(params=["file", pytest.param("confluent", marks=pytest.mark.kafka)])
-def crash_wal(request, tmp_path) -> tuple[dict, dict]:
-    """(Spark options, endpoint config) of a fresh namespace: the file log, or Kafka on
-    the confluent client (the product's default)."""
-    ns = f"c{uuid.uuid4().hex[:10]}"
-    if request.param == "file":
-        path = str(tmp_path / "wal")
-        return {"namespace": ns, "path": path}, {"backend": "file", "namespace": ns,
-                                                  "options": {"path": path}}
-    broker = request.getfixturevalue("kafka_broker")
-    return ({"namespace": ns, "backend": "kafka", "kafka.bootstrap.servers": broker,
-             "kafka.client": "confluent"},
-            {"backend": "kafka", "namespace": ns,
-             "options": {"bootstrap_servers": broker, "client": "confluent"}})
+@pytest.fixture
+def crash_wal(wal: dict) -> tuple[dict, dict]:
+    """(Spark options, endpoint config) of a fresh namespace on the test's backend."""
+    return wal, wal_config(wal)
 
 
 def crash_loop(sink_wal: dict, source_wal: dict, folder: Path) -> int:

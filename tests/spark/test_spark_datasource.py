@@ -97,6 +97,7 @@ def run_stream(df, opts: dict, checkpoint: str, **extra):
 
 
 @pytest.mark.parametrize("payload", ["arrow", "avro"])
+@pytest.mark.backends("file", "kafka-confluent")
 def test_batch_round_trip_every_type(spark, wal, payload):
     """This tests that every supported Spark type, nulls included, round-trips through the WAL."""
     df = spark.createDataFrame(all_types_rows(40), ALL_TYPES)
@@ -109,6 +110,7 @@ def test_batch_round_trip_every_type(spark, wal, payload):
     assert [tuple(r) for r in meta] == [("everything", 0, 0)]
 
 
+@pytest.mark.backends("file", "kafka-confluent")
 def test_stream_round_trip_regions_and_tables(spark, wal, tmp_path):
     """This tests a streaming write and read routed by regionColumn and tableColumn."""
     src = spark.range(0, 300).select(
@@ -135,6 +137,7 @@ def test_stream_round_trip_regions_and_tables(spark, wal, tmp_path):
     assert [r._table for r in two] == ["t2"]
 
 
+@pytest.mark.backends("file", "kafka-confluent")
 def test_unknown_option_lists_valid_ones(spark, wal):
     """This tests that a misspelt option fails with the list of valid options."""
     with pytest.raises(PySparkException,
@@ -147,6 +150,7 @@ def test_unknown_option_lists_valid_ones(spark, wal):
     ("-5", r"regionColumn 'r' holds -5"),
     ("'x'", r"regionColumn 'r' has type string"),
 ])
+@pytest.mark.backends("file", "kafka-confluent")
 def test_bad_region_values_fail_the_batch(spark, wal, value, message):
     """This tests that a null, negative or non-integer region fails with the column and value."""
     df = spark.range(3).selectExpr("id", f"if(id = 1, {value}, 0) as r")
@@ -169,6 +173,7 @@ def ns_of(wal: dict):
                            "options": store_options(wal)})
 
 
+@pytest.mark.backends("file", "kafka-confluent")
 def test_explicit_schema_that_disagrees_is_an_error(spark, wal):
     """This tests that .schema() disagreeing with the table's schema is a clear error."""
     write(spark.range(3), wal)
@@ -179,6 +184,7 @@ def test_explicit_schema_that_disagrees_is_an_error(spark, wal):
     assert sorted(r.id for r in payload_only.collect()) == [0, 1, 2]
 
 
+@pytest.mark.backends("file", "kafka-confluent")
 def test_schema_mismatch_on_write(spark, wal):
     """This tests that writing a column of a conflicting type into a table fails, naming the
     column and both types."""
@@ -188,6 +194,7 @@ def test_schema_mismatch_on_write(spark, wal):
         write(spark.range(3).selectExpr("cast(id as string) as id"), wal)
 
 
+@pytest.mark.backends("file", "kafka-confluent")
 def test_stream_resumes_from_checkpoint_exactly_once(spark, wal, tmp_path):
     """This tests that a restarted source query reads new steps only: no loss, no duplicate."""
     ns = ns_of(wal)
@@ -211,6 +218,7 @@ def test_stream_resumes_from_checkpoint_exactly_once(spark, wal, tmp_path):
     assert ids == list(range(50))
 
 
+@pytest.mark.backends("file", "kafka-confluent")
 def test_admission_control_rows(spark, wal, tmp_path):
     """This tests that maxRowsPerTrigger cuts micro-batches at step boundaries."""
     ns = ns_of(wal)
@@ -222,6 +230,7 @@ def test_admission_control_rows(spark, wal, tmp_path):
     assert [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]] == [10, 10, 10]
 
 
+@pytest.mark.backends("file", "kafka-confluent")
 def test_starting_and_ending_steps(spark, wal):
     """This tests startingStep (number, latest) and endingStep on batch reads."""
     ns = ns_of(wal)
@@ -234,6 +243,7 @@ def test_starting_and_ending_steps(spark, wal):
         reader(spark, wal, endingStep="9").collect()
 
 
+@pytest.mark.backends("file", "kafka-confluent")
 def test_expired_steps_fail_or_skip(spark, wal):
     """This tests failOnDataLoss: an expired start fails naming the range, or is skipped."""
     ns = ns_of(wal)
@@ -247,6 +257,7 @@ def test_expired_steps_fail_or_skip(spark, wal):
     assert sorted(r.id for r in got) == [2, 3]
 
 
+@pytest.mark.backends("file", "kafka-confluent")
 def test_sink_step_per_batch_with_query_id(spark, wal, tmp_path):
     """This tests that each micro-batch becomes one step named (query id, batchId)."""
     q = run_stream(json_stream(spark, tmp_path, files=3, rows=7), wal, str(tmp_path / "ck"))
@@ -263,6 +274,7 @@ def test_memory_backend_is_refused_in_spark(spark, tmp_path):
             .save()
 
 
+@pytest.mark.backends("file", "kafka-confluent")
 def test_batch_replayed_after_driver_crash_adds_nothing(spark, wal, tmp_path):
     """This tests the crash between the sink's commit and Spark's commit log: the replay is a no-op."""
     ckpt = tmp_path / "ck"

@@ -10,7 +10,7 @@ import pytest
 
 from pyspark_durable.cli import main
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.backends("file", "kafka-confluent")]
 DAYS = [(1, 3), (10, 12), (5, 6)]  # each step's event days in January 2026
 
 

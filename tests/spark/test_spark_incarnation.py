@@ -72,6 +72,7 @@ def rows(spark, out: Path) -> list[tuple]:
     return sorted((r.id, r.src) for r in spark.read.json(str(out)).collect())
 
 
+@pytest.mark.backends("file", "kafka-confluent")
 def test_reader_checkpoint_of_a_recreated_wal_fails_or_reads_the_new_one(spark, wal, tmp_path):
     """This tests that a stream reader restarted on a checkpoint of a WAL that was lost
     and recreated fails naming both incarnations, and with failOnDataLoss=false reads
@@ -122,6 +123,7 @@ def test_reader_checkpoint_past_a_restored_wal_fails(spark, tmp_path):
         str(failed.exception())
 
 
+@pytest.mark.backends("file", "kafka-confluent")
 def test_streaming_writer_into_a_recreated_wal_fails_instead_of_starting_over(spark, wal,
                                                                               tmp_path):
     """This tests that a streaming writer whose query committed batches into a WAL that
@@ -155,6 +157,7 @@ def test_streaming_writer_into_a_recreated_wal_fails_instead_of_starting_over(sp
     assert open_namespace(endpoint(wal)).steps() == range(0, 0)
 
 
+@pytest.mark.backends("file", "kafka-confluent")
 def test_batch_read_in_the_same_session_sees_a_recreated_wal(spark, wal):
     """This tests that after a WAL was lost and recreated, a batch read in the same
     SparkSession (whose Python workers cached handles of the old WAL) returns the new

@@ -140,7 +140,7 @@ def test_new_stream_past_the_end_names_the_real_cause(spark, three, tmp_path):
 def test_damaged_checkpoint_offset_never_redelivers(spark, tmp_path, damaged, message):
     """This tests that a checkpoint offset damaged to a negative step fails the restarted
     query with CorruptOffset even with failOnDataLoss=false (garbage text fails it too;
-    the other damaged forms: tests/test_names_and_positions.py), and that no step the
+    the other damaged forms: tests/wal/test_names_and_positions.py), and that no step the
     checkpoint says was delivered is delivered again."""
     wal = {"path": str(tmp_path / "wal"), "namespace": "ckpt", "table": "t",
            "failOnDataLoss": "false"}

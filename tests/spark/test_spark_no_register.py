@@ -11,13 +11,14 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from helpers import CHILDREN
 
 import pyspark_durable
 from pyspark_durable.spark import DurableWalDataSource
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
-CHILD = Path(__file__).with_name("autoregister_child.py")
+CHILD = CHILDREN / "autoregister_child.py"
 README = (ROOT / "README.md").read_text()
 # what a fresh clone needs to install (the rest of the checkout is not the package's)
 CLONE = ["setup.py", "pyproject.toml", "README.md", "pyspark_durable"]

@@ -17,7 +17,7 @@ from test_file_log import frame_index
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.backends("file", "kafka-confluent")]
 FLAG = "spark.sql.python.filterPushdown.enabled"
 PLACES = (("a", 0), ("a", 1), ("b", 2))  # (table, region) of each step's three entries
 # what a read that reaches an excluded entry fails with, per backend (see `excluded`)

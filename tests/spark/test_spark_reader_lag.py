@@ -24,6 +24,7 @@ STEPS = 5
 IDLE_EVENT_MS = "200"  # an idle query's event at most this often (Spark's default: 10 s)
 
 
+@pytest.mark.backends("file", "kafka-confluent")
 def test_lag_listener_reports_a_reader_behind_a_writer(spark, wal, tmp_path: Path):
     """This tests that with a writer ahead of a running reader (one step per batch), the
     listener reports the reader's steps, rows, bytes and seconds behind on progress

@@ -11,19 +11,17 @@ are really cleaned behind it.
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from helpers import hashed_payload as payload
+from progress_events import ProgressEvents
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQueryListener
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.wal import Cleaner, RetentionPolicy
@@ -47,54 +45,6 @@ def committed_batches(checkpoint: Path) -> int:
     return sum(1 for f in (checkpoint / "commits").iterdir() if f.name.isdigit())
 
 
-class BatchCounter(StreamingQueryListener):
-    """Start times of the micro-batches with rows, per query, and terminations.
-
-    Events arrive seconds late under load, so they only tell that a batch ran, and
-    when it started (the JVM's timestamp, the same clock as ``time.time()``).
-    """
-
-    def __init__(self) -> None:
-        self.cond = threading.Condition()
-        self.started: dict[str, dict[int, float]] = {}  # query id -> batch id -> start (ms)
-        self.terminated: dict[str, str | None] = {}
-
-    def onQueryStarted(self, event) -> None:
-        pass
-
-    def onQueryProgress(self, event) -> None:
-        p = event.progress
-        if p.numInputRows > 0:
-            start = dt.datetime.fromisoformat(p.timestamp).timestamp() * 1000
-            with self.cond:
-                self.started.setdefault(str(p.id), {})[p.batchId] = start
-                self.cond.notify_all()
-
-    def onQueryIdle(self, event) -> None:
-        pass
-
-    def onQueryTerminated(self, event) -> None:
-        with self.cond:
-            self.terminated[str(event.id)] = event.exception
-            self.cond.notify_all()
-
-    def batches(self, query, since_ms: float = 0.0) -> int:
-        """Batches with rows of ``query`` that started after ``since_ms``."""
-        with self.cond:
-            return sum(1 for s in self.started.get(str(query.id), {}).values() if s > since_ms)
-
-    def wait_until(self, queries: list, done: Callable[[], bool], what: str) -> None:
-        """Wait (on events, no polling) until ``done()``; fail if a query stops or on timeout."""
-        ids = {str(q.id) for q in queries}
-        with self.cond:
-            reached = self.cond.wait_for(lambda: bool(ids & set(self.terminated)) or done(),
-                                         timeout=WAIT_S)
-            stopped = {i: self.terminated[i] for i in ids & set(self.terminated)}
-            counts = {i: len(self.started.get(i, {})) for i in ids}
-        assert not stopped, f"a query stopped while waiting for {what}: {stopped}"
-        assert reached, f"timed out after {WAIT_S}s waiting for {what}; batches so far {counts}"
-
-
 class CleanerThread:
     """A cleaner of the test's own, a pass every ``interval_s``; keeps reports and errors."""
 
@@ -109,13 +59,16 @@ class CleanerThread:
 
     def _loop(self) -> None:
         ns = self.cleaner.ns
-        last_seen = ns.refresh().last_clean_ms
+        ns.refresh()
+        last_seen = ns.last_clean_ms()
         while not self._stop.wait(self.interval_s):
             try:
-                if ns.refresh().last_clean_ms > last_seen:
+                ns.refresh()
+                if ns.last_clean_ms() > last_seen:
                     self.other_passes += 1
                 self.reports.append(self.cleaner.run_once())
-                last_seen = ns.refresh().last_clean_ms
+                ns.refresh()
+                last_seen = ns.last_clean_ms()
             except Exception as exc:  # noqa: BLE001 - the test fails on it, never hidden
                 self.errors.append(exc)
 
@@ -139,7 +92,7 @@ def test_writer_and_reader_stream_while_cleaners_run(spark, tmp_path):
     config = {"backend": "file", "namespace": namespace,
               "options": {"path": path, "segment_size_bytes": SEGMENT_BYTES}}
     ns = open_namespace(config)
-    counter = BatchCounter()
+    counter = ProgressEvents()
     spark.streams.addListener(counter)
     writer = reader = cleaner = None
     try:
@@ -166,10 +119,10 @@ def test_writer_and_reader_stream_while_cleaners_run(spark, tmp_path):
         # Phase 1: the writer's driver alone keeps retention. After its 8th micro-batch
         # the reader holds from step >= 7; four writer micro-batches that start later
         # span more than cleanIntervalMs, so the driver made a pass that expired steps.
-        counter.wait_until(both, lambda: counter.batches(writer) >= 12 and
-                           counter.batches(reader) >= 8, "12 writer and 8 reader batches")
+        counter.wait_until(both, lambda: counter.batches_of(writer) >= 12 and
+                           counter.batches_of(reader) >= 8, "12 writer and 8 reader batches")
         mark = time.time() * 1000
-        counter.wait_until(both, lambda: counter.batches(writer, since_ms=mark) >= 4,
+        counter.wait_until(both, lambda: counter.batches_of(writer, since_ms=mark) >= 4,
                            "4 more writer batches")
         assert ns.retention() == RetentionPolicy(max_steps=RETENTION_STEPS)
         expired_by_driver = ns.steps().start
@@ -178,8 +131,8 @@ def test_writer_and_reader_stream_while_cleaners_run(spark, tmp_path):
         # Phase 2: a second cleaner, in this process, every second as well
         cleaner = CleanerThread(open_namespace(config), interval_s=1.0)
         cleaner.start()
-        counter.wait_until(both, lambda: counter.batches(writer) >= MIN_BATCHES and
-                           counter.batches(reader) >= MIN_BATCHES,
+        counter.wait_until(both, lambda: counter.batches_of(writer) >= MIN_BATCHES and
+                           counter.batches_of(reader) >= MIN_BATCHES,
                            f"{MIN_BATCHES} batches of each query")
         for q in both:
             assert q.isActive and q.exception() is None, (q.name, q.exception())
@@ -215,6 +168,7 @@ def test_writer_and_reader_stream_while_cleaners_run(spark, tmp_path):
         # cleaning really happened: steps expired, entries and commit records deleted
         region = ns.store.open_region(0)
         commits = ns.store.open_log("commits")
+        ns.refresh()
         reader_batches = committed_batches(tmp_path / "ckpt-reader")
         print(f"\nwriter: {committed_batches(tmp_path / 'ckpt-writer')} micro-batches, "
               f"{steps.stop} steps, {expected} rows; reader: {reader_batches} micro-batches, "
@@ -224,7 +178,7 @@ def test_writer_and_reader_stream_while_cleaners_run(spark, tmp_path):
               f"{sum(r.freed_entries for r in cleaner.reports)} entries; region 0 "
               f"[{region.low_watermark()}, {region.high_watermark()}), commits "
               f"[{commits.low_watermark()}, {commits.high_watermark()}); reader "
-              f"{ns.refresh().readers[reader_id]}")
+              f"{ns.readers()[reader_id]}")
         assert reader_batches >= MIN_BATCHES
         assert steps.start > expired_by_driver
         assert region.low_watermark() > 0
@@ -309,7 +263,7 @@ def test_holding_reader_keeps_steps_it_has_not_read(spark, tmp_path):
     Cleaner(ns, grace_ms=0).run_once()
     assert ns.steps().start <= 3, (
         f"steps {ns.steps()} are left although reader 'holder' has not read step 3; "
-        f"readers recorded: {ns.refresh().readers}")
+        f"readers recorded: {dict(ns.readers())}")
     again = stream_read(spark, opts, out, ckpt)
     assert again.exception() is None, again.exception()
     assert sorted(r.id for r in spark.read.parquet(out).collect()) == list(range(10))

@@ -13,7 +13,7 @@ from spark_io import reader
 
 from pyspark_durable.endpoint import write_step
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.backends("file", "kafka-confluent")]
 DELAY_S = 2.0
 
 

@@ -12,7 +12,7 @@ from spark_io import reader
 
 from pyspark_durable.endpoint import write_step
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.backends("file", "kafka-confluent")]
 TIMES_MS = (1_000_000, 2_000_000, 3_000_000)  # commit times of steps 0, 1, 2
 
 

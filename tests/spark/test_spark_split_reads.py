@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.backends("file", "kafka-confluent")]
 
 
 def rows_of(df) -> list[tuple]:

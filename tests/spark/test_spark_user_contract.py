@@ -17,7 +17,7 @@ from spark_io import reader, write
 from pyspark_durable.endpoint import open_namespace
 from pyspark_durable.errors import LogNotFound
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.backends("file", "kafka-confluent")]
 META = ["_region", "_table", "_sequence", "_step", "_commit_timestamp", "_row",
         "_event_time_min", "_event_time_max"]
 
@@ -190,7 +190,7 @@ def test_tables_of_different_schemas_read_as_one_union(spark, wal, tmp_path):
     assert only_c.columns == ["id", *META] and dict(only_c.dtypes)["id"] == "int"
 
 
-@pytest.mark.parametrize("wal, payload", [("file", "arrow"), ("confluent", "arrow"),
+@pytest.mark.parametrize("wal, payload", [("file", "arrow"), ("kafka-confluent", "arrow"),
                                           ("file", "avro")], indirect=["wal"])
 def test_merge_schema_mid_stream(spark, wal, payload, tmp_path):
     """This tests schema evolution of a streamed table: new columns or a widened int

@@ -18,7 +18,7 @@ from test_file_log import frames
 
 from pyspark_durable.log.file import FRAME_HEAD
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.backends("file", "kafka-confluent")]
 
 
 def rewrite_on_file(wal: dict, region: int, offset: int, flip: bool) -> None:

@@ -229,14 +229,7 @@ def scan_segment(seg: Segment, *, acked: int | None, floor: int, exclusive: bool
     a sealed segment's next base, which it must end at exactly.
     """
     where = {"namespace": namespace, "log": name}
-    try:
-        size = os.path.getsize(seg.path)
-    except FileNotFoundError:
-        raise OffsetOutOfRange(f"segment {seg.path.name} was deleted (below the low watermark)",
-                               **where) from None
-    if size < seg.end:
-        raise CorruptEntryError(f"segment {seg.path.name} shrank to {size} bytes below its "
-                                f"indexed end {seg.end} (cut)", **where)
+    size = _size_of(seg, where)
     expect = seg.base + seg.count
     stop = (acked if acked is not None else None) if tail else end_offset
     if stop is not None and stop < expect:
@@ -253,35 +246,8 @@ def scan_segment(seg: Segment, *, acked: int | None, floor: int, exclusive: bool
         # (corruption) must leave the index as it was, or the next scan would resume at
         # the old end with a wrong expected offset and report a wrong place (and the
         # high watermark would count unchecked frames).
-        positions, damaged, pos = array("q"), {}, seg.end
-        while True:
-            found, pos, expect, bad = walk_frames(f, pos, size, expect, stop)
-            positions.extend(found)
-            if bad is None:
-                break
-            if limit is None or expect >= limit:  # past any acknowledged end: the older rule
-                _judge_without_mark(seg, f, bad, size, expect, tail=tail, floor=floor,
-                                    exclusive=exclusive, where=where)
-                break
-            resync = next_frame(f, bad.pos, size, expect, limit)
-            upto, nxt = resync[1] if resync else limit, resync[0] if resync else size
-            why = (f"{bad.reason} at byte {bad.pos} of segment {seg.path.name} (expected "
-                   f"offset {expect})")
-            if tail:
-                why += f"; entries below {limit} were acknowledged, so this is damage"
-            for offset in range(expect, upto):
-                damaged[offset] = why
-                positions.append(bad.pos)
-            pos, expect = nxt, upto
-        if limit is not None and expect < limit and pos >= size:
-            what = ("entries below {limit} were acknowledged" if tail
-                    else "the next segment starts at offset {limit}").format(limit=limit)
-            why = (f"the segment {seg.path.name} ends at offset {expect} (byte {pos}) but "
-                   f"{what}: entries are missing")
-            for offset in range(expect, limit):
-                damaged[offset] = why
-                positions.append(pos)
-            expect = limit
+        positions, damaged, pos, expect = _walk(seg, f, size, expect, stop, limit, tail=tail,
+                                                floor=floor, exclusive=exclusive, where=where)
         if tail and acked is not None and pos < size and expect == stop:
             if exclusive:
                 log.warning("namespace=%s log=%s: truncating torn tail of %s at byte %d (%d "
@@ -294,6 +260,59 @@ def scan_segment(seg: Segment, *, acked: int | None, floor: int, exclusive: bool
         seg.damaged.update(damaged)
         seg.end = pos
         seg.scanned = True
+
+
+def _size_of(seg: Segment, where: dict[str, str]) -> int:
+    """The segment file's size: typed errors if it was deleted or cut below what was indexed."""
+    try:
+        size = os.path.getsize(seg.path)
+    except FileNotFoundError:
+        raise OffsetOutOfRange(f"segment {seg.path.name} was deleted (below the low watermark)",
+                               **where) from None
+    if size < seg.end:
+        raise CorruptEntryError(f"segment {seg.path.name} shrank to {size} bytes below its "
+                                f"indexed end {seg.end} (cut)", **where)
+    return size
+
+
+def _walk(seg: Segment, f: Any, size: int, expect: int, stop: int | None,
+          limit: int | None, *, tail: bool, floor: int, exclusive: bool,
+          where: dict[str, str]) -> tuple[array, dict[int, str], int, int]:
+    """Walk the frames of ``seg`` from its indexed end: (positions, damaged offsets with
+    why, end byte, next offset). Below ``limit`` (an acknowledged end or the next
+    segment's base) a bad frame is damage, recorded for the offsets it hides up to the
+    next valid frame, and missing entries at the end are too; past it the older rule
+    judges (:func:`_judge_without_mark`)."""
+    positions, damaged, pos = array("q"), {}, seg.end
+    while True:
+        found, pos, expect, bad = walk_frames(f, pos, size, expect, stop)
+        positions.extend(found)
+        if bad is None:
+            break
+        if limit is None or expect >= limit:  # past any acknowledged end: the older rule
+            _judge_without_mark(seg, f, bad, size, expect, tail=tail, floor=floor,
+                                exclusive=exclusive, where=where)
+            break
+        resync = next_frame(f, bad.pos, size, expect, limit)
+        upto, nxt = resync[1] if resync else limit, resync[0] if resync else size
+        why = (f"{bad.reason} at byte {bad.pos} of segment {seg.path.name} (expected "
+               f"offset {expect})")
+        if tail:
+            why += f"; entries below {limit} were acknowledged, so this is damage"
+        for offset in range(expect, upto):
+            damaged[offset] = why
+            positions.append(bad.pos)
+        pos, expect = nxt, upto
+    if limit is not None and expect < limit and pos >= size:
+        what = ("entries below {limit} were acknowledged" if tail
+                else "the next segment starts at offset {limit}").format(limit=limit)
+        why = (f"the segment {seg.path.name} ends at offset {expect} (byte {pos}) but "
+               f"{what}: entries are missing")
+        for offset in range(expect, limit):
+            damaged[offset] = why
+            positions.append(pos)
+        expect = limit
+    return positions, damaged, pos, expect
 
 
 def truncate_durably(path: Path, at: int) -> None:

@@ -4,7 +4,7 @@ A namespace's topics all start with ``{namespace}_``, so every right is one PREF
 on that prefix (the prefix also covers namespace ``{namespace}_x``: give namespaces names
 no other namespace's name plus ``_`` starts). The roles are cumulative: a writer has the
 reader's rights, and so on. Measured on Apache Kafka's StandardAuthorizer
-(``tests/test_kafka_acls.py``), on both clients:
+(``tests/log/kafka/test_kafka_acls.py``), on both clients:
 
 * **reader**: READ and DESCRIBE (fetch, ListOffsets, metadata) and DESCRIBE_CONFIGS
   (the retention check of ``durablewal check``). A reader writes nothing. One that

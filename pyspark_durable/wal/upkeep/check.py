@@ -320,29 +320,9 @@ class Checker:
 
     def _check_region(self, state: NamespaceState | None, region_id: int, region: Log, low: int,
                       high: int, runs: list[_RunCheck], task: Any) -> None:
-        # a release before `clean` records deleted without recording: nothing to compare
-        bound = None if state is None or state.bounds_unrecorded else \
-            state.clean_bounds.get(region_id, 0)
-        if bound is not None and low > bound:
-            self.problem(f"the region was cleaned below {low}, above the bound {bound} the "
-                         "commit log recorded: a cleaner deleted without recording first",
-                         region=region_id, offset=bound)
-        for before, after in itertools.pairwise(runs):
-            if after.run.start < before.run.end:
-                self.problem(f"offsets [{after.run.start}, {before.run.end}) are claimed by "
-                             f"steps {before.commit.step} and {after.commit.step}",
-                             region=region_id)
-        for rc in runs:
-            if rc.run.start < low:
-                self.problem(f"step {rc.commit.step} needs entries [{rc.run.start}, "
-                             f"{rc.run.end}) but the region was cleaned below {low}",
-                             region=region_id, offset=rc.run.start, step=rc.commit.step)
-                rc.settled = True
-            elif rc.run.end > high:
-                self.problem(f"step {rc.commit.step} needs entries [{rc.run.start}, "
-                             f"{rc.run.end}) but the region ends at {high}",
-                             region=region_id, offset=high, step=rc.commit.step)
-                rc.settled = True
+        """Read the region's retained entries once, checking each, and each step's run
+        against the entries it needs (runs the region cannot hold are settled first)."""
+        self._check_run_bounds(state, region_id, low, high, runs)
         pending = [rc for rc in runs if not rc.settled]
         i, offset = 0, low
         entries = iter(region.read(low, high)) if high > low else iter(())
@@ -385,6 +365,34 @@ class Checker:
             self._finish(rc, region_id)
         self._not_verified(region_id, [rc for rc in pending[i:] if rc.run.start >= offset],
                            offset)
+
+    def _check_run_bounds(self, state: NamespaceState | None, region_id: int, low: int,
+                          high: int, runs: list[_RunCheck]) -> None:
+        """The region's clean bound against its low watermark, runs that overlap, and runs
+        below the low watermark or past the end (settled: there is nothing to read)."""
+        # a release before `clean` records deleted without recording: nothing to compare
+        bound = None if state is None or state.bounds_unrecorded else \
+            state.clean_bounds.get(region_id, 0)
+        if bound is not None and low > bound:
+            self.problem(f"the region was cleaned below {low}, above the bound {bound} the "
+                         "commit log recorded: a cleaner deleted without recording first",
+                         region=region_id, offset=bound)
+        for before, after in itertools.pairwise(runs):
+            if after.run.start < before.run.end:
+                self.problem(f"offsets [{after.run.start}, {before.run.end}) are claimed by "
+                             f"steps {before.commit.step} and {after.commit.step}",
+                             region=region_id)
+        for rc in runs:
+            if rc.run.start < low:
+                self.problem(f"step {rc.commit.step} needs entries [{rc.run.start}, "
+                             f"{rc.run.end}) but the region was cleaned below {low}",
+                             region=region_id, offset=rc.run.start, step=rc.commit.step)
+                rc.settled = True
+            elif rc.run.end > high:
+                self.problem(f"step {rc.commit.step} needs entries [{rc.run.start}, "
+                             f"{rc.run.end}) but the region ends at {high}",
+                             region=region_id, offset=high, step=rc.commit.step)
+                rc.settled = True
 
     def _check_entry(self, state: NamespaceState | None, region_id: int,
                      entry: Entry) -> int | None:

@@ -187,7 +187,7 @@ class Cleaner:
                 state, age_reference_ms(own_ms, state.dedup.step_clock_ms))
             if target > expired:
                 ns.expire(target)
-            state = ns.refresh()
+            state = ns._refreshed()
             proposed, regions = self._propose(state, own_ms, watch)
             failpoints.reached("clean.proposed")
             now_ms = int(time.time() * 1000)
@@ -196,7 +196,7 @@ class Cleaner:
             if proposed or clean_due(now_ms, state.last_clean_ms, RECORD_INTERVAL_MS):
                 ns.append_record(CleanRecord(now_ms, proposed))
             failpoints.reached("clean.recorded")
-            state = ns.refresh()  # every step ordered before our bound is in this replay
+            state = ns._refreshed()  # every step ordered before our bound is in this replay
             needed = state.needed_starts()
             first_step = state.first_needed_step()
             report = CleanReport(0, first_step, expired_before=(expired, state.expired_before))
@@ -217,16 +217,16 @@ class Cleaner:
         """The replayed state, after bounding a WAL an older version made: its dedup
         window, the clock rules (clocks.py) and the number of one-offs."""
         ns = self.ns
-        state = ns.refresh()
+        state = ns._refreshed()
         if state.dedup.window_ms is None:
             ns.append_record(DedupRecord(DEDUP_WINDOW_MS, DEDUP_STEPS))
-            state = ns.refresh()
+            state = ns._refreshed()
         if state.dedup.step_ms is None:
             ns.append_record(ClocksRecord(CLOCK_STEP_MS))
-            state = ns.refresh()
+            state = ns._refreshed()
         if state.dedup.max_one_offs is None:
             ns.append_record(OneOffsRecord(DEDUP_ONE_OFFS))
-            state = ns.refresh()
+            state = ns._refreshed()
         return state
 
     def _propose(self, state: NamespaceState, own_ms: int, watch: _Watch

@@ -1,0 +1,156 @@
+"""``durablewal kafka start|stop|status``: a local Apache Kafka broker in one command, whose
+printed options work as pasted, stopped by its PID; and no attached broker (the CLI's
+``--foreground`` one, the test harness's) outlives a caller killed with ``kill -9``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import TESTS, free_port
+
+from pyspark_durable.endpoint import open_namespace, read_steps, write_step
+from pyspark_durable.errors import ConfigError
+from pyspark_durable.localkafka.service import client_settings
+
+pytestmark = pytest.mark.kafka
+
+START_S = 240  # a JVM broker's start on 2 shared cores, jars resolved once
+
+
+def durablewal(*args: object, timeout: float = START_S) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pyspark_durable", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def gone_within(pid: int, timeout_s: float) -> bool:
+    """Wait for a process that is not our child to end (its pidfd becomes readable)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], timeout_s)[0])
+    finally:
+        os.close(fd)
+
+
+def test_kafka_start_prints_working_options_and_stop_ends_it_by_pid(tmp_path):
+    """This tests that `durablewal kafka start --sasl` returns with a running broker and
+    prints options that work as printed (the CLI's --kafka-config file, the Python API's
+    client_settings), never the password; `status` says it runs (exit 0); a PLAINTEXT
+    client on its SASL port is told so within a second; `stop` ends it by its PID and
+    `status` then exits 1."""
+    folder, port, sasl_port = tmp_path / "kafka", free_port(), free_port()
+    started = durablewal(
+        "kafka", "start", "--dir", folder, "--sasl", "--port", port, "--sasl-port", sasl_port
+    )
+    state = json.loads((folder / "broker.json").read_text()) if started.returncode == 0 else {}
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        out = started.stdout
+        password = client_settings(folder)["sasl.plain.password"]
+        assert password not in out + started.stderr
+        assert f'.option("kafka.bootstrap.servers", "127.0.0.1:{sasl_port}")' in out
+        assert f"durablewal namespaces --kafka-config {folder}/client.properties" in out
+        assert f"client_settings({str(folder)!r})" in out
+        assert oct((folder / "client.properties").stat().st_mode & 0o777) == "0o600"
+        status = durablewal("kafka", "status", "--dir", folder, "--json")
+        assert status.returncode == 0 and json.loads(status.stdout)["pid"] == state["pid"]
+
+        ns = open_namespace(
+            {"backend": "kafka", "namespace": "shop", "options": client_settings(folder)}
+        )  # as printed
+        write_step(ns, "loader", 0, {"orders": [{"id": 1}]})
+        assert read_steps(ns, "orders").column("id").to_pylist() == [1]
+        ns.close()
+        listed = durablewal("namespaces", "--kafka-config", folder / "client.properties")
+        assert listed.returncode == 0 and listed.stdout.splitlines()[2].startswith("shop")
+        assert password not in listed.stdout + listed.stderr
+
+        plain = {"bootstrap_servers": f"127.0.0.1:{sasl_port}", "connect_timeout_ms": 20_000}
+        open_namespace(
+            {"backend": "kafka", "namespace": "shop", "options": {"bootstrap_servers": f"127.0.0.1:{port}"}},
+            create=False,
+        ).close()  # imports warm
+        begin = time.monotonic()
+        with pytest.raises(
+            ConfigError,
+            match=re.escape(
+                "is a SASL listener and this client speaks PLAINTEXT: set security.protocol=SASL_PLAINTEXT"
+            ),
+        ):
+            open_namespace({"backend": "kafka", "namespace": "shop", "options": plain}, create=False)
+        assert time.monotonic() - begin < 1.0
+    finally:
+        stopped = durablewal("kafka", "stop", "--dir", folder, timeout=120)
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.startswith(f"stopped the Kafka broker (pid {state['pid']})")
+    assert gone_within(state["pid"], 1.0)
+    assert not (folder / "broker.json").exists()
+    status = durablewal("kafka", "status", "--dir", folder)
+    assert status.returncode == 1 and "no local Kafka broker runs from" in status.stdout
+
+
+HARNESS_CHILD = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from kafka_broker import start_broker
+broker = start_broker(Path({folder!r}))
+print(broker.nodes[0].pid, flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+@pytest.mark.parametrize("caller", ["cli-foreground", "test-harness"])
+def test_an_attached_broker_dies_with_a_caller_killed_by_sigkill(tmp_path, caller):
+    """This tests that a broker started attached, by `durablewal kafka start --foreground`
+    or by the tests' harness, is gone within seconds once its caller is killed with
+    SIGKILL (no chance to clean up): no orphan keeps its port, memory and disk."""
+    folder = tmp_path / "kafka"
+    if caller == "cli-foreground":
+        argv = [
+            sys.executable,
+            "-m",
+            "pyspark_durable",
+            "kafka",
+            "start",
+            "--foreground",
+            "--dir",
+            str(folder),
+            "--port",
+            str(free_port()),
+        ]
+    else:
+        argv = [sys.executable, "-c", HARNESS_CHILD.format(tests=str(TESTS), folder=str(folder))]
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        first = proc.stdout.readline()  # blocks until the broker serves (or the caller died)
+        assert first, f"the caller exited with {proc.wait()} before the broker served"
+        pid = (
+            json.loads((folder / "broker.json").read_text())["pid"]
+            if caller == "cli-foreground"
+            else int(first)
+        )
+        assert not gone_within(pid, 0.1), "the broker is not running"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert gone_within(pid, 15.0), f"broker {pid} outlived its caller"
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)

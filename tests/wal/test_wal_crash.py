@@ -1,0 +1,51 @@
+"""Crash tests of the WAL with real processes killed by SIGKILL at random moments."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from wal_crash_tools import check_namespace, run_child
+
+from pyspark_durable.log import open_store
+from pyspark_durable.wal import Namespace
+
+pytestmark = pytest.mark.crash
+BACKENDS = ["file", "confluent"]
+KILLS = {"file": 20, "kafka": 10}
+TOTAL_STEPS = 300
+
+
+# each Kafka client gets one of the two modes
+@pytest.mark.parametrize("store_config,mode", [("file", "write"), ("file", "clean"),
+                                               ("kafka-confluent", "write"), ("kafka-python", "clean")],
+                         indirect=["store_config"])
+def test_writer_killed_at_random_points(make_store, store_config, namespace, mode):
+    """This tests that a writer (and cleaner) killed by SIGKILL ≥ 20 times loses and duplicates nothing."""
+    backend, config = store_config
+    make_store().close()  # the namespace exists before the first child
+    rng = random.Random(0xD0AB1E)
+    acked: dict[int, int] = {}
+    kills = 0
+    for _ in range(KILLS[backend] * 3):
+        if kills >= KILLS[backend]:
+            break
+        acks, done = run_child(backend, config, namespace, mode, TOTAL_STEPS,
+                               (rng.randint(1, 6), rng.uniform(0.0, 0.05)))
+        for ws, step in acks:
+            assert acked.setdefault(ws, step) == step, f"ws={ws} acknowledged as two steps"
+        if done:
+            break
+        kills += 1
+        # after every kill, a fresh process recovers a consistent namespace
+        check_namespace(Namespace(open_store(backend, namespace, **config)), acked,
+                        retained_only=mode == "clean")
+    assert kills >= KILLS[backend], f"only {kills} kills happened before the writer finished"
+    acks, done = run_child(backend, config, namespace, mode, TOTAL_STEPS, None)
+    assert done
+    acked.update(acks)
+    ns = Namespace(open_store(backend, namespace, **config))
+    check_namespace(ns, acked, retained_only=mode == "clean")
+    assert sorted(acked) == list(range(TOTAL_STEPS))
+    if mode == "write":
+        assert ns.steps() == range(0, TOTAL_STEPS)

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import hashed_payload
+from helpers import KAFKA_CLIENTS, hashed_payload
 from kafka_broker import KafkaCluster, cluster_for_tests
 from kafka_cluster_tools import partition_info, wait_in_sync
 
@@ -45,7 +45,7 @@ PAYLOAD_REPEAT = 90  # ~4 KiB per row: a step of ~256 KiB
 FULL_NODE = 3
 STEP_BOUND_S = 75.0  # two appends' delivery timeouts (30 s request timeout + 5 s) and slack
 MAX_FILL_ROUNDS = 30  # ~15 MiB written: the disk had ROOM_MIB free
-CLIENTS = ("confluent", "kafka-python")
+CLIENTS = KAFKA_CLIENTS
 # small segments and indexes, so what the broker preallocates stays small on a small disk;
 # one partition of the group-offsets topic (librdkafka's FindCoordinator creates it), so
 # the node's recovery after its halt is quick

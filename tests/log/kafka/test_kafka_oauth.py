@@ -34,7 +34,6 @@ from pyspark_durable.secrets import REDACTED
 
 pytestmark = pytest.mark.kafka
 
-CLIENTS = ["confluent", "kafka-python"]
 ISSUER, AUDIENCE, SCOPE = "https://idp.test/", "durablewal-kafka", "kafka"
 SHORT_S = 5  # the short-lived client's token lifetime
 SKEW_S = 2  # the broker takes a token this long past its expiry
@@ -109,7 +108,7 @@ def roundtrip(options: dict[str, str]) -> str:
     return ns
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_both_clients_read_and_write_through_oauthbearer(cluster, tokens, client, caplog):
     """This tests that a WAL is written and read over SASL/OAUTHBEARER with tokens from the
     client-credentials endpoint, from the same options on both clients, and that no token
@@ -133,7 +132,7 @@ def test_both_clients_read_and_write_through_oauthbearer(cluster, tokens, client
     assert_nothing_shows(tokens, topic_bytes(cluster, ns_name), "the WAL's topics")
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_an_expired_token_is_refreshed_under_a_long_lived_handle(cluster, tokens, client):
     """This tests that a store kept open past several expiries of its 5-second tokens goes
     on appending and reading: once every token issued so far is past its expiry and the
@@ -164,7 +163,7 @@ REFUSALS = {  # client id, secret given, what the error must say
 }
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 @pytest.mark.parametrize("case", list(REFUSALS))
 def test_a_refused_token_is_a_quick_typed_error(cluster, tokens, client, case):
     """This tests that a token the broker refuses (another audience, a signature the JWKS
@@ -194,7 +193,7 @@ def test_a_refused_token_is_a_quick_typed_error(cluster, tokens, client, case):
         assert secret not in str(exc)
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_an_unreachable_token_endpoint_is_retriable(cluster, tokens, client):
     """This tests that a token endpoint nobody listens on is a retriable
     BackendUnavailable naming the endpoint (the identity provider may come back), not a
@@ -219,7 +218,7 @@ def cli_process(argv: list[str]) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_the_cli_works_through_oauthbearer_and_prints_no_secret(cluster, tokens, client, tmp_path):
     """This tests that CLI commands reach the OAUTHBEARER listener with the options in a
     --kafka-config file, each as its own process at -vv (librdkafka with debug=all), and

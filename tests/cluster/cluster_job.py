@@ -192,6 +192,8 @@ def main() -> None:
     spark = (SparkSession.builder.appName(f"durablewal-cluster-{mode}")
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.sql.session.timeZone", "UTC")
+             # the job ends on idle events (Progress): one a second, not Spark's one per 10 s
+             .config("spark.sql.streaming.noDataProgressEventInterval", "1s")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     pyspark_durable.register(spark)

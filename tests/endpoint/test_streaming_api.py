@@ -30,7 +30,7 @@ from pyspark_durable.wal.attempt import APPEND_GROUP_BYTES, INFLIGHT_BYTES_MAX
 
 CHILD = CHILDREN / "memory_child.py"
 MiB = 1 << 20
-STEP_MB = 512  # the step written and read by the bounded tests
+STEP_MB = 320  # the step written and read by the bounded tests: above WRITE_LIMIT (~184 MB)
 ENTRY_MAX = 2 * MiB
 # what no entry count explains: the interpreter's and Arrow's own working memory, and
 # freed pages Arrow's allocator (mimalloc) keeps for reuse (~60-80 MB here; ~0 with
@@ -199,7 +199,7 @@ def big_wal(tmp_path) -> Iterator[Path]:
 
 
 def test_write_step_of_a_generator_adds_about_an_entry_not_the_step(big_wal):
-    """This tests that writing a 512 MB step from a generator of 256 KB batches adds
+    """This tests that writing a 320 MB step from a generator of 256 KB batches adds
     at most a few entries' worth of RSS (plus the appends in flight and a fixed
     allowance), and writes it as ~2 MB entries."""
     got = measure("write-gen", big_wal)
@@ -209,7 +209,7 @@ def test_write_step_of_a_generator_adds_about_an_entry_not_the_step(big_wal):
 
 
 def test_write_step_of_a_whole_table_adds_about_an_entry_not_a_copy(big_wal):
-    """This tests that writing a 512 MB table handed whole adds at most a few entries'
+    """This tests that writing a 320 MB table handed whole adds at most a few entries'
     worth of RSS: it is encoded and appended slice by slice, never all at once."""
     got = measure("write-table", big_wal)
     assert got["rows"] == (STEP_MB * MiB) // 1000
@@ -217,7 +217,7 @@ def test_write_step_of_a_whole_table_adds_about_an_entry_not_a_copy(big_wal):
 
 
 def test_read_batches_adds_about_an_entry_where_read_steps_holds_the_step(big_wal):
-    """This tests that iterating ``read_batches`` over a 512 MB step, dropping each
+    """This tests that iterating ``read_batches`` over a 320 MB step, dropping each
     batch, adds at most a few entries' worth of RSS, while ``read_steps`` of the same
     step, measured the same way, adds the whole step (so the measure would catch a
     read that held it)."""

@@ -346,7 +346,7 @@ def test_the_cli_reaches_a_sasl_broker_with_a_config_file(cluster, shop, tmp_pat
         for argv in runs:
             # the output formats are the client's neither: the other client runs the
             # mode whose output is its own, the -vv logs
-            modes = ([], ["--json"], ["-vv"]) if client == CLIENTS[0] else (["-vv"],)
+            modes = ([], ["--json"], ["-vv"]) if client == KAFKA_CLIENTS[0] else (["-vv"],)
             for extra in modes:
                 code, out, err = cli(capsys, *argv, "--kafka-config", conf,
                                      "--kafka-option", f"client={client}", *extra)

@@ -39,6 +39,7 @@ from pyspark_durable.log.kafka.api import KafkaClient
 from pyspark_durable.log.kafka.auth import authentication_failed, py_check_credentials
 from pyspark_durable.log.kafka.probe import broker_reachability
 from pyspark_durable.log.kafka.topics import OneTopicRule
+from pyspark_durable.log.kafka.transient import kafka_python_transient
 from pyspark_durable.secrets import KAFKA_PYTHON_LOGGERS, install_log_filter
 
 if TYPE_CHECKING:
@@ -192,7 +193,7 @@ def _translated_other(what: str, address: str, **where: Any) -> Iterator[None]:
         cause = _cause(exc, address)
         if cause:
             msg = f"{msg} ({cause})"
-        if getattr(exc, "retriable", False) or isinstance(exc, _UNREACHABLE):
+        if kafka_python_transient(exc):
             raise BackendUnavailable(msg, **where) from exc
         raise DurableWalError(msg, **where) from exc
 

@@ -31,6 +31,7 @@ from pyspark_durable.log.kafka.acls import (
 )
 from pyspark_durable.log.kafka.auth import AuthWatch, authentication_failed
 from pyspark_durable.log.kafka.probe import broker_reachability
+from pyspark_durable.log.kafka.transient import TRANSIENT_BROKER, TRANSIENT_LOCAL
 from pyspark_durable.secrets import install_log_filter
 
 READER_GROUP = "pyspark_durable-assign-only"  # librdkafka wants one; never joined
@@ -84,12 +85,9 @@ TUNED: dict[str, str] = {
     "topic.metadata.refresh.interval.ms": "2000",
 }
 
-RETRIABLE = {
-    KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT,
-    KafkaError._MSG_TIMED_OUT, KafkaError.REQUEST_TIMED_OUT, KafkaError._RESOLVE,
-    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.NETWORK_EXCEPTION, KafkaError._WAIT_COORD, KafkaError._DESTROY,
-}
+# the transient codes of the one table (transient.py), as librdkafka's numbers
+RETRIABLE = frozenset({*TRANSIENT_BROKER, *(getattr(KafkaError, n) for n in TRANSIENT_LOCAL
+                                          if hasattr(KafkaError, n))})
 OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
 AUTH_FAILED = {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED}
 
@@ -163,13 +161,12 @@ TRANSIENT_FETCH = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaErr
                    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                    KafkaError.NETWORK_EXCEPTION, KafkaError._RESOLVE}
 NOT_ENOUGH_REPLICAS = {KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
+# failures whose message names which brokers answer (all of them transient)
 BROKER_DOWN = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT,
-               KafkaError._MSG_TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
+               KafkaError._TIMED_OUT_QUEUE, KafkaError._MSG_TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
                KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                KafkaError.NETWORK_EXCEPTION, KafkaError._DESTROY_BROKER,
                KafkaError.OFFSET_NOT_AVAILABLE}  # a new leader's high watermark lags
-
-
 
 
 REFUSED = {KafkaError.TOPIC_AUTHORIZATION_FAILED: TOPIC_REFUSED,
@@ -205,7 +202,7 @@ def typed(err: KafkaError, what: str, address: str, principal: str | None = None
                 f"{broker_reachability(address)})")
     elif code in BROKER_DOWN:
         msg += f" ({broker_reachability(address)})"
-    if code in RETRIABLE or code in NOT_ENOUGH_REPLICAS or code in BROKER_DOWN or err.retriable():
+    if code in RETRIABLE or err.retriable():  # librdkafka's flag: a request it gave up on
         return BackendUnavailable(msg, **where)
     return DurableWalError(msg, **where)
 

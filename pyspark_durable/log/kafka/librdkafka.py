@@ -30,8 +30,8 @@ from pyspark_durable.log.kafka.acls import (
     access_denied,
 )
 from pyspark_durable.log.kafka.auth import AuthWatch, authentication_failed
-from pyspark_durable.log.kafka.probe import broker_reachability
-from pyspark_durable.log.kafka.transient import TRANSIENT_BROKER, TRANSIENT_LOCAL
+from pyspark_durable.log.kafka.probe import broker_reachability, brokers_answer
+from pyspark_durable.log.kafka.transient import REFUSED_BROKER, TRANSIENT_BROKER, TRANSIENT_LOCAL
 from pyspark_durable.secrets import install_log_filter
 
 READER_GROUP = "pyspark_durable-assign-only"  # librdkafka wants one; never joined
@@ -192,6 +192,12 @@ def typed(err: KafkaError, what: str, address: str, principal: str | None = None
                            "message.max.bytes and the topic's max.message.bytes", **where)
     if code in (KafkaError._INVALID_ARG, KafkaError.INVALID_CONFIG):
         return ConfigError(f"{what}: invalid kafka client option: {err.str()}", **where)
+    if code in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC) \
+            and not brokers_answer(address):
+        # librdkafka's own verdict from a metadata cache it could not fill: no broker
+        # answered, so nothing is known of the topic (a reset link, not a deleted topic)
+        return BackendUnavailable(f"{what}: Kafka broker {address} failed: {err.name()}: "
+                                  f"{err.str()} ({broker_reachability(address)})", **where)
     if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
                 KafkaError._UNKNOWN_TOPIC):
         return LogNotFound(f"{what}: the topic is gone from Kafka broker {address} (deleted, "
@@ -202,7 +208,8 @@ def typed(err: KafkaError, what: str, address: str, principal: str | None = None
                 f"{broker_reachability(address)})")
     elif code in BROKER_DOWN:
         msg += f" ({broker_reachability(address)})"
-    if code in RETRIABLE or err.retriable():  # librdkafka's flag: a request it gave up on
+    # librdkafka's own flag (a request it gave up on) too, but never for a refusal
+    if code in RETRIABLE or (err.retriable() and code not in REFUSED_BROKER):
         return BackendUnavailable(msg, **where)
     return DurableWalError(msg, **where)
 

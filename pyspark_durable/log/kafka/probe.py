@@ -9,7 +9,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-_PROBE_CACHE: dict[str, tuple[float, str]] = {}
+_PROBE_CACHE: dict[str, tuple[float, str, bool]] = {}
 _PROBE_LOCK = threading.Lock()
 PROBE_TTL_S = 2.0
 PROBE_TIMEOUT_S = 0.5
@@ -63,17 +63,27 @@ def _probe_server(server: str) -> str | None:
 
 
 def broker_reachability(address: str) -> str:
+    """:func:`probe_brokers`' report."""
+    return probe_brokers(address)[0]
+
+
+def brokers_answer(address: str) -> bool:
+    """Does every bootstrap broker answer a Kafka request now (:func:`probe_brokers`)?"""
+    return probe_brokers(address)[1]
+
+
+def probe_brokers(address: str) -> tuple[str, bool]:
     """What the bootstrap brokers do now: the cause of an append that timed out is
     otherwise invisible (librdkafka says "Local: Message timed out", kafka-python only
     that the batch expired). Each gets a short connect and a Kafka request
     (:func:`probe_broker`), so a link that takes connections but carries nothing is told
     from a broker that answers. Cached for a moment; one probe serves the failures of a
-    whole batch (one report per record)."""
+    whole batch (one report per record). Returns the report, and whether all answered."""
     now = time.monotonic()
     with _PROBE_LOCK:
         hit = _PROBE_CACHE.get(address)
         if hit is not None and now - hit[0] < PROBE_TTL_S:
-            return hit[1]
+            return hit[1], hit[2]
     servers = [a.strip() for a in address.split(",") if a.strip()]
     with ThreadPoolExecutor(max(1, len(servers))) as pool:  # all at once: one timeout
         seen = list(pool.map(_probe_server, servers))
@@ -89,5 +99,5 @@ def broker_reachability(address: str) -> str:
             "and min.insync.replicas in-sync replicas"
         )
     with _PROBE_LOCK:
-        _PROBE_CACHE[address] = (now, text)
-    return text
+        _PROBE_CACHE[address] = (now, text, not down)
+    return text, not down

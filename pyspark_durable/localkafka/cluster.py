@@ -18,7 +18,8 @@ into ``jars/kafka-broker/libs/`` (ignored by git) the first time they are needed
   the PIDs this module started.
 * Listeners: PLAINTEXT always; ``sasl=True`` adds a SASL_PLAINTEXT listener (SCRAM-SHA-256
   and PLAIN) and ``tls=True`` an SSL listener whose keystore ``auth.tls_dir`` holds
-  (``server.p12``); the nodes talk to each other over PLAINTEXT.
+  (``server.p12``); the nodes talk to each other over PLAINTEXT. With ``advertise``
+  (tests) clients are told a proxy's port and the nodes use an INTERNAL listener.
 * The broker's own log goes to ``server.log`` in each node's folder (log4j2 config
   written there); a start that fails raises :class:`BrokerStartError` with its tail.
 

@@ -86,6 +86,7 @@ class Proxy:
         self.latency_s = 0.0
         self.links: set[_Link] = set()
         self.opened = 0  # client connections accepted, for a test's report
+        self.tripped = threading.Event()  # set when answers_lost_after_produce turned
         self._up = asyncio.Event()  # client -> broker may pass
         self._down = asyncio.Event()  # broker -> client may pass
         self._server: asyncio.base_events.Server | None = None
@@ -109,6 +110,7 @@ class Proxy:
 
     async def _set(self, mode: str, latency_ms: float) -> None:
         self.mode = mode
+        self.tripped.clear()
         self.latency_s = latency_ms / 1000 if mode == "latency" else 0.0
         for event, passes in ((self._up, mode != "blackhole"),
                               (self._down, mode not in ("blackhole", "requests_only"))):
@@ -153,6 +155,7 @@ class Proxy:
                         and self.mode == "answers_lost_after_produce":
                     self.mode = "requests_only"
                     self._down.clear()  # before the broker can answer this request
+                    self.tripped.set()
                 dst.write(data)
                 await dst.drain()
         except (ConnectionError, OSError):

@@ -14,7 +14,8 @@ from a node the cluster still counts alive and in sync (no leader moves). In tur
 
 Afterwards every input row is in the WAL and in the reader's output exactly once, by
 content. The topics are made first with their leaders chosen (commits on node 1,
-region 0 on node 2, node 3 leads nothing), so each cut hits what it means to.
+region 0 and snapshots on node 2, node 3 leads nothing), so each cut hits what it
+means to.
 """
 
 from __future__ import annotations
@@ -42,15 +43,19 @@ WAL_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "min.insync.r
 
 
 def make_topics(cluster, namespace: str) -> None:
-    """The namespace's commits and region 0 topics, each led by a chosen node (the
-    first replica of the assignment is the preferred leader)."""
+    """The namespace's commits, snapshots and region 0 topics, each led by a chosen node
+    (the first replica of the assignment is the preferred leader); node 3 leads none."""
     from confluent_kafka.admin import AdminClient, NewTopic
+
+    from pyspark_durable.log.kafka.topics import SNAPSHOTS_TOPIC_CONFIG
 
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
     specs = [NewTopic(f"{namespace}_commits", 1, replica_assignment=[[COMMITS_LEADER, 2, 3]],
                       config=WAL_TOPIC_CONFIG),
              NewTopic(f"{namespace}_region_0", 1, replica_assignment=[[REGION_LEADER, 3, 1]],
-                      config=WAL_TOPIC_CONFIG)]
+                      config=WAL_TOPIC_CONFIG),
+             NewTopic(f"{namespace}_snapshots", 1, replica_assignment=[[REGION_LEADER, 1, 3]],
+                      config={**SNAPSHOTS_TOPIC_CONFIG, "min.insync.replicas": "2"})]
     for future in admin.create_topics(specs, request_timeout=30).values():
         future.result()
     deadline = time.monotonic() + WAIT_S

@@ -18,7 +18,8 @@ into ``jars/kafka-broker/libs/`` (ignored by git) the first time they are needed
   the PIDs this module started.
 * Listeners: PLAINTEXT always; ``sasl=True`` adds a SASL_PLAINTEXT listener (SCRAM-SHA-256
   and PLAIN) and ``tls=True`` an SSL listener whose keystore ``auth.tls_dir`` holds
-  (``server.p12``); the nodes talk to each other over PLAINTEXT.
+  (``server.p12``); the nodes talk to each other over PLAINTEXT. With ``advertise``
+  (tests) clients are told a proxy's port and the nodes use an INTERNAL listener.
 * The broker's own log goes to ``server.log`` in each node's folder (log4j2 config
   written there); a start that fails raises :class:`BrokerStartError` with its tail.
 
@@ -194,10 +195,20 @@ class Node:
     sasl_port: int | None = None
     ssl_port: int | None = None
     process: subprocess.Popen | None = None
+    # with a proxy in front (start_cluster's ``advertise``): the port clients are told
+    # to use, and the listener the nodes use among themselves
+    advertised_port: int | None = None
+    internal_port: int | None = None
 
     @property
     def address(self) -> str:
+        """The node's own PLAINTEXT listener (the harness's way in, never proxied)."""
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def client_address(self) -> str:
+        """Where clients reach the node: its proxy's port when it has one."""
+        return f"127.0.0.1:{self.advertised_port or self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -230,6 +241,11 @@ class KafkaCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(n.address for n in self.nodes)
+
+    @property
+    def client_bootstrap(self) -> str:
+        """Bootstrap servers for clients: through the proxies when the nodes have them."""
+        return ",".join(n.client_address for n in self.nodes)
 
     @property
     def address(self) -> str:  # the single-node name kept by older callers
@@ -337,14 +353,23 @@ def _tls_properties(auth: Auth) -> dict[str, str]:
 def properties(node: Node, voters: str, size: int, auth: Auth | None, extra: Mapping[str, str]) -> str:
     """``server.properties`` of one node."""
     listeners = [f"PLAINTEXT://127.0.0.1:{node.port}"]
+    advertised = [f"PLAINTEXT://{node.client_address}"]
     protocols = ["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT"]
+    inter_broker = "PLAINTEXT"
     props: dict[str, str] = {}
+    if node.internal_port is not None:  # clients go through a proxy, the nodes do not
+        inter_broker = "INTERNAL"
+        listeners.append(f"INTERNAL://127.0.0.1:{node.internal_port}")
+        advertised.append(f"INTERNAL://127.0.0.1:{node.internal_port}")
+        protocols.append("INTERNAL:PLAINTEXT")
     if node.sasl_port is not None and auth is not None:
         listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{node.sasl_port}")
+        advertised.append(listeners[-1])
         protocols.append("SASL_PLAINTEXT:SASL_PLAINTEXT")
         props.update(_sasl_properties(node, auth))
     if node.ssl_port is not None and auth is not None:
         listeners.append(f"SSL://127.0.0.1:{node.ssl_port}")
+        advertised.append(listeners[-1])
         protocols.append("SSL:SSL")
         props.update(_tls_properties(auth))
     replication = str(min(size, 3))
@@ -353,9 +378,9 @@ def properties(node: Node, voters: str, size: int, auth: Auth | None, extra: Map
         "node.id": str(node.node_id),
         "controller.quorum.voters": voters,
         "listeners": ",".join([*listeners, f"CONTROLLER://127.0.0.1:{node.controller_port}"]),
-        "advertised.listeners": ",".join(listeners),
+        "advertised.listeners": ",".join(advertised),
         "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
+        "inter.broker.listener.name": inter_broker,
         "listener.security.protocol.map": ",".join(protocols),
         "log.dirs": str(node.folder / "data"),
         "offsets.topic.replication.factor": replication,
@@ -509,11 +534,16 @@ def start_cluster(
     attached: bool = True,
     port: int | None = None,
     sasl_port: int | None = None,
+    advertise: Callable[[Node], int] | None = None,
 ) -> KafkaCluster:
     """Format and start ``size`` KRaft nodes under ``work_dir``; see the module docstring.
     ``port`` and ``sasl_port`` fix a single node's listeners (else free ports are drawn).
     ``node_extra`` maps a node id to settings of that node alone, over ``extra`` (a
-    ``log.dirs`` on a small file system of its own, say)."""
+    ``log.dirs`` on a small file system of its own, say).
+
+    ``advertise(node)`` returns the port clients are told to use for a node's PLAINTEXT
+    listener (a test's proxy in front of ``node.port``); the nodes then talk to each
+    other over a listener of their own, so cutting a proxy cuts only clients."""
     classpath = kafka_classpath()
     work_dir.mkdir(parents=True, exist_ok=True)
     if (sasl or tls) and auth is None:
@@ -529,6 +559,9 @@ def start_cluster(
         )
         for i in range(1, size + 1)
     ]
+    for node in nodes if advertise is not None else ():
+        node.internal_port = free_port()
+        node.advertised_port = advertise(node)
     voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
     for node in nodes:
         node.folder.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 from kafka_broker import KafkaCluster, cluster_for_tests
 from kafka_cluster_tools import restart_all
+from netproxy import Proxies, proxies
 from progress_events import ProgressEvents
 
 import pyspark_durable
@@ -24,18 +25,30 @@ CLUSTER_HEAP = ("-Xms128m", "-Xmx512m")
 
 
 @pytest.fixture(scope="session")
-def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    """Three KRaft nodes on 127.0.0.1, stopped by PID at the end of the session."""
-    with cluster_for_tests(tmp_path_factory.mktemp("kafka3"), 3, heap=CLUSTER_HEAP) as cluster:
+def net() -> Iterator[Proxies]:
+    """One TCP proxy in front of each node's client listener (tests/netproxy.py)."""
+    with proxies() as p:
+        yield p
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory, net: Proxies) -> Iterator[KafkaCluster]:
+    """Three KRaft nodes on 127.0.0.1, stopped by PID at the end of the session. Clients
+    reach them only through ``net``'s proxies (forwarding unless a test cuts them); the
+    nodes talk to each other directly."""
+    with cluster_for_tests(tmp_path_factory.mktemp("kafka3"), 3, heap=CLUSTER_HEAP,
+                           advertise=lambda node: net.add(node.port).port) as cluster:
         yield cluster  # restarts use its heap too
 
 
 @pytest.fixture(autouse=True)
 def all_nodes_up(request: pytest.FixtureRequest) -> Iterator[None]:
-    """After each test of the cluster, every node runs again (restarted if killed)."""
+    """After each test of the cluster, every link forwards and every node runs again
+    (restarted if killed)."""
     yield
     if "kafka_cluster" not in request.fixturenames:
         return
+    request.getfixturevalue("net").set_all("forward")
     cluster: KafkaCluster = request.getfixturevalue("kafka_cluster")
     down = [n.node_id for n in cluster.nodes if not n.alive()]
     restart_all(cluster, down)

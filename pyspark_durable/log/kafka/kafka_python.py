@@ -41,6 +41,7 @@ from pyspark_durable.log.kafka.auth import authentication_failed, py_check_crede
 from pyspark_durable.log.kafka.oauth import OAUTH_KEYS, ClientCredentials, kafka_python_tokens
 from pyspark_durable.log.kafka.probe import broker_reachability
 from pyspark_durable.log.kafka.topics import OneTopicRule
+from pyspark_durable.log.kafka.transient import kafka_python_transient
 from pyspark_durable.secrets import KAFKA_PYTHON_LOGGERS, install_log_filter
 
 if TYPE_CHECKING:
@@ -214,7 +215,7 @@ def _translated_other(what: str, address: str, **where: Any) -> Iterator[None]:
         cause = _cause(exc, address)
         if cause:
             msg = f"{msg} ({cause})"
-        if getattr(exc, "retriable", False) or isinstance(exc, _UNREACHABLE):
+        if kafka_python_transient(exc):
             raise BackendUnavailable(msg, **where) from exc
         raise DurableWalError(msg, **where) from exc
 

@@ -31,7 +31,8 @@ from pyspark_durable.log.kafka.acls import (
 )
 from pyspark_durable.log.kafka.auth import AuthWatch, authentication_failed
 from pyspark_durable.log.kafka.oauth import librdkafka_oidc
-from pyspark_durable.log.kafka.probe import broker_reachability
+from pyspark_durable.log.kafka.probe import broker_reachability, brokers_answer
+from pyspark_durable.log.kafka.transient import REFUSED_BROKER, TRANSIENT_BROKER, TRANSIENT_LOCAL
 from pyspark_durable.secrets import install_log_filter
 
 READER_GROUP = "pyspark_durable-assign-only"  # librdkafka wants one; never joined
@@ -85,12 +86,9 @@ TUNED: dict[str, str] = {
     "topic.metadata.refresh.interval.ms": "2000",
 }
 
-RETRIABLE = {
-    KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT,
-    KafkaError._MSG_TIMED_OUT, KafkaError.REQUEST_TIMED_OUT, KafkaError._RESOLVE,
-    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.NETWORK_EXCEPTION, KafkaError._WAIT_COORD, KafkaError._DESTROY,
-}
+# the transient codes of the one table (transient.py), as librdkafka's numbers
+RETRIABLE = frozenset({*TRANSIENT_BROKER, *(getattr(KafkaError, n) for n in TRANSIENT_LOCAL
+                                          if hasattr(KafkaError, n))})
 OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
 AUTH_FAILED = {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED}
 
@@ -165,13 +163,12 @@ TRANSIENT_FETCH = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaErr
                    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                    KafkaError.NETWORK_EXCEPTION, KafkaError._RESOLVE}
 NOT_ENOUGH_REPLICAS = {KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
+# failures whose message names which brokers answer (all of them transient)
 BROKER_DOWN = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT,
-               KafkaError._MSG_TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
+               KafkaError._TIMED_OUT_QUEUE, KafkaError._MSG_TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
                KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                KafkaError.NETWORK_EXCEPTION, KafkaError._DESTROY_BROKER,
                KafkaError.OFFSET_NOT_AVAILABLE}  # a new leader's high watermark lags
-
-
 
 
 REFUSED = {KafkaError.TOPIC_AUTHORIZATION_FAILED: TOPIC_REFUSED,
@@ -197,6 +194,12 @@ def typed(err: KafkaError, what: str, address: str, principal: str | None = None
                            "message.max.bytes and the topic's max.message.bytes", **where)
     if code in (KafkaError._INVALID_ARG, KafkaError.INVALID_CONFIG):
         return ConfigError(f"{what}: invalid kafka client option: {err.str()}", **where)
+    if code in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC) \
+            and not brokers_answer(address):
+        # librdkafka's own verdict from a metadata cache it could not fill: no broker
+        # answered, so nothing is known of the topic (a reset link, not a deleted topic)
+        return BackendUnavailable(f"{what}: Kafka broker {address} failed: {err.name()}: "
+                                  f"{err.str()} ({broker_reachability(address)})", **where)
     if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
                 KafkaError._UNKNOWN_TOPIC):
         return LogNotFound(f"{what}: the topic is gone from Kafka broker {address} (deleted, "
@@ -207,7 +210,8 @@ def typed(err: KafkaError, what: str, address: str, principal: str | None = None
                 f"{broker_reachability(address)})")
     elif code in BROKER_DOWN:
         msg += f" ({broker_reachability(address)})"
-    if code in RETRIABLE or code in NOT_ENOUGH_REPLICAS or code in BROKER_DOWN or err.retriable():
+    # librdkafka's own flag (a request it gave up on) too, but never for a refusal
+    if code in RETRIABLE or (err.retriable() and code not in REFUSED_BROKER):
         return BackendUnavailable(msg, **where)
     return DurableWalError(msg, **where)
 

@@ -26,7 +26,6 @@ from pyspark_durable.log.kafka import transient
 
 REQUEST_MS = 3000
 CONNECT_MS = 2000
-CLIENTS = ["confluent", "kafka-python"]
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +177,7 @@ def steps_and_rows(ns, want_steps: int) -> int:
 
 @pytest.mark.kafka
 @pytest.mark.parametrize("mode", ["blackhole", "reset"])
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_a_dead_link_fails_typed_within_the_bound(proxied, link, client, mode):
     """This tests that with the only link to the broker dead (``blackhole``: connections
     taken, nothing answered; ``reset``: every connection reset), an append, a namespace
@@ -207,7 +206,7 @@ def test_a_dead_link_fails_typed_within_the_bound(proxied, link, client, mode):
 
 
 @pytest.mark.kafka
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_an_indeterminate_commit_is_resolved_by_retrying_the_writer_step(proxied, link, client):
     """This tests the retry rule on an indeterminate commit: the commit record reaches the
     broker, its answer and every later one never come back

@@ -11,13 +11,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from pyspark_durable.errors import ConfigError, LogNotFound
 
+if TYPE_CHECKING:
+    from pyspark_durable.log.kafka.settings import KafkaSettings
+
 log = logging.getLogger(__name__)
 AUTO_CREATED_RETRIES = 3
-CONFIGS_ATTEMPTS = 10  # a topic's configs, asked right after it was created
-CONFIGS_RETRY_S = 0.2
+# a topic's configs, asked right after it was created, until request_timeout_ms: a
+# cluster's other brokers learn of the topic later (seconds on a loaded machine)
+CONFIGS_RETRY_S = 0.05
+CONFIGS_RETRY_MAX_S = 0.5
 
 SNAPSHOTS = "snapshots"  # the log name of a namespace's snapshots topic
 # the producers batch up to 16 MiB (confluent's and kafka_python's TUNED): a topic keeps
@@ -59,6 +65,7 @@ class OneTopicRule:
 
     namespace: str | None
     address: str
+    settings: KafkaSettings
 
     def partitions(self, topic: str) -> int | None:
         raise NotImplementedError
@@ -125,14 +132,17 @@ class OneTopicRule:
         compacted = "compact" in configs.get("cleanup.policy", "")
         wanted = {"retention.ms": "-1", "retention.bytes": "-1",
                   "cleanup.policy": "compact" if compacted else "delete"}
-        for attempt in range(CONFIGS_ATTEMPTS):
+        deadline = time.monotonic() + self.settings.request_timeout_ms / 1000
+        backoff = CONFIGS_RETRY_S
+        while True:
             try:
                 problems = self.retention_problems(topic, compacted)
                 break
             except LogNotFound:  # just created: not on every broker yet (3-node clusters)
-                if attempt == CONFIGS_ATTEMPTS - 1:
+                if time.monotonic() + backoff > deadline:
                     raise
-                time.sleep(CONFIGS_RETRY_S)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, CONFIGS_RETRY_MAX_S)
         if not problems:
             return
         if self.empty(topic, 1):

@@ -120,7 +120,13 @@ class Partition:
                     )
                 )
 
-        sender.send(self.topic, records, acked, failed, self.where)
+        try:
+            sender.send(self.topic, records, acked, failed, self.where)
+        except BackendUnavailable as exc:  # raised by the client's send (no metadata for
+            if type(exc) is not BackendUnavailable:  # the topic in time): name the topic
+                raise
+            raise BackendUnavailable(f"append to topic {self.topic} failed: {exc.reason}",
+                                     **self.where) from exc
         return out
 
     # -- bounds -----------------------------------------------------------------

@@ -540,7 +540,6 @@ def start_cluster(
     ``port`` and ``sasl_port`` fix a single node's listeners (else free ports are drawn).
     ``node_extra`` maps a node id to settings of that node alone, over ``extra`` (a
     ``log.dirs`` on a small file system of its own, say).
-
     ``advertise(node)`` returns the port clients are told to use for a node's PLAINTEXT
     listener (a test's proxy in front of ``node.port``); the nodes then talk to each
     other over a listener of their own, so cutting a proxy cuts only clients."""
@@ -568,8 +567,7 @@ def start_cluster(
         (node.folder / "server.properties").write_text(properties(
             node, voters, size, auth, {**(extra or {}), **(node_extra or {}).get(node.node_id, {})}))
         (node.folder / "log4j2.properties").write_text(
-            LOG4J2.format(level=log_level, path=node.folder / "server.log")
-        )
+            LOG4J2.format(level=log_level, path=node.folder / "server.log"))
     cluster_id = random_cluster_id()
     _format(nodes, cluster_id, classpath, auth)
     cluster = KafkaCluster(nodes, cluster_id, classpath, auth, heap, attached)

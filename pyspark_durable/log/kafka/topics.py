@@ -11,12 +11,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pyspark_durable.errors import ConfigError, LogNotFound
-
-if TYPE_CHECKING:
-    from pyspark_durable.log.kafka.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 AUTO_CREATED_RETRIES = 3
@@ -60,12 +57,19 @@ def deleting_settings(actual: Mapping[str, str | None], compacted: bool) -> list
     return found
 
 
+class _Timeouts(Protocol):
+    """What the topic rule reads of the client's settings (``KafkaSettings`` has it; the
+    settings import this module, so the rule names only what it needs)."""
+
+    request_timeout_ms: int
+
+
 class OneTopicRule:
     """``ensure``, the rule of the log's topics, over any client's topic primitives."""
 
     namespace: str | None
     address: str
-    settings: KafkaSettings
+    settings: _Timeouts
 
     def partitions(self, topic: str) -> int | None:
         raise NotImplementedError

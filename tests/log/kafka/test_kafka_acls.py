@@ -35,7 +35,6 @@ from confluent_kafka.admin import (
 )
 from helpers import KAFKA_CLIENTS, wait_until
 from kafka_broker import Auth, KafkaCluster, authorizer_settings, cluster_for_tests
-from test_kafka_auth import spark_session  # noqa: F401 - the module's SparkSession fixture
 
 from pyspark_durable.cli import main
 from pyspark_durable.endpoint import open_namespace, read_batches, write_step
@@ -414,7 +413,7 @@ def test_printed_acls_and_topics_let_a_writer_without_create_work(cluster, acls,
 
 
 @pytest.mark.spark
-def test_spark_reads_as_the_reader_and_writes_nothing(cluster, acls, spark_session):  # noqa: F811
+def test_spark_reads_as_the_reader_and_writes_nothing(cluster, acls, spark_session):
     """This tests that a Spark batch read with the reader principal (READ, DESCRIBE,
     DESCRIBE_CONFIGS only) returns every row, and that no topic of the namespace got a
     record from it (Spark's driver and its Python workers open the namespace)."""

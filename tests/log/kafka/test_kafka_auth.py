@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import KAFKA_CLIENTS, ROOT, TESTS
-from kafka_broker import KafkaCluster, cluster_for_tests
+from helpers import KAFKA_CLIENTS, ROOT
+from kafka_broker import KafkaCluster, cluster_for_tests, topic_bytes
 from kafka_tls import make_ca_and_server
 
 from pyspark_durable.cli import main
@@ -233,36 +233,6 @@ def test_a_short_secret_printed_beside_its_key_is_masked():
 
 
 # -- nothing shows: logs, stored metadata, errors -----------------------------------
-
-
-def topic_bytes(cluster: KafkaCluster, prefix: str) -> bytes:
-    """Every key, value and header of every topic of a namespace, read raw."""
-    from confluent_kafka import Consumer, TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix + "_")]
-    assert topics, f"no topics of {prefix}"
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "raw-reader",
-                         "enable.auto.commit": "false", "enable.partition.eof": "true"})
-    data = bytearray()
-    try:
-        for topic in topics:
-            consumer.assign([TopicPartition(topic, 0, 0)])
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-            seen = low
-            while seen < high:
-                msg = consumer.poll(5)
-                assert msg is not None, f"{topic} stopped at {seen} of {high}"
-                if msg.error() is not None:
-                    continue
-                data += (msg.key() or b"") + (msg.value() or b"")
-                for k, v in msg.headers() or ():
-                    data += k.encode() + (v or b"")
-                seen = msg.offset() + 1
-    finally:
-        consumer.close()
-    return bytes(data)
 
 
 @pytest.mark.backends("kafka-confluent", "kafka-python")
@@ -484,24 +454,6 @@ def test_the_cli_config_file_errors_name_no_secret(cluster, tmp_path, capsys):
 
 
 # -- Spark --------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def spark_session():
-    """The suite's SparkSession (created here when this module runs alone)."""
-    sys.path.insert(0, str(TESTS / "spark"))
-    from pyspark.sql import SparkSession
-    from spark_settings import spark_builder
-
-    import pyspark_durable
-
-    existing = SparkSession.getActiveSession()
-    session = spark_builder().getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    pyspark_durable.register(session)
-    yield session
-    if existing is None:
-        session.stop()
 
 
 def progress_text(progress) -> str:

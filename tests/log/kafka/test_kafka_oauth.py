@@ -257,24 +257,6 @@ def test_the_cli_works_through_oauthbearer_and_prints_no_secret(cluster, tokens,
     assert_nothing_shows(tokens, err, "the CLI's error")
 
 
-@pytest.fixture(scope="module")
-def spark_session():
-    """The suite's SparkSession (created here when this module runs alone)."""
-    sys.path.insert(0, str(TESTS / "spark"))
-    from pyspark.sql import SparkSession
-    from spark_settings import spark_builder
-
-    import pyspark_durable
-
-    existing = SparkSession.getActiveSession()
-    session = spark_builder().getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    pyspark_durable.register(session)
-    yield session
-    if existing is None:
-        session.stop()
-
-
 @pytest.mark.spark
 def test_spark_reads_and_writes_through_oauthbearer(cluster, tokens, spark_session, tmp_path):
     """This tests a Spark batch write (confluent), a streaming copy (kafka-python) and a

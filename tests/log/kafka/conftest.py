@@ -1,0 +1,26 @@
+"""Fixtures the Kafka tests outside tests/spark share."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from helpers import TESTS
+
+
+@pytest.fixture(scope="module")
+def spark_session():
+    """The suite's SparkSession (created here when this module runs alone)."""
+    sys.path.insert(0, str(TESTS / "spark"))
+    from pyspark.sql import SparkSession
+    from spark_settings import spark_builder
+
+    import pyspark_durable
+
+    existing = SparkSession.getActiveSession()
+    session = spark_builder().getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    pyspark_durable.register(session)
+    yield session
+    if existing is None:
+        session.stop()

@@ -131,6 +131,15 @@ class StepExpired(DataLoss):
     """A step was asked for that has been expired; the message names what is left."""
 
 
+class EntryFreed(DataLoss):
+    """An entry a caller needs was freed: a cleaner freed it because no step referred to
+    it, so a step that does lost it. The message names the log and offset."""
+
+
+class FreeUnsupported(DurableWalError):
+    """The log's backend cannot free single entries (Kafka deletes only a prefix)."""
+
+
 class IncarnationMismatch(DataLoss):
     """The WAL is not the one a handle, a checkpoint or a writer knew: it was lost,
     recreated or restored from an older copy. The message names both."""

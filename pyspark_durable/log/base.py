@@ -18,6 +18,12 @@ The contract, which every backend passes (``tests/log/test_log_contract.py``):
   :class:`OffsetOutOfRange`, ``start`` equal to the high watermark yields nothing.
 * ``delete_before(offset)`` moves the low watermark up (never the high one);
   entries below it are never returned again.
+* ``free(ranges)``, where ``can_free`` (file, memory; not Kafka, which deletes only a
+  prefix): the entries of those offset ranges are durably freed, their space given
+  back, and never returned again. ``read`` skips a freed offset (a range reader gets
+  what is there), ``read_acknowledged`` raises :class:`EntryFreed` (its caller needs
+  every entry), ``freed_ranges()`` lists what is freed in ``[low, high)``. Offsets
+  stay dense: the high watermark and every other entry are unchanged.
 * ``write_snapshot(name, version, data)`` stores one version durably and atomically;
   ``read_snapshot(name)`` returns the highest version stored, so snapshots never go
   backwards however writers race (a slow writer of an older version cannot hide a
@@ -35,12 +41,18 @@ from __future__ import annotations
 import enum
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pyspark_durable.errors import ConfigError, DurableWalError, OffsetOutOfRange
+from pyspark_durable.errors import (
+    ConfigError,
+    DurableWalError,
+    EntryFreed,
+    FreeUnsupported,
+    OffsetOutOfRange,
+)
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,200}")  # always fullmatch: "$" would match before "\n"
 REGION_PREFIX = "region_"
@@ -79,6 +91,17 @@ def region_log_name(region_id: int) -> str:
     if not isinstance(region_id, int) or isinstance(region_id, bool) or region_id < 0:
         raise ConfigError(f"region id {region_id!r} is not a non-negative integer")
     return f"{REGION_PREFIX}{region_id}"
+
+
+def merge_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Offset ranges ``[start, end)`` as ascending, disjoint, non-empty ranges."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(r for r in ranges if r[0] < r[1]):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +175,38 @@ class Log(ABC):
         the end it saw, never returning fewer entries. A local log knows its end
         exactly, so this default is :meth:`read`: a short read there is real loss.
         """
-        return self.read(start, end)
+        entries = self.read(start, end)  # its range check raises here, not when iterated
+        return self._every(start, end, entries) if self.can_free else entries
+
+    def _every(self, start: int, end: int, entries: Iterator[Entry]) -> Iterator[Entry]:
+        """``entries`` of ``[start, end)``, each offset of which must be there: one that
+        was freed (``read`` skips it) is :class:`EntryFreed`."""
+        expect = start
+        for entry in entries:
+            if entry.offset != expect:
+                self._freed_error(expect)
+            expect += 1
+            yield entry
+        if expect < end and expect < self.high_watermark():
+            self._freed_error(expect)
+
+    def _freed_error(self, offset: int) -> None:
+        raise EntryFreed(f"offset {offset} was freed (no step referred to it when a cleaner "
+                         "freed it)", namespace=self.namespace, log=self.name, offset=offset)
+
+    can_free: ClassVar[bool] = False  # can entries in the middle of the log be freed?
+
+    def free(self, ranges: Sequence[tuple[int, int]]) -> None:
+        """Free the entries of the offset ranges ``[start, end)``, durably, and give their
+        space back; offsets outside ``[low, high)`` or already freed are ignored.
+        A backend that cannot (``can_free`` false) raises :class:`FreeUnsupported`."""
+        raise FreeUnsupported(f"the {type(self).__name__} backend cannot free single entries; "
+                              "entries go only when the low watermark passes them",
+                              namespace=self.namespace, log=self.name)
+
+    def freed_ranges(self) -> list[tuple[int, int]]:
+        """The freed offset ranges inside ``[low, high)``, ascending and disjoint."""
+        return []
 
     @abstractmethod
     def low_watermark(self) -> int:

@@ -12,7 +12,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from pyspark_durable.errors import ConfigError, LogNotFound
-from pyspark_durable.log.base import Entry, Log, LogStore, Record, check_name, check_version
+from pyspark_durable.log.base import (
+    Entry,
+    Log,
+    LogStore,
+    Record,
+    check_name,
+    check_version,
+    merge_ranges,
+)
 
 _REGISTRY: dict[str, _Namespace] = {}
 _REGISTRY_LOCK = threading.Lock()
@@ -27,9 +35,11 @@ class _Namespace:
 class MemoryLog(Log):
     def __init__(self, namespace: str, name: str) -> None:
         super().__init__(namespace, name)
-        self._entries: list[Entry] = []
+        self._entries: list[Entry | None] = []  # None: freed
         self._low = 0
         self._lock = threading.Lock()
+
+    can_free = True
 
     def append(self, records: Sequence[Record]) -> list[int]:
         now = int(time.time() * 1000)
@@ -52,7 +62,8 @@ class MemoryLog(Log):
                 if offset < self._low:
                     self.check_range(offset, self._low, len(self._entries))
                 entry = self._entries[offset]
-            yield entry
+            if entry is not None:  # a freed offset is skipped (log/base.py)
+                yield entry
 
     def low_watermark(self) -> int:
         return self._low
@@ -63,6 +74,17 @@ class MemoryLog(Log):
     def delete_before(self, offset: int) -> None:
         with self._lock:
             self._low = max(self._low, min(offset, len(self._entries)))
+
+    def free(self, ranges: Sequence[tuple[int, int]]) -> None:
+        with self._lock:
+            for start, end in ranges:
+                for offset in range(max(start, self._low), min(end, len(self._entries))):
+                    self._entries[offset] = None
+
+    def freed_ranges(self) -> list[tuple[int, int]]:
+        with self._lock:
+            return merge_ranges((o, o + 1) for o in range(self._low, len(self._entries))
+                                if self._entries[o] is None)
 
 
 class MemoryLogStore(LogStore):

@@ -6,7 +6,13 @@ import threading
 
 import pytest
 
-from pyspark_durable.errors import ConfigError, LogNotFound, OffsetOutOfRange
+from pyspark_durable.errors import (
+    ConfigError,
+    EntryFreed,
+    FreeUnsupported,
+    LogNotFound,
+    OffsetOutOfRange,
+)
 from pyspark_durable.log import Record
 
 pytestmark = pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
@@ -220,3 +226,51 @@ def test_append_async_keeps_order_and_resolves_when_readable(make_store):
     assert log2.high_watermark() == len(flat)
     assert [(e.key, e.value, e.headers) for e in log2.read(0)] == \
         [(r.key, r.value, r.headers) for r in flat]
+
+
+@pytest.mark.backends("file", "memory")
+def test_free_single_entries_reads_around_them_and_survives_a_reopen(make_store):
+    """This tests freeing entries in the middle of a log: ``read`` skips them, a reader
+    that needs every entry of a range (``read_acknowledged``) gets EntryFreed naming the
+    first freed offset, the watermarks and every other entry stay, appends go on densely,
+    and a fresh store sees the same after a reopen."""
+    store = make_store()
+    log = store.open_region(0)
+    records = [rec(i, size=300) for i in range(400)]
+    log.append(records)
+    assert log.can_free
+    log.free([(10, 20), (15, 30), (200, 201), (399, 400), (500, 600)])
+    expected = [i for i in range(400) if not (10 <= i < 30 or i in (200, 399))]
+    assert log.freed_ranges() == [(10, 30), (200, 201), (399, 400)]
+    assert (log.low_watermark(), log.high_watermark()) == (0, 400)
+    assert [e.offset for e in log.read(0)] == expected
+    assert [e.offset for e in log.read(25, 35)] == list(range(30, 35))
+    assert [e.value for e in log.read(195, 205)] == [records[i].value
+                                                     for i in range(195, 205) if i != 200]
+    assert [e.offset for e in log.read_acknowledged(30, 200)] == list(range(30, 200))
+    with pytest.raises(EntryFreed, match="offset 200 was freed") as got:
+        list(log.read_acknowledged(190, 210))
+    assert got.value.where["offset"] == 200
+    with pytest.raises(EntryFreed, match="offset 399 was freed"):
+        list(log.read_acknowledged(398, 400))
+    assert log.append([rec(400)]) == [400]
+    store.close()
+    again = make_store().open_region(0, create=False)
+    assert again.freed_ranges() == [(10, 30), (200, 201), (399, 400)]
+    assert [e.offset for e in again.read(0)] == [*expected, 400]
+    again.free([(10, 12)])  # already freed: nothing changes
+    again.delete_before(20)
+    assert again.freed_ranges() == [(20, 30), (200, 201), (399, 400)]
+    assert [e.offset for e in again.read(20, 32)] == [30, 31]
+
+
+@pytest.mark.backends("kafka-confluent")
+def test_a_backend_that_cannot_free_says_so(make_store):
+    """This tests that a backend that deletes only a prefix (Kafka) says it cannot free
+    single entries, and that asking it to is a typed error, not a silent no-op."""
+    log = make_store().open_region(0)
+    log.append([rec(i) for i in range(3)])
+    assert not log.can_free
+    with pytest.raises(FreeUnsupported, match="cannot free single entries"):
+        log.free([(1, 2)])
+    assert [e.offset for e in log.read(0)] == [0, 1, 2]

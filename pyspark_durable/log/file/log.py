@@ -46,9 +46,17 @@ from pyspark_durable.errors import (
     CorruptEntryError,
     OffsetOutOfRange,
 )
-from pyspark_durable.log.base import Entry, Log, Record, is_decimal
+from pyspark_durable.log.base import Entry, Log, Record, is_decimal, merge_ranges
 from pyspark_durable.log.file.disk import FileLock, fsync_dir, storage_errors, write_all
 from pyspark_durable.log.file.frames import FRAME_HEAD, frame_parts, frame_size, read_body
+from pyspark_durable.log.file.freed import (
+    FREED_FILE,
+    FreedFrames,
+    append_freed,
+    punch,
+    read_freed,
+    rewrite_freed,
+)
 from pyspark_durable.log.file.marks import read_acked, read_low, write_acked, write_low
 from pyspark_durable.log.file.segments import (
     READ_CHUNK_BYTES,
@@ -95,6 +103,9 @@ class FileLog(Log):
         # file); None: no readable mark (a log from before the mark, or a damaged one)
         self._ack_seq = 0
         self._acked_floor = 0  # without a trusted mark: the highest offset known acknowledged
+        self._freed: list[FreedFrames] = []  # the `freed` file's valid records (freed.py)
+        self._freed_whole = 0  # where its whole records end
+        self._freed_key: tuple[int, int] | None = None  # (inode, size) they were read at
         with self._locked(fcntl.LOCK_SH):
             self._refresh(exclusive=False)
 
@@ -141,6 +152,7 @@ class FileLog(Log):
             for seg, nxt in itertools.pairwise(segments):
                 if seg.base + seg.count != nxt.base:
                     seg.scanned = False  # sealed by another process: rescan when read
+            self._load_claims(segments)
             self._scan(segments[-1], exclusive=exclusive, tail=True)
 
     def _scan(self, seg: Segment, exclusive: bool, tail: bool,
@@ -148,6 +160,32 @@ class FileLog(Log):
         scan_segment(seg, acked=self._acked, floor=self._acked_floor, exclusive=exclusive,
                      tail=tail,
                      end_offset=end_offset, namespace=self.namespace, name=self.name)
+        if seg.claims:
+            for wrong in seg.settle_freed():
+                self._note(f"freed-frames record of offsets [{wrong.start}, {wrong.end}) does "
+                           f"not match segment {seg.path.name} (bytes [{wrong.pos}, "
+                           f"{wrong.end_pos})): ignored, its frames are read as they lie")
+
+    def _load_claims(self, segments: list[Segment]) -> None:
+        """Hand each segment the ``freed`` records of it (re-read only when the file
+        changed: it grows by appends and is replaced whole)."""
+        try:
+            st = os.stat(self.path / FREED_FILE)
+            key: tuple[int, int] | None = (st.st_ino, st.st_size)
+        except FileNotFoundError:
+            key = None
+        if key != self._freed_key:
+            self._freed_key = key
+            self._freed, self._freed_whole = read_freed(self.path, self._note) if key else ([], 0)
+        by_base: dict[int, dict[int, FreedFrames]] = {}
+        for record in self._freed:
+            by_base.setdefault(record.base, {})[record.start] = record
+        for seg in segments:
+            claims = by_base.get(seg.base, {})
+            if claims != seg.claims:
+                seg.claims = claims
+                if seg.scanned:
+                    seg.settle_freed()
 
     # -- appending ------------------------------------------------------------
 
@@ -337,7 +375,14 @@ class FileLog(Log):
         with f:
             pos = seg.positions[start - seg.base]
             f.seek(pos)
-            for offset in range(start, stop):
+            offset = start
+            while offset < stop:
+                freed_end = seg.freed_until(offset) if seg.freed else None
+                if freed_end is not None:  # skipped: log/base.py says why
+                    offset = min(freed_end, stop)
+                    pos = seg.position(offset)
+                    f.seek(pos)
+                    continue
                 if offset in seg.damaged:
                     raise CorruptEntryError(seg.damaged[offset], namespace=self.namespace,
                                             log=self.name, offset=offset)
@@ -360,7 +405,71 @@ class FileLog(Log):
                         f"{entry.offset}", namespace=self.namespace, log=self.name, offset=offset,
                     )
                 pos += frame_size(length)
+                offset += 1
                 yield entry
+
+    # -- freeing single entries ---------------------------------------------------
+
+    can_free = True
+
+    def free(self, ranges: Sequence[tuple[int, int]]) -> None:
+        """Record the frames of ``ranges`` in ``freed`` (fsync'd), then punch their
+        blocks (:mod:`.freed` says why in this order). Damaged offsets are left as they
+        are: they stay reported, not hidden."""
+        with storage_errors("freeing", self.path, namespace=self.namespace, log=self.name):
+            with self._locked(fcntl.LOCK_EX):
+                self._refresh(exclusive=True)
+                records = self._freeable(merge_ranges(ranges))
+                if not records:
+                    return
+                append_freed(self.path, records, self._freed_whole)
+                self._freed_key = None  # re-read: the records are ours now
+                self._load_claims(self._segments)
+                for record in records:
+                    seg = next(s for s in self._segments if s.base == record.base)
+                    if not punch(seg.path, record.pos, record.end_pos,
+                                 os.stat(seg.path).st_blksize):
+                        self._note("this file system cannot punch holes: freed frames are "
+                                   "no longer read but keep their space until deleted")
+
+    def _freeable(self, ranges: list[tuple[int, int]]) -> list[FreedFrames]:
+        """The records for ``ranges`` (inside ``[low, high)``), split per segment and
+        around offsets already freed or damaged. The caller holds the exclusive lock."""
+        with self._state:
+            segments, low = list(self._segments), self._low
+        out: list[FreedFrames] = []
+        for i, seg in enumerate(segments):
+            if not seg.scanned:
+                nxt = segments[i + 1].base if i + 1 < len(segments) else None
+                with self._state:
+                    self._scan(seg, exclusive=False, tail=False, end_offset=nxt)
+            top = seg.base + seg.count
+            for start, end in ranges:
+                offset, stop = max(start, low, seg.base), min(end, top)
+                while offset < stop:
+                    skip = seg.freed_until(offset)
+                    if skip is not None or offset in seg.damaged:
+                        offset = skip or offset + 1
+                        continue
+                    run = offset
+                    while run < stop and run not in seg.damaged and \
+                            seg.freed_until(run) is None:
+                        run += 1
+                    out.append(FreedFrames(seg.base, offset, run, seg.position(offset),
+                                           seg.position(run)))
+                    offset = run
+        return out
+
+    def freed_ranges(self) -> list[tuple[int, int]]:
+        low, high, segments = self._bounds()
+        for i, seg in enumerate(segments):
+            if seg.claims and not seg.scanned:
+                with self._state:
+                    self._scan(seg, exclusive=False, tail=False,
+                               end_offset=segments[i + 1].base if i + 1 < len(segments)
+                               else None)
+        return merge_ranges((max(a, low), min(b, high)) for seg in segments
+                            for a, b in seg.freed)
 
     # -- deleting and closing ---------------------------------------------------
 
@@ -388,6 +497,12 @@ class FileLog(Log):
                 seg.path.unlink(missing_ok=True)
             if doomed:
                 fsync_dir(self.path)
+                gone_bases = {s.base for s in doomed}
+                if any(r.base in gone_bases for r in self._freed):
+                    # records of deleted segments: dropped, so the file follows what is kept
+                    rewrite_freed(self.path, [r for r in self._freed
+                                              if r.base not in gone_bases])
+                    self._freed_key = None
             gone = {id(s) for s in doomed}
             with self._state:
                 self._low = target

@@ -30,6 +30,7 @@ N is acknowledged" was fsync'd. So:
 
 from __future__ import annotations
 
+import bisect
 import enum
 import logging
 import mmap
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from pyspark_durable.errors import CorruptEntryError, OffsetOutOfRange
+from pyspark_durable.log.base import merge_ranges
 from pyspark_durable.log.file.frames import (
     BODY_HEAD,
     FRAME_HEAD,
@@ -50,6 +52,7 @@ from pyspark_durable.log.file.frames import (
     MIN_BODY,
     frame_size,
 )
+from pyspark_durable.log.file.freed import FreedFrames
 
 log = logging.getLogger(__package__)
 
@@ -74,6 +77,10 @@ class Segment:
     inode: int = -1  # the file's identity: a file recreated under the same name is new
     head: bytes = b""  # its first frame's length and CRC: an inode number can be reused
     damaged: dict[int, str] = field(default_factory=dict)  # offset -> why it cannot be read
+    # the ``freed`` file's records of this segment, by first offset (a scan steps over
+    # them), and those that match the frames as indexed: freed offset ranges, ascending
+    claims: dict[int, FreedFrames] = field(default_factory=dict)
+    freed: list[tuple[int, int]] = field(default_factory=list)
     _path: Path | None = field(default=None, repr=False)
 
     @property
@@ -97,6 +104,32 @@ class Segment:
     def count(self) -> int:
         return len(self.positions)
 
+    def position(self, offset: int) -> int:
+        """The byte where the frame of an indexed ``offset`` starts (its end, past the last)."""
+        i = offset - self.base
+        return self.positions[i] if i < len(self.positions) else self.end
+
+    def freed_until(self, offset: int) -> int | None:
+        """The end of the freed range holding ``offset``, or None if it is not freed."""
+        i = bisect.bisect_right(self.freed, (offset, 1 << 63)) - 1
+        if i >= 0 and self.freed[i][0] <= offset < self.freed[i][1]:
+            return self.freed[i][1]
+        return None
+
+    def settle_freed(self) -> list[FreedFrames]:
+        """Apply the claims whose frames are indexed and lie where they say; return
+        those that contradict the index (not applied: their frames read as they lie)."""
+        good, wrong = [], []
+        for c in self.claims.values():
+            if c.end > self.base + self.count:
+                continue  # not indexed yet: judged once the scan reaches it
+            fits = c.start >= self.base and self.position(c.start) == c.pos and \
+                self.position(c.end) == c.end_pos and \
+                not any(o in self.damaged for o in range(c.start, c.end))
+            (good if fits else wrong).append(c)
+        self.freed = merge_ranges((c.start, c.end) for c in good)
+        return wrong
+
 
 @dataclass(frozen=True)
 class BadFrame:
@@ -108,9 +141,13 @@ class BadFrame:
 
 
 def walk_frames(f: BinaryIO, pos: int, size: int, expect: int,
-                stop: int | None = None) -> tuple[array, int, int, BadFrame | None]:
+                stop: int | None = None,
+                claims: dict[int, FreedFrames] | None = None,
+                ) -> tuple[array, int, int, BadFrame | None]:
     """Index the frames from byte ``pos`` (holding offset ``expect``) to ``size``, and
-    never the frame of offset ``stop`` or later.
+    never the frame of offset ``stop`` or later. Freed frames (``claims``, by first
+    offset) that start where the walk is are stepped over unread: their bytes may be a
+    punched hole.
 
     Returns (their positions, the byte after the last good one, the next offset, the
     bad frame that stopped the walk or None).
@@ -118,6 +155,13 @@ def walk_frames(f: BinaryIO, pos: int, size: int, expect: int,
     f.seek(pos)
     found = array("q")
     while pos < size and expect != stop:
+        claim = claims.get(expect) if claims else None
+        if claim is not None and claim.pos == pos and claim.end_pos <= size and \
+                (stop is None or claim.end <= stop):
+            found.extend([pos] * (claim.end - expect))
+            pos, expect = claim.end_pos, claim.end
+            f.seek(pos)
+            continue
         head = f.read(FRAME_HEAD.size)
         if len(head) < FRAME_HEAD.size:
             return found, pos, expect, BadFrame(pos, pos + FRAME_HEAD.size,
@@ -285,7 +329,7 @@ def _walk(seg: Segment, f: Any, size: int, expect: int, stop: int | None,
     judges (:func:`_judge_without_mark`)."""
     positions, damaged, pos = array("q"), {}, seg.end
     while True:
-        found, pos, expect, bad = walk_frames(f, pos, size, expect, stop)
+        found, pos, expect, bad = walk_frames(f, pos, size, expect, stop, seg.claims)
         positions.extend(found)
         if bad is None:
             break

@@ -134,10 +134,10 @@ def _regions_notes(expired_before: int, base_step: int,
     if any(r["uncommitted"] for r in found):
         notes.append("uncommitted: entries no committed step refers to (killed, failed or "
                      "aborted task attempts, duplicates of a committed batch, attempts in "
-                     "flight); readers never see them. A cleaner pass deletes them once they "
-                     "are older than its grace (--grace-ms, cleanGraceMs) and a retention "
-                     "policy expired the steps written before them in their region: under "
-                     "the default policy (keep everything) they stay")
+                     "flight); readers never see them. A cleaner pass frees them once they "
+                     "are older than its grace (--grace-ms, cleanGraceMs) on a backend that "
+                     "frees single entries (file); on Kafka once a retention policy expired "
+                     "the steps written before them in their region")
         if base_step > 0:
             notes.append(f"  (steps below {base_step} are no longer indexed: entries of "
                          "them the cleaner has not deleted yet count as uncommitted too)")
@@ -156,17 +156,17 @@ def cmd_regions(args: argparse.Namespace) -> int:
         tables = sorted(table_name(infos, t) for region, t in keys if region == r.region_id)
         found.append({"region": r.region_id, "low_watermark": r.low, "high_watermark": r.high,
                       "entries": r.high - r.low, "tables": tables, "committed": r.retained,
-                      "expired": r.expired, "uncommitted": r.uncommitted})
+                      "expired": r.expired, "uncommitted": r.uncommitted, "freed": r.freed})
     doc = {"namespace": args.namespace, "regions": found,
            "steps": [steps.start, steps.stop], "first_indexed_step": base_step}
     if not found:
         output(args, doc, f"namespace {args.namespace!r} has no regions")
         return 0
     rows = [[r["region"], r["low_watermark"], r["high_watermark"], r["entries"],
-             r["committed"], r["expired"], r["uncommitted"], ", ".join(r["tables"]) or "-"]
-            for r in found]
+             r["committed"], r["expired"], r["uncommitted"], r["freed"],
+             ", ".join(r["tables"]) or "-"] for r in found]
     headers = ["region", "low", "high", "entries", "committed", "expired", "uncommitted",
-               "tables"]
+               "freed", "tables"]
     output(args, doc, TextTable(headers, rows), *_regions_notes(steps.start, base_step, found))
     return 0
 

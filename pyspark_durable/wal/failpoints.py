@@ -15,7 +15,8 @@ inside a micro-batch, on purpose. Nothing reads the variable unless it is set.
 Points: ``commit.checked`` (before the step record is appended), ``commit.appended``
 (after, before the committer replays past it), ``clean.proposed`` (bounds computed,
 before the ``clean`` record), ``clean.recorded`` (after it, before deleting),
-``clean.deleted`` (regions deleted, before the snapshot), ``clean.snapshot`` (before
+``clean.freeing`` (a region's dead entries found, before they are freed),
+``clean.deleted`` (regions deleted and freed, before the snapshot), ``clean.snapshot`` (before
 the snapshot is written), ``clean.snapshotted`` (before the commits log is cleaned).
 """
 

@@ -45,10 +45,11 @@ class RegionEntries:
     high: int
     retained: int
     expired: int
+    freed: int = 0  # freed in place by a cleaner (no step referred to them): no longer held
 
     @property
     def uncommitted(self) -> int:
-        return self.high - self.low - self.retained - self.expired
+        return self.high - self.low - self.retained - self.expired - self.freed
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,12 +153,13 @@ class NamespaceQueries:
         watermarks are read from the regions now, the runs are the indexed steps' as of
         the last refresh (steps below :meth:`first_indexed_step` are not counted), taken
         from the step index's chunk counts where a watermark does not cut a chunk's runs."""
-        watermarks = {}
+        watermarks, freed = {}, {}
         for region_id in self.store.list_regions():
             region = self.store.open_region(region_id, create=False)
             watermarks[region_id] = region.low_watermark(), region.high_watermark()
+            freed[region_id] = sum(end - start for start, end in region.freed_ranges())
         counts = self.healing(lambda s: s.index.region_spans(watermarks, s.expired_before))
-        return tuple(RegionEntries(region_id, low, high, *counts[region_id])
+        return tuple(RegionEntries(region_id, low, high, *counts[region_id], freed[region_id])
                      for region_id, (low, high) in watermarks.items())
 
     def table_sizes(self, from_step: int) -> Mapping[tuple[int, int], TableSize]:

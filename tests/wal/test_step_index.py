@@ -282,31 +282,39 @@ def test_cleaner_killed_mid_snapshot_leaves_a_namespace_that_reads_every_step(
         {s: reference[s] for s in range(19, 31)}
 
 
-def test_a_pass_over_a_namespace_whose_every_step_is_needed_reads_no_entry(tmp_path, namespace,
+def test_a_pass_reads_few_region_entries_and_none_below_the_recorded_bound(tmp_path, namespace,
                                                                            monkeypatch):
-    """This tests that a cleaner pass with the default grace on a namespace without
-    retention (every step needed) reads no region entry: the grace's cutoff is searched
-    only below the first offset a needed step refers to (on a long history that search
-    read, and CRC-checked, whole region segments for a bound it then threw away)."""
+    """This tests that a cleaner pass on a namespace without retention reads a logarithmic
+    number of region entries (a binary search for the grace's cutoff, which it needs to
+    free dead attempts' entries), and none below the bound a pass recorded before (below
+    it, everything was examined; on a long history, reading there would scan, and
+    CRC-check, whole old segments every pass)."""
     from pyspark_durable.log.file.log import FileLog
 
     ns = Namespace(open_store("file", namespace, path=str(tmp_path / "wal")))
     commit_steps(ns, 0, 12)
-    reads: list[str] = []
+    reads: list[tuple[str, int]] = []
     real = FileLog.read
 
     def counted(self, start, end=None):
-        reads.append(self.name)
+        reads.append((self.name, start))
         return real(self, start, end)
 
     monkeypatch.setattr(FileLog, "read", counted)
-    report = Cleaner(ns).run_once()  # the default grace: 5 minutes
+    report = Cleaner(ns).run_once()  # the default grace: 5 minutes, nothing is that old
     assert report.freed_entries == 0
-    assert [name for name in reads if name.startswith("region_")] == []
-    ns.set_retention(RetentionPolicy(max_steps=4))
+    for region_id in ns.regions():
+        high = ns.store.open_region(region_id).high_watermark()
+        mine = [at for name, at in reads if name == f"region_{region_id}"]
+        assert 0 < len(mine) <= 2 + high.bit_length(), (region_id, mine)
+    Cleaner(ns, grace_ms=0).run_once()  # everything but the newest entries is old now
+    bounds = dict(ns._refreshed().clean_bounds)
+    assert bounds and all(b > 0 for b in bounds.values())
     reads.clear()
-    Cleaner(ns).run_once()  # now steps are expired: the cutoff is searched below them
-    assert any(name.startswith("region_") for name in reads)
+    Cleaner(ns, grace_ms=0).run_once()
+    for name, at in reads:
+        if name.startswith("region_"):
+            assert at >= bounds[int(name.removeprefix("region_"))] - 1, (name, at, bounds)
 
 
 def counted_sizes(reference: dict[int, tuple], from_step: int) -> dict:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, overload
 
 import pyarrow as pa
@@ -204,6 +204,28 @@ class StepIndex(Sequence[StepCommit]):
                 for run in commit.runs:
                     keep_lowest(starts, run.region_id, run.start)
         return starts
+
+    def referred(self, region_id: int, low: int, high: int) -> list[tuple[int, int]]:
+        """The runs in ``region_id`` that the indexed steps (needed or not, and those of
+        the first chunk before the index's start) refer to and that reach into
+        ``[low, high)``: a chunk whose offsets in the region lie outside is not read, so
+        a range written since the last pass costs the chunks that reach it."""
+        found: list[tuple[int, int]] = []
+
+        def add(commits: Iterable[StepCommit]) -> None:
+            found.extend((run.start, run.end) for commit in commits for run in commit.runs
+                         if run.region_id == region_id and run.start < high and run.end > low)
+
+        for chunk in self._chunks:
+            lows = dict(chunk.starts)  # empty: a chunk that cannot say, read it
+            if lows and region_id not in lows:
+                continue  # no run of the chunk is in this region
+            top = dict(chunk.ends).get(region_id) if chunk.ends is not None else None
+            if lows.get(region_id, -1) >= high or (top is not None and top <= low):
+                continue
+            add(self.load(chunk))
+        add(self.tail)
+        return found
 
     def first_needed_step(self, needed: Callable[[StepCommit], bool], expired_before: int,
                           marks: dict[Key, int]) -> int:

@@ -71,10 +71,12 @@ class CleanReport:
     commits_low: tuple[int, int] = (0, 0)
     expired_before: tuple[int, int] = (0, 0)  # by the retention policy: (before, after)
     reserve: Reserve = Reserve.NONE  # the store's room for freeing a full disk, after the pass
+    freed: dict[int, int] = field(default_factory=dict)  # region -> dead entries freed in place
 
     @property
     def freed_entries(self) -> int:
-        return sum(after - before for before, after in self.regions.values())
+        return sum(after - before for before, after in self.regions.values()) + \
+            sum(self.freed.values())
 
 
 def _recent_bound(region: Log, grace_ms: float, low: int, high: int, own_ms: int,
@@ -97,9 +99,12 @@ def _recent_bound(region: Log, grace_ms: float, low: int, high: int, own_ms: int
     while lo < hi:
         mid = (lo + hi) // 2
         try:
-            entry = next(iter(region.read(mid, mid + 1)))
+            entry = next(iter(region.read(mid, mid + 1)), None)
         except OffsetOutOfRange:
             lo = max(mid + 1, min(hi, region.low_watermark()))
+            continue
+        if entry is None:  # freed: it was older than a grace then, so it is now
+            lo = mid + 1
             continue
         if entry.timestamp_ms >= cutoff:
             hi = mid
@@ -196,22 +201,52 @@ class Cleaner:
             if proposed or clean_due(now_ms, state.last_clean_ms, RECORD_INTERVAL_MS):
                 ns.append_record(CleanRecord(now_ms, proposed))
             failpoints.reached("clean.recorded")
+            examined = dict(state.clean_bounds)  # below these, earlier passes freed
             state = ns._refreshed()  # every step ordered before our bound is in this replay
             needed = state.needed_starts()
             first_step = state.first_needed_step()
             report = CleanReport(0, first_step, expired_before=(expired, state.expired_before))
             for region_id, (region, low, _) in regions.items():
-                bound = min(state.clean_bounds.get(region_id, 0), needed.get(region_id, 1 << 64))
+                recorded = state.clean_bounds.get(region_id, 0)
+                bound = min(recorded, needed.get(region_id, 1 << 64))
                 if bound > low:
                     watch.deleting(region_id, bound)
                     region.delete_before(bound)
                 report.regions[region_id] = (low, max(low, bound))
+                if region.can_free:
+                    start = max(low, bound, examined.get(region_id, 0))
+                    report.freed[region_id] = self._free_dead(state, region, region_id,
+                                                              start, recorded)
             failpoints.reached("clean.deleted")
             self._snapshot_and_trim(state, first_step, expired, report)
         log.info("namespace=%s: cleaned; snapshot at commits offset %d, first retained step %d, "
                  "%d region entries freed", ns.name, report.snapshot_at, first_step,
                  report.freed_entries)
         return report
+
+    @staticmethod
+    def _free_dead(state: NamespaceState, region: Log, region_id: int, start: int,
+                   bound: int) -> int:
+        """Step 4's freeing: the entries of ``[start, bound)`` (below a recorded bound)
+        that no indexed step of ``state`` refers to, needed or not. ``state`` is a replay
+        past this pass's ``clean`` record, so by rule 2 no step record that comes later
+        can refer to them (docs/protocol.md, "The rule that makes cleaning safe")."""
+        if bound <= start:
+            return 0
+        dead, at = [], start
+        for run_start, run_end in sorted(state.index.referred(region_id, start, bound)):
+            if run_start > at:
+                dead.append((at, min(run_start, bound)))
+            at = max(at, run_end)
+            if at >= bound:
+                break
+        if at < bound:
+            dead.append((at, bound))
+        if not dead:
+            return 0
+        failpoints.reached("clean.freeing")
+        region.free(dead)
+        return sum(end - begin for begin, end in dead)
 
     def _bounded_state(self) -> NamespaceState:
         """The replayed state, after bounding a WAL an older version made: its dedup
@@ -241,13 +276,17 @@ class Cleaner:
             region = self.ns.store.open_region(region_id)
             low, high = region.low_watermark(), region.high_watermark()
             regions[region_id] = (region, low, high)
-            # the first offset a needed step refers to caps the bound: search for the
-            # grace's cutoff only below it (a region whose every step is needed costs
-            # no entry read, however long its history)
-            limit = min(needed.get(region_id, high), high)
-            if limit <= max(low, state.clean_bounds.get(region_id, 0)):
+            # where single entries can be freed, the bound is the grace's cutoff alone
+            # (step 4 keeps what steps refer to and frees the dead entries in between);
+            # elsewhere the first offset a needed step refers to caps it, and the cutoff
+            # is searched only below that (no entry read while every step is needed)
+            limit = high if region.can_free else min(needed.get(region_id, high), high)
+            # below the recorded bound every entry was older than a cutoff already: the
+            # search starts there, so a pass reads what came since, not the history
+            start = max(low, state.clean_bounds.get(region_id, 0))
+            if limit <= start:
                 continue
-            bound = _recent_bound(region, self.grace_ms, low, limit, own_ms, high)
+            bound = _recent_bound(region, self.grace_ms, start, limit, own_ms, high)
             if bound > state.clean_bounds.get(region_id, 0):
                 proposed[region_id] = bound
         return proposed, regions

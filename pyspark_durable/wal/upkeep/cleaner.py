@@ -113,6 +113,21 @@ def _recent_bound(region: Log, grace_ms: float, low: int, high: int, own_ms: int
     return lo
 
 
+def _without(ranges: list[tuple[int, int]], gone: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``ranges`` less the offsets of ``gone`` (both ascending and disjoint)."""
+    out = []
+    for start, end in ranges:
+        for g_start, g_end in gone:
+            if g_end <= start or g_start >= end:
+                continue
+            if g_start > start:
+                out.append((start, g_start))
+            start = max(start, g_end)
+        if start < end:
+            out.append((start, end))
+    return out
+
+
 def _commits_needed_from(ns: Namespace, versions: list[int], low: int) -> int:
     """Where the commits log must start: the older of the kept snapshots is replayed from
     its offset if the newest is damaged (the redundant copy), and each kept snapshot
@@ -201,11 +216,11 @@ class Cleaner:
             if proposed or clean_due(now_ms, state.last_clean_ms, RECORD_INTERVAL_MS):
                 ns.append_record(CleanRecord(now_ms, proposed))
             failpoints.reached("clean.recorded")
-            examined = dict(state.clean_bounds)  # below these, earlier passes freed
             state = ns._refreshed()  # every step ordered before our bound is in this replay
             needed = state.needed_starts()
             first_step = state.first_needed_step()
             report = CleanReport(0, first_step, expired_before=(expired, state.expired_before))
+            doomed: dict[int, tuple[Log, list[tuple[int, int]]]] = {}
             for region_id, (region, low, _) in regions.items():
                 recorded = state.clean_bounds.get(region_id, 0)
                 bound = min(recorded, needed.get(region_id, 1 << 64))
@@ -214,9 +229,14 @@ class Cleaner:
                     region.delete_before(bound)
                 report.regions[region_id] = (low, max(low, bound))
                 if region.can_free:
-                    start = max(low, bound, examined.get(region_id, 0))
-                    report.freed[region_id] = self._free_dead(state, region, region_id,
-                                                              start, recorded)
+                    dead = self._dead(state, region, region_id, max(low, bound), recorded)
+                    if dead:
+                        doomed[region_id] = (region, dead)
+            if doomed:
+                failpoints.reached("clean.freeing")
+            for region_id, (region, dead) in doomed.items():
+                region.free(dead)
+                report.freed[region_id] = sum(end - begin for begin, end in dead)
             failpoints.reached("clean.deleted")
             self._snapshot_and_trim(state, first_step, expired, report)
         log.info("namespace=%s: cleaned; snapshot at commits offset %d, first retained step %d, "
@@ -225,14 +245,23 @@ class Cleaner:
         return report
 
     @staticmethod
-    def _free_dead(state: NamespaceState, region: Log, region_id: int, start: int,
-                   bound: int) -> int:
-        """Step 4's freeing: the entries of ``[start, bound)`` (below a recorded bound)
-        that no indexed step of ``state`` refers to, needed or not. ``state`` is a replay
-        past this pass's ``clean`` record, so by rule 2 no step record that comes later
-        can refer to them (docs/protocol.md, "The rule that makes cleaning safe")."""
+    def _dead(state: NamespaceState, region: Log, region_id: int, start: int,
+              bound: int) -> list[tuple[int, int]]:
+        """What step 4 frees: the entries of ``[start, bound)`` (below a recorded bound)
+        that no indexed step of ``state`` refers to, needed or not, and not freed yet.
+        ``state`` is a replay past this pass's ``clean`` record, so by rule 2 no step
+        record that comes later can refer to them (docs/protocol.md, "The rule that
+        makes cleaning safe")."""
         if bound <= start:
-            return 0
+            return []
+        # counted from the step index's numbers first: while every entry of the range is
+        # referred to or freed (the pass after a pass that freed), no chunk is read
+        kept, expired = state.index.region_spans({region_id: (start, bound)},
+                                                 state.expired_before)[region_id]
+        freed = sum(max(0, min(end, bound) - max(begin, start))
+                    for begin, end in region.freed_ranges())
+        if kept + expired + freed >= bound - start:
+            return []
         dead, at = [], start
         for run_start, run_end in sorted(state.index.referred(region_id, start, bound)):
             if run_start > at:
@@ -242,11 +271,7 @@ class Cleaner:
                 break
         if at < bound:
             dead.append((at, bound))
-        if not dead:
-            return 0
-        failpoints.reached("clean.freeing")
-        region.free(dead)
-        return sum(end - begin for begin, end in dead)
+        return _without(dead, region.freed_ranges())
 
     def _bounded_state(self) -> NamespaceState:
         """The replayed state, after bounding a WAL an older version made: its dedup

@@ -6,8 +6,10 @@ from __future__ import annotations
 import hashlib
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 # one port rule for brokers and every other server a test starts
 from pyspark_durable.localkafka.cluster import _ephemeral_ports, free_port  # noqa: F401
@@ -90,3 +92,18 @@ def assert_acknowledged(ns, writer: str, writer_step: int, step: int) -> None:
             f"acknowledged ({writer}, {writer_step}) as step {step}, and the WAL forgot it"
     else:
         assert got == step, f"acknowledged ({writer}, {writer_step}) as step {step}, not {got}"
+
+
+@contextmanager
+def log_clock(shift_s: float) -> Iterator[None]:
+    """Entries the file log appends in this process inside the block carry times
+    ``shift_s`` off, so a test sets "older than the grace" instead of racing for it."""
+    import pyspark_durable.log.file.log as file_log
+
+    real = file_log.time
+    file_log.time = SimpleNamespace(time=lambda: real.time() + shift_s,
+                                    monotonic=real.monotonic, sleep=real.sleep)
+    try:
+        yield
+    finally:
+        file_log.time = real

@@ -3,8 +3,8 @@ acknowledged row is ever lost to it (docs/protocol.md, "Dead attempts, freed aft
 grace" and "The rule that makes cleaning safe").
 
 Real files, real fsync and real processes. Entry times are the file log's clock, which
-:func:`log_clock` shifts in this process, so "older than the grace" is a fact the test
-sets, not a race it hopes to win.
+``log_clock`` shifts in this process, so "older than the grace" is a fact the test
+sets, not a race it hopes to win (``helpers.log_clock``).
 """
 
 from __future__ import annotations
@@ -12,18 +12,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
-from helpers import assert_acknowledged
+from helpers import assert_acknowledged, log_clock
 from race_child import rows_for
 from test_retention_races import Paused, commit
 
-import pyspark_durable.log.file.log as file_log
 from pyspark_durable.cli import main as durablewal
 from pyspark_durable.errors import AttemptLost
 from pyspark_durable.log import open_store
@@ -31,18 +27,6 @@ from pyspark_durable.wal import Cleaner, Namespace
 from pyspark_durable.wal.upkeep.check import Checker
 
 pytestmark = pytest.mark.backends("file")
-
-
-@contextmanager
-def log_clock(shift_s: float) -> Iterator[None]:
-    """Entries appended in this process inside the block carry times ``shift_s`` off."""
-    real = file_log.time
-    file_log.time = SimpleNamespace(time=lambda: real.time() + shift_s,
-                                    monotonic=real.monotonic, sleep=real.sleep)
-    try:
-        yield
-    finally:
-        file_log.time = real
 
 
 def write_dead(ns: Namespace, writer: str, ws: int, big: int = 0):

@@ -1,11 +1,12 @@
 """Bit flips and truncations in every file a small WAL has: nothing silent, nothing untyped.
 
 A WAL with two regions, three tables, several segments per region, a clean (so
-snapshots and low watermarks exist), a reader position and steps after the clean is
-built once. Then, for every file, bytes are flipped (a sample across the file, every
-byte of its head and tail, where headers and the newest frames live) and the file is
-cut at several lengths; each mutation is applied to a fresh copy, then the WAL is read
-through the Python API and verified with ``durablewal check``. Rules:
+snapshots, low watermarks and a killed attempt's freed frames exist), a reader
+position and steps after the clean is built once. Then, for every file, bytes are
+flipped (a sample across the file, every byte of its head and tail, where headers and
+the newest frames live) and the file is cut at several lengths; each mutation is
+applied to a fresh copy, then the WAL is read through the Python API and verified
+with ``durablewal check``. Rules:
 
 * a read either returns exactly what it returned before the damage, or raises a typed
   error (``DurableWalError``): never different rows, steps or positions in silence;
@@ -23,7 +24,9 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from helpers import log_clock
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import DurableWalError
@@ -45,11 +48,16 @@ def build(root: Path) -> None:
               "options": {"path": str(root), "segment_size_bytes": 2048}}
     ns = open_namespace(config)
     for ws in range(8):
-        write_step(ns, "w", ws, {"orders": [{"id": ws * 10 + i, "amount": float(i)}
-                                            for i in range(ws % 3 + 1)],
-                                 "items": [{"sku": f"s{ws}", "n": ws}]})
-        if ws % 2:
-            write_step(ns, "e", ws, {"events": [{"id": ws, "kind": "tick"}]}, region_id=1)
+        with log_clock(-60 if ws <= 4 else 0):  # the dead attempt is older than what follows
+            write_step(ns, "w", ws, {"orders": [{"id": ws * 10 + i, "amount": float(i)}
+                                                for i in range(ws % 3 + 1)],
+                                     "items": [{"sku": f"s{ws}", "n": ws}]})
+            if ws % 2:
+                write_step(ns, "e", ws, {"events": [{"id": ws, "kind": "tick"}]}, region_id=1)
+            if ws == 4:  # a killed attempt between needed steps: freed in place (`freed`)
+                dead = ns.begin("dead", 0)
+                dead.write("orders", pa.table({"id": [999] * 300, "amount": [0.5] * 300}))
+                dead.receipt()
     ns.commit_reader("dash", 3)
     ns.expire(4)
     Cleaner(ns, grace_ms=0).run_once()
@@ -129,7 +137,8 @@ def test_every_flip_and_cut_in_every_file_is_detected_or_harmless(tmp_path, scra
     kinds = {p.relative_to(pristine).parts[1] for p in files}
     assert {"commits", "region_0", "region_1", "snapshots"} <= kinds, kinds
     names = {p.name for p in files}
-    assert {"acked", "low_watermark"} <= names and any(n.startswith("wal.") for n in names)
+    assert {"acked", "low_watermark", "freed"} <= names and \
+        any(n.startswith("wal.") for n in names)
     counts: Counter = Counter()
     failures: list[str] = []
     for original in files:

@@ -4,13 +4,16 @@ A pass, in this order (rules 5-8 of the protocol in :mod:`pyspark_durable.wal.na
 
 1. replay the commits log; apply the retention policy (an ``expire`` record; age
    measured as :mod:`.clocks` says, so a cleaner ahead expires no more than one right);
-2. propose per region a bound: the first offset a needed step refers to, and no
-   entry younger than ``grace_ms`` (an attempt in flight may still commit it; young by
-   the writers' clocks too, :mod:`.clocks`);
+2. propose per region a bound: no entry younger than ``grace_ms`` (an attempt in
+   flight may still commit it; young by the writers' clocks too, :mod:`.clocks`), and
+   on a backend that cannot free single entries (``Log.can_free``) no higher than the
+   first offset a needed step refers to;
 3. append one ``clean`` record with the bounds that move and the pass's time (a
    pass that moves no bound skips it if the last one is younger than a second);
 4. replay to the end of the log, then delete each region below
-   ``min(bound, first offset a needed step refers to)``;
+   ``min(bound, first offset a needed step refers to)``, and free the entries between
+   that point and the bound that no indexed step of this replay refers to (dead
+   attempts: docs/protocol.md, "Dead attempts, freed after the grace");
 5. write a snapshot versioned by its commits-log offset (when retention moved, or
    :data:`SNAPSHOT_EVERY_RECORDS` records came since the newest), then delete the commits
    log below the *older* of the two newest snapshots (so a damaged newest snapshot
@@ -20,8 +23,8 @@ A pass, in this order (rules 5-8 of the protocol in :mod:`pyspark_durable.wal.na
 On a full disk (:class:`DiskFull`) a pass releases the store's reserve and runs again
 (:mod:`.reserve`); every pass ends by taking the reserve back if it was released.
 
-Any number of passes may run at once in any processes: each one only deletes what
-its own replay proves unneeded, and a crash between any two steps leaves a
+Any number of passes may run at once in any processes: each one only deletes or
+frees what its own replay proves unneeded, and a crash between any two steps leaves a
 namespace that recovers (a recorded bound without a deletion only refuses late
 commits of old attempts, which were going to be cleaned anyway).
 

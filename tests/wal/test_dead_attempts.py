@@ -21,7 +21,7 @@ from race_child import rows_for
 from test_retention_races import Paused, commit
 
 from pyspark_durable.cli import main as durablewal
-from pyspark_durable.errors import AttemptLost
+from pyspark_durable.errors import AttemptLost, EntryFreed
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Cleaner, Namespace
 from pyspark_durable.wal.upkeep.check import Checker
@@ -179,3 +179,21 @@ def test_a_cleaner_killed_while_freeing_leaves_a_clean_namespace(make_store, sto
     Cleaner(again, grace_ms=0).run_once()
     assert {r: u for r, (u, _) in uncommitted(again).items()} == {0: 0, 1: 0}
     verify(root, namespace, acked)
+
+
+def test_a_step_whose_entry_was_freed_is_named_lost_never_read_short(make_store):
+    """This tests what a step that refers to a freed entry gives (a cleaner never frees
+    one: this frees it by hand): a read of the step raises EntryFreed naming the region
+    and offset, never fewer rows, and `check` names the step as lost."""
+    ns = Namespace(make_store())
+    acked = {("w", ws): commit(ns, "w", ws) for ws in range(3)}
+    run = next(r for r in ns.step_commit(acked[("w", 1)]).runs if r.region_id == 0)
+    ns.store.open_region(0).free([(run.start, run.start + 1)])
+    fresh = Namespace(make_store())
+    with pytest.raises(EntryFreed) as got:
+        list(fresh.read_step(acked[("w", 1)]))
+    assert got.value.where["offset"] == run.start
+    assert list(fresh.read_step(acked[("w", 2)]))  # the others read
+    problems = [str(p) for p in Checker(make_store(), deep=True).run().problems]
+    assert any(f"step {acked[('w', 1)]} is lost: its entries [{run.start}, "
+               f"{run.start + 1}) were freed" in p for p in problems), problems

@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 
 import pyspark_durable.wal.failpoints as failpoints  # the module: tests swap its hooks
-from pyspark_durable.errors import DecodeError, OffsetOutOfRange
+from pyspark_durable.errors import CorruptEntryError, DecodeError, OffsetOutOfRange
 from pyspark_durable.log import Log
 from pyspark_durable.log.base import Reserve
 from pyspark_durable.wal.format.records import CleanRecord, ClocksRecord, DedupRecord, OneOffsRecord
@@ -106,6 +106,10 @@ def _recent_bound(region: Log, grace_ms: float, low: int, high: int, own_ms: int
         except OffsetOutOfRange:
             lo = max(mid + 1, min(hi, region.low_watermark()))
             continue
+        except CorruptEntryError:
+            if not any(a <= mid < b for a, b in region.freed_ranges()):
+                raise
+            entry = None  # another cleaner punched it while we read it
         if entry is None:  # freed: it was older than a grace then, so it is now
             lo = mid + 1
             continue

@@ -424,7 +424,8 @@ class FileLog(Log):
                     return
                 append_freed(self.path, records, self._freed_whole)
                 self._freed_key = None  # re-read: the records are ours now
-                self._load_claims(self._segments)
+                with self._state:
+                    self._load_claims(self._segments)
                 for record in records:
                     seg = next(s for s in self._segments if s.base == record.base)
                     if not punch(seg.path, record.pos, record.end_pos,
@@ -439,8 +440,10 @@ class FileLog(Log):
             segments, low = list(self._segments), self._low
         out: list[FreedFrames] = []
         for i, seg in enumerate(segments):
+            nxt = segments[i + 1].base if i + 1 < len(segments) else None
+            if nxt is not None and not any(a < nxt and b > seg.base for a, b in ranges):
+                continue  # no range reaches it: it is not scanned
             if not seg.scanned:
-                nxt = segments[i + 1].base if i + 1 < len(segments) else None
                 with self._state:
                     self._scan(seg, exclusive=False, tail=False, end_offset=nxt)
             top = seg.base + seg.count
@@ -461,15 +464,15 @@ class FileLog(Log):
         return out
 
     def freed_ranges(self) -> list[tuple[int, int]]:
+        """A scanned segment's checked ranges; an unscanned one's records as they say
+        (a scan to check them would read whole old segments at every cleaner pass)."""
         low, high, segments = self._bounds()
-        for i, seg in enumerate(segments):
-            if seg.claims and not seg.scanned:
-                with self._state:
-                    self._scan(seg, exclusive=False, tail=False,
-                               end_offset=segments[i + 1].base if i + 1 < len(segments)
-                               else None)
-        return merge_ranges((max(a, low), min(b, high)) for seg in segments
-                            for a, b in seg.freed)
+        found = []
+        for seg in segments:
+            found += seg.freed if seg.scanned else [(c.start, c.end) for c in
+                                                    seg.claims.values()]
+        return [r for r in merge_ranges((max(a, low), min(b, high)) for a, b in found)
+                if r[0] < r[1]]
 
     # -- deleting and closing ---------------------------------------------------
 

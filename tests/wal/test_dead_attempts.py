@@ -158,6 +158,7 @@ def test_a_committer_paused_while_a_cleaner_frees(make_store, store_config, name
     verify(Path(store_config[1]["path"]), namespace, acked)
 
 
+@pytest.mark.crash
 @pytest.mark.parametrize("point", ["clean.freeing", "clean.deleted"])
 def test_a_cleaner_killed_while_freeing_leaves_a_clean_namespace(make_store, store_config,
                                                                  namespace, point):

@@ -104,6 +104,15 @@ def append_freed(folder: Path, records: Sequence[FreedFrames], whole: int) -> No
         os.lseek(fd, whole, os.SEEK_SET)
         write_all(fd, [r.encode() for r in records])
         os.fsync(fd)
+    except OSError:
+        # the fsync rule: a record whose write or fsync failed is cut off again (nothing
+        # was punched for it), so no later reader takes bytes the disk may not hold
+        try:
+            os.ftruncate(fd, whole)
+            os.fsync(fd)
+        except OSError:
+            pass  # cut by the next free, which truncates to the whole records it read
+        raise
     finally:
         os.close(fd)
     if created:

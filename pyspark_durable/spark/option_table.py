@@ -377,8 +377,9 @@ OPTION_TABLE: tuple[Opt, ...] = (
     Opt(
         "cleanGraceMs",
         "`300000`",
-        "write: the cleaner keeps uncommitted entries younger than this; set it above your "
-        "longest micro-batch",
+        "write: the cleaner keeps uncommitted entries younger than this, and frees older "
+        "ones (killed or failed task attempts, replayed batches) on the file backend with no "
+        "retention policy; set it above your longest micro-batch",
         field="clean_grace_ms",
         parse=integer,
         minimum=0,

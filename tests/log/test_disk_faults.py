@@ -66,8 +66,6 @@ FAILURES = {
     "snapshot": ("fsync", "/snapshots/", 2, 1, "clean", "BackendUnavailable"),
     "low watermark": ("fsync", "low_watermark", 2, 1, "clean", "BackendUnavailable"),
     "folder": ("fsync", "/region_0", 3, 1, "clean", "BackendUnavailable"),
-    # a retried writer step leaves a dead attempt, which a pass frees: its record first
-    "freed record": ("fsync", "/region_0/freed", 1, 1, "clean", "BackendUnavailable"),
 }
 
 
@@ -75,12 +73,13 @@ FAILURES = {
 def test_a_failed_fsync_never_acknowledges_what_it_failed_to_write(shim, tmp_path, case):
     """This tests that when one fsync/fdatasync of a writer process fails with EIO (its
     segment frames, a commit record, the acknowledgement mark once or twice, a snapshot,
-    the low watermark, a folder, a freed-frames record), the writer gets the typed
-    error (or none, when the append repaired it by writing the mark again), retries that
-    writer step once as a user would, and that after a power cut that drops everything the disk did not
-    confirm (the failed call's pages included) a fresh process finds every acknowledged
-    step exactly once, by content, and ``check`` finds nothing wrong; then a writer
-    without faults goes on from there."""
+    the low watermark, a folder or, when the child abandoned an attempt a pass frees, the
+    freed-frames record), the writer gets the typed error (or none, when the append
+    repaired it by writing the mark again), retries that writer step once as a user
+    would, and that after a power cut that drops everything the disk did not confirm (the
+    failed call's pages included) a fresh process finds every acknowledged step exactly
+    once, by content, and ``check`` finds nothing wrong; then a writer without faults goes
+    on from there."""
     call, where, nth, times, mode, expected = FAILURES[case]
     root, record = tmp_path / "wal", tmp_path / "record"
     root.mkdir()

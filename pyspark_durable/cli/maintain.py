@@ -44,7 +44,8 @@ def cmd_clean(args: argparse.Namespace) -> int:
     """One cleaner pass: snapshot, then delete what no retained step or table needs."""
     with opened_namespace(args) as ns, Progress(not args.json) as progress:
         report = Cleaner(ns, grace_ms=args.grace_ms).run_once(progress)
-    regions = [{"region": r, "low_before": before, "low_after": after, "freed": after - before}
+    regions = [{"region": r, "low_before": before, "low_after": after, "freed": after - before,
+                "freed_in_place": report.freed.get(r, 0)}
                for r, (before, after) in sorted(report.regions.items())]
     doc = {"namespace": args.namespace, "grace_ms": args.grace_ms,
            "snapshot_at": report.snapshot_at, "first_retained_step": report.first_retained_step,

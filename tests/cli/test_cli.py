@@ -392,7 +392,8 @@ def test_clean_reports_what_it_freed(wal_root, capsys):
     assert len(list((wal_root / NS / "region_0").glob("*.seg"))) < segments_before
     doc = cli_json(capsys, "clean", wal_root, "--namespace", NS, "--grace-ms", "0")
     assert (doc["freed_entries"], doc["first_retained_step"]) == (0, 8)
-    assert doc["regions"][0] == {"region": 0, "low_before": 4, "low_after": 4, "freed": 0}
+    assert doc["regions"][0] == {"region": 0, "low_before": 4, "low_after": 4, "freed": 0,
+                                 "freed_in_place": 0}
     assert doc["commits_low"]["before"] == doc["commits_low"]["after"]  # one snapshot: kept
     assert doc["snapshot_at"] > 0
     assert cli_json(capsys, "steps", wal_root, "--namespace", NS)["retained"] == [8, 12]

@@ -135,6 +135,32 @@ def test_both_clients_read_and_write_through_oauthbearer(cluster, tokens, client
     assert_nothing_shows(tokens, topic_bytes(cluster, ns_name), "the WAL's topics")
 
 
+JAAS_HANDLERS = {  # Kafka 4's login callback handler, and 3.x's
+    "confluent": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+    "kafka-python":
+        "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler",
+}
+
+
+@pytest.mark.backends("kafka-confluent", "kafka-python")
+def test_a_java_clients_jaas_configuration_logs_in_with_oauthbearer(cluster, tokens, client):
+    """This tests that a Java client's OAUTHBEARER configuration (an
+    OAuthBearerLoginModule JAAS line with clientId, clientSecret and scope, the token
+    endpoint URL and Kafka's login callback handler) writes and reads a WAL on both
+    clients, with tokens fetched for that client id."""
+    secret = PROFILES["app"].secret
+    options = {"kafka.bootstrap.servers": cluster.sasl_bootstrap(), "kafka.client": client,
+               "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "OAUTHBEARER",
+               "kafka.sasl.oauthbearer.token.endpoint.url": f"{tokens.url}/token",
+               "kafka.sasl.login.callback.handler.class": JAAS_HANDLERS[client],
+               "kafka.sasl.jaas.config":
+                   "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule "
+                   f'required clientId="app" clientSecret="{secret}" scope="{SCOPE}";'}
+    before = len(tokens.tokens("app"))
+    roundtrip(options)
+    assert len(tokens.tokens("app")) > before, "no token was fetched for the JAAS client id"
+
+
 @pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_an_expired_token_is_refreshed_under_a_long_lived_handle(cluster, tokens, client):
     """This tests that a store kept open past several expiries of its 5-second tokens goes

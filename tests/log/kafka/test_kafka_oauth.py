@@ -49,6 +49,7 @@ def secret_for(name: str) -> str:
 
 PROFILES = {"app": Client(secret_for("app")),
             "short": Client(secret_for("short"), lifetime_s=SHORT_S),
+            "jaas": Client(secret_for("jaas")),
             "rotated-confluent": Client(secret_for("rot"), lifetime_s=SHORT_S),
             "rotated-kafka-python": Client(secret_for("rot"), lifetime_s=SHORT_S),
             "other-audience": Client(secret_for("aud"), audience="someone-else"),
@@ -148,17 +149,17 @@ def test_a_java_clients_jaas_configuration_logs_in_with_oauthbearer(cluster, tok
     OAuthBearerLoginModule JAAS line with clientId, clientSecret and scope, the token
     endpoint URL and Kafka's login callback handler) writes and reads a WAL on both
     clients, with tokens fetched for that client id."""
-    secret = PROFILES["app"].secret
+    secret = PROFILES["jaas"].secret  # its own client: kafka-python's tokens are shared
     options = {"kafka.bootstrap.servers": cluster.sasl_bootstrap(), "kafka.client": client,
                "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "OAUTHBEARER",
                "kafka.sasl.oauthbearer.token.endpoint.url": f"{tokens.url}/token",
                "kafka.sasl.login.callback.handler.class": JAAS_HANDLERS[client],
                "kafka.sasl.jaas.config":
                    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule "
-                   f'required clientId="app" clientSecret="{secret}" scope="{SCOPE}";'}
-    before = len(tokens.tokens("app"))
+                   f'required clientId="jaas" clientSecret="{secret}" scope="{SCOPE}";'}
+    before = len(tokens.tokens("jaas"))
     roundtrip(options)
-    assert len(tokens.tokens("app")) > before, "no token was fetched for the JAAS client id"
+    assert len(tokens.tokens("jaas")) > before, "no token was fetched for the JAAS client id"
 
 
 @pytest.mark.backends("kafka-confluent", "kafka-python")

@@ -96,6 +96,22 @@ class Partition:
             sender.login_refused()
         return typed
 
+    def _append_failure(self, exc: BaseException, done: int, count: int,
+                        sender: Sender) -> BaseException:
+        """An append's failure as its future's error: the authorizer's refusal as it is
+        (so not stored); else naming how many records were acknowledged, retriable
+        unless a login was refused."""
+        if isinstance(exc, AccessDenied):
+            return exc
+        left = f"{done} of {count} records acknowledged (the rest may or may not be stored)"
+        if isinstance(exc, AuthenticationFailed):
+            return AuthenticationFailed(f"append to topic {self.topic}: {left}: {exc.reason}",
+                                        **self.where)
+        return self._refused_login(BackendUnavailable(
+            f"append to topic {self.topic} on Kafka broker {self.settings.bootstrap_servers} "
+            f"failed: {left}: {type(exc).__name__}: {exc}", **self.where),
+            "producer", f"append to topic {self.topic}: {left}", sender)
+
     @contextmanager
     def _login_checked(self, what: str) -> Iterator[None]:
         """A read's retriable failure told as the endpoint's refusal, if it is one; a
@@ -124,7 +140,6 @@ class Partition:
             out.set_result([])
             return out
         sender = self.pool.sender()
-        address = self.settings.bootstrap_servers
         offsets: list[int | None] = [None] * len(records)
         left = [len(records)]
         lock = threading.Lock()
@@ -143,22 +158,8 @@ class Partition:
             with lock:
                 if out.done():
                     return
-                if isinstance(exc, AccessDenied):  # refused, so not stored: said as it is
-                    out.set_exception(exc)
-                    return
                 done = sum(o is not None for o in offsets)
-                left = (f"{done} of {len(records)} records acknowledged (the rest may or may "
-                        "not be stored)")
-                if isinstance(exc, AuthenticationFailed):  # a refused login, as it is
-                    out.set_exception(AuthenticationFailed(
-                        f"append to topic {self.topic}: {left}: {exc.reason}", **self.where))
-                    return
-                out.set_exception(self._refused_login(
-                    BackendUnavailable(
-                        f"append to topic {self.topic} on Kafka broker {address} failed: "
-                        f"{left}: {type(exc).__name__}: {exc}",
-                        **self.where,
-                    ), "producer", f"append to topic {self.topic}: {left}", sender))
+                out.set_exception(self._append_failure(exc, done, len(records), sender))
 
         try:
             sender.send(self.topic, records, acked, failed, self.where)
@@ -170,8 +171,10 @@ class Partition:
         except BackendUnavailable as exc:  # raised by the client's send (no metadata for
             if type(exc) is not BackendUnavailable:  # the topic in time): name the topic
                 raise
-            raise BackendUnavailable(f"append to topic {self.topic} failed: {exc.reason}",
-                                     **self.where) from exc
+            raise self._refused_login(
+                BackendUnavailable(f"append to topic {self.topic} failed: {exc.reason}",
+                                   **self.where),
+                "producer", f"append to topic {self.topic}", sender) from exc
         return out
 
     # -- bounds -----------------------------------------------------------------

@@ -50,8 +50,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     for item in items:
         if not any(item.get_closest_marker(m) for m in SLOW_MARKS):
             item.add_marker(pytest.mark.quick)
-        where = Path(item.path).resolve().relative_to(tests)
-        group = where.parts[0] if where.parts[0] in SHARED_SERVER_FOLDERS else where.as_posix()
+        path = Path(item.path).resolve()
+        where = path.relative_to(tests).parts if path.is_relative_to(tests) else (str(path),)
+        group = where[0] if where[0] in SHARED_SERVER_FOLDERS else "/".join(where)
         item.add_marker(pytest.mark.xdist_group(group))
     if not items:
         raise pytest.UsageError("no tests were collected: refusing a silent green run")

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from helpers import KAFKA_CLIENTS, hashed_payload
 from kafka_broker import KafkaCluster, cluster_for_tests
-from kafka_cluster_tools import partition_info, wait_in_sync
+from kafka_cluster_tools import FAILURE_DETECTION, partition_info, wait_in_sync
 
 from pyspark_durable.cli import main
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
@@ -50,7 +50,7 @@ CLIENTS = KAFKA_CLIENTS
 # one partition of the group-offsets topic (librdkafka's FindCoordinator creates it), so
 # the node's recovery after its halt is quick
 BROKER = {"log.segment.bytes": str(1 << 20), "log.index.size.max.bytes": str(64 << 10),
-          "offsets.topic.num.partitions": "1"}
+          "offsets.topic.num.partitions": "1", **FAILURE_DETECTION}
 CLUSTER_HEAP = ("-Xms128m", "-Xmx512m")
 
 

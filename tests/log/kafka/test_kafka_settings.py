@@ -41,6 +41,22 @@ def test_own_options_given_as_spark_strings_are_typed_into_their_fields(client):
     assert defaults.connect_timeout_ms == OWN_OPTIONS["connect_timeout_ms"].default
 
 
+def test_confluent_compresses_batches_with_lz4_unless_the_options_say_otherwise():
+    """This tests that the confluent producer compresses its batches with lz4 by default,
+    that a user's compression (in either client's spelling) wins, and that no consumer
+    is handed a producer-only property (librdkafka would warn about it on every open)."""
+    def clients(**given: str) -> dict:
+        return KafkaSettings.parse({"bootstrap_servers": SERVERS, "client": "confluent",
+                                    **given}).clients
+    default = clients()
+    assert default["producer"]["compression.type"] == "lz4"
+    assert clients(**{"kafka.compression.type": "none"})["producer"]["compression.type"] == "none"
+    assert clients(compression_type="zstd")["producer"]["compression.type"] == "zstd"
+    for given in ({}, {"kafka.compression.type": "gzip", "kafka.linger.ms": "2"}):
+        consumer = clients(**given)["consumer"]
+        assert not {"compression.type", "compression.codec", "linger.ms"} & set(consumer)
+
+
 @pytest.mark.parametrize("name", [n for n, o in OWN_OPTIONS.items() if o.minimum is not None])
 def test_each_own_options_minimum_is_taken_and_one_below_is_refused_naming_it(name):
     """This tests that an own option with a minimum takes it and refuses one less with a

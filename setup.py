@@ -36,6 +36,7 @@ setup(
             "confluent-kafka>=2.6",
             "pytest>=8",
             "pytest-timeout>=2.3",
+            "pytest-xdist>=3.6",  # the quick lane on every core: pytest -m quick -n auto
             "chispa>=0.10",
             "pandas>=2,<3",
             "ruff>=0.6",

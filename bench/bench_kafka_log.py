@@ -118,15 +118,16 @@ def raw_kafka_python(address: str, store: KafkaLogStore, topic: str, records: li
 def raw_confluent(address: str, store: KafkaLogStore, topic: str, records: list[Record],
                   per_append: int) -> RawPair:
     """Raw confluent-kafka with the log's settings: a Producer (acks=all, idempotence,
-    linger.ms, batch.size and message.max.bytes as the log's) that waits for every
-    delivery report, and a Consumer reading with assign() at an offset + consume()."""
+    linger.ms, batch.size, message.max.bytes and compression as the log's) that waits for
+    every delivery report, and a Consumer reading with assign() at an offset + consume()."""
     from confluent_kafka import Consumer, KafkaError, Producer
     from confluent_kafka import TopicPartition as RdPartition
 
     prod_cfg, cons_cfg = store.settings.clients["producer"], store.settings.clients["consumer"]
     producer = Producer({
         "bootstrap.servers": address, "acks": "all", "enable.idempotence": "true",
-        **{k: prod_cfg[k] for k in ("linger.ms", "batch.size", "message.max.bytes")},
+        **{k: prod_cfg[k] for k in ("linger.ms", "batch.size", "message.max.bytes",
+                                    "compression.type")},
     })
     consumer = Consumer({
         "bootstrap.servers": address, "group.id": "bench-raw-assign-only",

@@ -194,12 +194,15 @@ class Target:
     bootstrap: str | None = None
     client: str | None = None
     brokers: int = 1  # Kafka: the brokers of the cluster (topics replicated on up to 3)
+    options: tuple[tuple[str, str], ...] = ()  # Kafka: store options of the run, e.g.
+    # (("compression.type", "none"),): named in the label
 
     @property
     def label(self) -> str:
         """``file``, ``kafka/confluent`` or ``kafka/kafka-python`` (``, 3 brokers`` on a
         cluster): what the report shows."""
         name = f"{self.backend}/{self.client}" if self.client else self.backend
+        name += "".join(f", {k}={v}" for k, v in self.options)
         return f"{name}, {self.brokers} brokers" if self.brokers > 1 else name
 
     @property
@@ -212,6 +215,7 @@ class Target:
             {"bootstrap_servers": str(self.bootstrap)}
         if self.client:
             opts["client"] = self.client
+        opts.update(self.options)
         return {"backend": self.backend, "namespace": self.namespace, "options": opts}
 
     def spark_options(self) -> dict[str, str]:
@@ -222,6 +226,7 @@ class Target:
             opts["kafka.bootstrap.servers"] = str(self.bootstrap)
         if self.client:
             opts["kafka.client"] = self.client
+        opts.update((f"kafka.{k}", v) for k, v in self.options)
         return opts
 
     def with_namespace(self, namespace: str) -> Target:

@@ -64,6 +64,12 @@ BACKENDS: dict[str, tuple[str, str | None, int]] = {
     "kafka": ("kafka", "confluent", 1),
     "kafka-python": ("kafka", "kafka-python", 1),
     "kafka-cluster": ("kafka", "confluent", 3),
+    "kafka-uncompressed": ("kafka", "confluent", 1),
+}
+# --backends name -> Kafka store options of that run (named in its rows' label):
+# confluent's batches without its default lz4 compression, for what compression gives
+BACKEND_OPTIONS: dict[str, tuple[tuple[str, str], ...]] = {
+    "kafka-uncompressed": (("compression.type", "none"),),
 }
 
 
@@ -126,7 +132,8 @@ def main() -> None:
     parser.add_argument("--scale", choices=sorted(SCALES), default="small")
     parser.add_argument("--backends", default="file,kafka,kafka-python,kafka-cluster",
                         help="file, kafka (confluent-kafka client), kafka-python, "
-                        "kafka-cluster (confluent-kafka on 3 brokers)")
+                        "kafka-cluster (confluent-kafka on 3 brokers), kafka-uncompressed "
+                        "(confluent-kafka, compression.type=none)")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--pairs", default="1,2,3,4,5,6,7", help="which pairs to run")
     parser.add_argument("--warmups", type=int, default=1,
@@ -184,13 +191,14 @@ def main() -> None:
             broker = brokers.for_run(size) if backend == "kafka" else None
             base = Target(backend, "x", path=str(work / "wal") if backend == "file" else None,
                           bootstrap=broker.bootstrap if broker else None, client=client,
-                          brokers=size)
+                          brokers=size, options=BACKEND_OPTIONS.get(name, ()))
             label = base.label
             n = scale["rows"]
             if pairs & {"1", "2"}:
                 say(f"[{label}] pairs 1, 2: source / sink, {n:,} rows")
                 note_load(f"[{label}] pairs 1, 2")
-                results += source_sink_pairs(spark, base, n, args.reps, say, shared)
+                results += source_sink_pairs(spark, base, n, args.reps, say, shared,
+                                             frozenset(pairs))
                 if backend == "kafka":
                     results += backend_goal_rows(shared, label, n)
             if "3" in pairs:

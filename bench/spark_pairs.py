@@ -225,139 +225,145 @@ def _keeping_durations(fn: Callable[[], float]) -> Callable[[], float]:
 
 
 def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
-                      log: Callable[[str], None], shared: SharedRates) -> list[Result]:
+                      log: Callable[[str], None], shared: SharedRates,
+                      pairs: frozenset[str] = frozenset({"1", "2"})) -> list[Result]:
     """Pairs 1 and 2, each also against the Python Data Source floor and Spark's parquet
-    file source / sink (the peers a user would pick instead); durablewal → durablewal."""
+    file source / sink (the peers a user would pick instead); durablewal → durablewal.
+    Without pair 1 in ``pairs`` (``--pairs 2``), the sink's queries alone, and no
+    durablewal → durablewal (it reads pair 1's prefilled namespace)."""
     b = base.label
-    src = base.with_namespace(uid("src"))
-    t0 = time.perf_counter()
-    prefill(src, n, rows_per_step=min(n, 50_000))
-    log(f"  prefilled {n:,} rows in {time.perf_counter() - t0:.1f}s")
-    one = base.with_namespace(uid("one"))  # pair 1c: one step in one region, split over tasks
-    prefill(one, n, rows_per_step=n, regions=1)
     measure_parquet = not shared.parquet_run
-    parquet_dir = Path(scratch_dir("parquet-src-")) \
-        if measure_parquet else None
-    if parquet_dir is not None:
-        t0 = time.perf_counter()
-        write_parquet(parquet_dir, n, rows_per_step=min(n, 50_000))
-        log(f"  wrote the same {n:,} rows as parquet in {time.perf_counter() - t0:.1f}s")
-
-    def read_into_noop(key: str, make: Callable[[], DataFrame]) -> Callable[[], float]:
-        def run() -> float:
-            secs, _, progress = run_available_now(make(), "noop")
-            assert rows_of(progress) == n, (key, rows_of(progress), n)
-            LAST_DURATIONS[key] = durations(progress)
-            return n / secs
-        return run
-
-    def batch_into_noop(make: Callable[[], DataFrame]) -> Callable[[], float]:
-        """Pair 1d: a batch ``spark.read`` written to ``noop``, wall clock (planning
-        included, the same for both sides: a batch query has no progress events)."""
-        def run() -> float:
-            start = time.perf_counter()
-            make().write.format("noop").mode("overwrite").save()
-            return n / (time.perf_counter() - start)
-        return run
-
-    def wal_batch() -> DataFrame:
-        return spark.read.format("durablewal").options(**one.spark_options()).load()
-
-    def floor_batch() -> DataFrame:
-        return spark.read.format("pyfloor").option("rows", n).load()
-
-    for make in (wal_batch, floor_batch):  # the same rows on both sides, checked once
-        assert make().count() == n, (make.__name__, n)
-    payload_only = "id long, payload binary"
-    fns = {
-        "ours": read_into_noop("durablewal→noop", lambda: wal_df(spark, src)),
-        "payload": read_into_noop("durablewal(payload schema)→noop",
-                                  lambda: spark.readStream.format("durablewal")
-                                  .options(**src.spark_options()).schema(payload_only).load()),
-        "onestep": read_into_noop("durablewal(one step, one region)→noop",
-                                  lambda: wal_df(spark, one)),
-        "pyfloor": read_into_noop("pyfloor→noop", lambda: floor_df(spark, n)),
-        "pyfloor payload": read_into_noop(
-            "pyfloor(payload columns)→noop",
-            lambda: floor_df(spark, n, columns="payload", partitions=str(CORES))),
-        "batch": batch_into_noop(wal_batch),
-        "pyfloor batch": batch_into_noop(floor_batch),
-        "peer": rate_fn(spark, n, "noop")}
-    if measure_parquet:
-        fns["parquet"] = read_into_noop(
-            "parquet→noop",
-            lambda: spark.readStream.format("parquet").schema(payload_only).load(str(parquet_dir)))
-    beside_file(shared, base, "1", fns)
     peer = shared.kafka_peer if base.backend == "kafka" else None
     peer_cpu: dict[str, dict[str, CpuMeter]] = {}
-    if peer is not None and peer.jars:
-        for values, make in kafka_source_peers(spark, base, n, shared, log).items():
-            fns[f"sparkkafka-{values}"] = read_into_noop(spark_kafka.VALUES[values][1], make)
-        peer_cpu["1"] = with_peer_meters(fns)
-    try:
-        runs = repeat(fns, reps)
-    finally:
-        if parquet_dir is not None:
-            shutil.rmtree(parquet_dir, ignore_errors=True)
-    log(f"  source: {runs}")
-    if measure_parquet:
-        shared.parquet_run, shared.parquet_source = b, runs["parquet"]
-    shared.source[b] = runs["ours"]
-    if "file" in runs:
-        shared.file_beside.setdefault(b, {})["1"] = runs["file"]
     note = f"{n:,} rows"
-    kafka_rows = {}
-    if "1" in peer_cpu:
-        kafka_rows["1"] = spark_kafka_rows(
-            "1", b, runs, peer_cpu["1"], f"{note}; {peer.label()}" if peer else note,
-            extra=(("durablewal, payload columns only→noop", "payload",
-                    "the same 2 columns on both sides"),))
-    pq_note = f"{note}; parquet measured in the [{shared.parquet_run}] run"
-    out = [
-        higher_is_better(f"1 source [{b}]: durablewal→noop vs rate→noop", runs["ours"],
-                         runs["peer"], "rows/s", 0.7, note),
-        reported(f"1 source [{b}]: durablewal→noop vs Python floor (in-memory "
-                 "Python source, same columns)→noop", runs["ours"], runs["pyfloor"],
-                 "rows/s", f"{note}; the share of the Python ceiling reached"),
-        reported(f"1 source floor [{b} run]: in-memory Python source→noop vs "
-                 "rate→noop", runs["pyfloor"], runs["peer"], "rows/s",
-                 f"{note}; no I/O at all: the most any Python source reaches"),
-        higher_is_better(f"1b source [{b}]: durablewal, payload columns only (user "
-                         "schema)→noop vs rate→noop", runs["payload"], runs["peer"], "rows/s",
-                         0.7, f"{note}; without the 8 metadata columns"),
-        higher_is_better(f"1c source [{b}]: one step in one region→noop vs Python floor "
-                         "(2 partitions)→noop", runs["onestep"], runs["pyfloor"], "rows/s",
-                         0.9, f"{note} in one step of one region, split over tasks "
-                         "(minPartitions default: the driver's cores)"),
-        higher_is_better(f"1d source [{b}]: batch read of one step in one region→noop vs "
-                         f"Python floor batch read ({CORES} partitions)→noop", runs["batch"],
-                         runs["pyfloor batch"], "rows/s", 0.9,
-                         f"{note} in one step of one region, spark.read→write.format(noop), "
-                         "wall clock per repetition, planning included on both sides "
-                         "(minPartitions default: the driver's cores)"),
-        higher_is_better(f"1e source [{b}]: one step in one region, all metadata columns→noop "
-                         f"vs Python floor of the payload columns only ({CORES} partitions)"
-                         "→noop", runs["onestep"], runs["pyfloor payload"], "rows/s", 0.9,
-                         f"{note} in one step of one region; the floor yields id and payload "
-                         "alone: what the 8 metadata columns cost a default read"),
-        reported(f"1e floor [{b} run]: Python floor with the 8 metadata columns→noop vs "
-                 "the same of the payload columns only→noop", runs["pyfloor"],
-                 runs["pyfloor payload"], "rows/s",
-                 f"{note}; both prebuilt in memory: what PySpark alone charges for carrying "
-                 "8 more columns (Arrow IPC to the JVM, its row conversion), the most 1e "
-                 "can reach"),
-        reported(f"1 source peer [{b}]: durablewal→noop vs parquet file source→noop",
-                 runs["ours"], shared.parquet_source, "rows/s", pq_note),
-        reported(f"1b source peer [{b}]: durablewal, payload columns only→noop vs parquet "
-                 "file source→noop", runs["payload"], shared.parquet_source, "rows/s",
-                 f"{pq_note}; the same 2 columns on both sides"),
-    ]
-    if measure_parquet:
-        out.append(reported(
-            f"1 source floor vs parquet [{b} run]: in-memory Python source→noop vs "
-            "parquet file source→noop", runs["pyfloor"], runs["parquet"], "rows/s",
-            f"{note}; PySpark's limit: the most any Python source reaches, as a share "
-            "of Spark's parquet source"))
+    kafka_rows: dict[str, list[Result]] = {}
+    out: list[Result] = []
+    src = None
+    if "1" in pairs:
+        src = base.with_namespace(uid("src"))
+        t0 = time.perf_counter()
+        prefill(src, n, rows_per_step=min(n, 50_000))
+        log(f"  prefilled {n:,} rows in {time.perf_counter() - t0:.1f}s")
+        one = base.with_namespace(uid("one"))  # pair 1c: one step in one region, split over tasks
+        prefill(one, n, rows_per_step=n, regions=1)
+        parquet_dir = Path(scratch_dir("parquet-src-")) \
+            if measure_parquet else None
+        if parquet_dir is not None:
+            t0 = time.perf_counter()
+            write_parquet(parquet_dir, n, rows_per_step=min(n, 50_000))
+            log(f"  wrote the same {n:,} rows as parquet in {time.perf_counter() - t0:.1f}s")
+
+        def read_into_noop(key: str, make: Callable[[], DataFrame]) -> Callable[[], float]:
+            def run() -> float:
+                secs, _, progress = run_available_now(make(), "noop")
+                assert rows_of(progress) == n, (key, rows_of(progress), n)
+                LAST_DURATIONS[key] = durations(progress)
+                return n / secs
+            return run
+
+        def batch_into_noop(make: Callable[[], DataFrame]) -> Callable[[], float]:
+            """Pair 1d: a batch ``spark.read`` written to ``noop``, wall clock (planning
+            included, the same for both sides: a batch query has no progress events)."""
+            def run() -> float:
+                start = time.perf_counter()
+                make().write.format("noop").mode("overwrite").save()
+                return n / (time.perf_counter() - start)
+            return run
+
+        def wal_batch() -> DataFrame:
+            return spark.read.format("durablewal").options(**one.spark_options()).load()
+
+        def floor_batch() -> DataFrame:
+            return spark.read.format("pyfloor").option("rows", n).load()
+
+        for make in (wal_batch, floor_batch):  # the same rows on both sides, checked once
+            assert make().count() == n, (make.__name__, n)
+        payload_only = "id long, payload binary"
+        fns = {
+            "ours": read_into_noop("durablewal→noop", lambda: wal_df(spark, src)),
+            "payload": read_into_noop("durablewal(payload schema)→noop",
+                                      lambda: spark.readStream.format("durablewal")
+                                      .options(**src.spark_options()).schema(payload_only).load()),
+            "onestep": read_into_noop("durablewal(one step, one region)→noop",
+                                      lambda: wal_df(spark, one)),
+            "pyfloor": read_into_noop("pyfloor→noop", lambda: floor_df(spark, n)),
+            "pyfloor payload": read_into_noop(
+                "pyfloor(payload columns)→noop",
+                lambda: floor_df(spark, n, columns="payload", partitions=str(CORES))),
+            "batch": batch_into_noop(wal_batch),
+            "pyfloor batch": batch_into_noop(floor_batch),
+            "peer": rate_fn(spark, n, "noop")}
+        if measure_parquet:
+            fns["parquet"] = read_into_noop(
+                "parquet→noop",
+                lambda: spark.readStream.format("parquet").schema(payload_only).load(str(parquet_dir)))
+        beside_file(shared, base, "1", fns)
+        if peer is not None and peer.jars:
+            for values, make in kafka_source_peers(spark, base, n, shared, log).items():
+                fns[f"sparkkafka-{values}"] = read_into_noop(spark_kafka.VALUES[values][1], make)
+            peer_cpu["1"] = with_peer_meters(fns)
+        try:
+            runs = repeat(fns, reps)
+        finally:
+            if parquet_dir is not None:
+                shutil.rmtree(parquet_dir, ignore_errors=True)
+        log(f"  source: {runs}")
+        if measure_parquet:
+            shared.parquet_run, shared.parquet_source = b, runs["parquet"]
+        shared.source[b] = runs["ours"]
+        if "file" in runs:
+            shared.file_beside.setdefault(b, {})["1"] = runs["file"]
+        if "1" in peer_cpu:
+            kafka_rows["1"] = spark_kafka_rows(
+                "1", b, runs, peer_cpu["1"], f"{note}; {peer.label()}" if peer else note,
+                extra=(("durablewal, payload columns only→noop", "payload",
+                        "the same 2 columns on both sides"),))
+        pq_note = f"{note}; parquet measured in the [{shared.parquet_run}] run"
+        out += [
+            higher_is_better(f"1 source [{b}]: durablewal→noop vs rate→noop", runs["ours"],
+                             runs["peer"], "rows/s", 0.7, note),
+            reported(f"1 source [{b}]: durablewal→noop vs Python floor (in-memory "
+                     "Python source, same columns)→noop", runs["ours"], runs["pyfloor"],
+                     "rows/s", f"{note}; the share of the Python ceiling reached"),
+            reported(f"1 source floor [{b} run]: in-memory Python source→noop vs "
+                     "rate→noop", runs["pyfloor"], runs["peer"], "rows/s",
+                     f"{note}; no I/O at all: the most any Python source reaches"),
+            higher_is_better(f"1b source [{b}]: durablewal, payload columns only (user "
+                             "schema)→noop vs rate→noop", runs["payload"], runs["peer"], "rows/s",
+                             0.7, f"{note}; without the 8 metadata columns"),
+            higher_is_better(f"1c source [{b}]: one step in one region→noop vs Python floor "
+                             "(2 partitions)→noop", runs["onestep"], runs["pyfloor"], "rows/s",
+                             0.9, f"{note} in one step of one region, split over tasks "
+                             "(minPartitions default: the driver's cores)"),
+            higher_is_better(f"1d source [{b}]: batch read of one step in one region→noop vs "
+                             f"Python floor batch read ({CORES} partitions)→noop", runs["batch"],
+                             runs["pyfloor batch"], "rows/s", 0.9,
+                             f"{note} in one step of one region, spark.read→write.format(noop), "
+                             "wall clock per repetition, planning included on both sides "
+                             "(minPartitions default: the driver's cores)"),
+            higher_is_better(f"1e source [{b}]: one step in one region, all metadata columns→noop "
+                             f"vs Python floor of the payload columns only ({CORES} partitions)"
+                             "→noop", runs["onestep"], runs["pyfloor payload"], "rows/s", 0.9,
+                             f"{note} in one step of one region; the floor yields id and payload "
+                             "alone: what the 8 metadata columns cost a default read"),
+            reported(f"1e floor [{b} run]: Python floor with the 8 metadata columns→noop vs "
+                     "the same of the payload columns only→noop", runs["pyfloor"],
+                     runs["pyfloor payload"], "rows/s",
+                     f"{note}; both prebuilt in memory: what PySpark alone charges for carrying "
+                     "8 more columns (Arrow IPC to the JVM, its row conversion), the most 1e "
+                     "can reach"),
+            reported(f"1 source peer [{b}]: durablewal→noop vs parquet file source→noop",
+                     runs["ours"], shared.parquet_source, "rows/s", pq_note),
+            reported(f"1b source peer [{b}]: durablewal, payload columns only→noop vs parquet "
+                     "file source→noop", runs["payload"], shared.parquet_source, "rows/s",
+                     f"{pq_note}; the same 2 columns on both sides"),
+        ]
+        if measure_parquet:
+            out.append(reported(
+                f"1 source floor vs parquet [{b} run]: in-memory Python source→noop vs "
+                "parquet file source→noop", runs["pyfloor"], runs["parquet"], "rows/s",
+                f"{note}; PySpark's limit: the most any Python source reaches, as a share "
+                "of Spark's parquet source"))
 
     sink_ns = base.with_namespace(uid("sink"))
     fns = {"ours": rate_fn(spark, n, "durablewal", sink_ns.spark_options),
@@ -380,8 +386,9 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
                 base.replication)
         peer_cpu["2"] = with_peer_meters(fns)
     runs = repeat(fns, reps)
+    pq_note = f"{note}; parquet measured in the [{shared.parquet_run or b}] run"
     if measure_parquet:
-        shared.parquet_sink = runs["parquet"]
+        shared.parquet_run, shared.parquet_sink = b, runs["parquet"]
     shared.sink[b] = runs["ours"]
     if "file" in runs:
         shared.file_beside.setdefault(b, {})["2"] = runs["file"]
@@ -413,6 +420,9 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
     log(f"  sink: {runs}")
     for k, v in LAST_DURATIONS.items():
         log(f"  durationMs of the last {k}: {v}")
+
+    if src is None:
+        return out
 
     def wal_to_wal() -> float:
         dst = base.with_namespace(uid("w2w"))

@@ -42,6 +42,8 @@ SECRET_KEY = re.compile(
 NOT_SECRET_KEY = re.compile(r"(?i)token[._-]?endpoint[._-]?url['\"]?$")
 # a JAAS line: username="..." password="..." (quoted, as Kafka's JAAS parser wants them)
 JAAS_VALUE = re.compile(r"""(?i)\b(password|username)\s*=\s*("(?:[^"\\]|\\.)*"|'[^']*'|[^\s;]+)""")
+# any JAAS option: name="..." (OAuthBearerLoginModule: clientId, clientSecret, scope)
+JAAS_OPTION = re.compile(r"""([A-Za-z_][\w.-]*)\s*=\s*("(?:[^"\\]|\\.)*"|'[^']*'|[^\s;]+)""")
 # kafka-python's DEBUG lines show SASL requests: auth_bytes=b'\x00user\x00password'
 AUTH_BYTES = re.compile(r"""auth_bytes=b(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
 # a value printed beside its key: a client's configuration at DEBUG ('sasl_plain_password':
@@ -77,6 +79,18 @@ def jaas_values(text: str) -> dict[str, str]:
     return found
 
 
+def jaas_options(text: str) -> tuple[str, dict[str, str]]:
+    """The login module of a JAAS line and its options, unquoted, under their names
+    (``org...OAuthBearerLoginModule required clientId="a" clientSecret="b";``)."""
+    module, _, rest = re.sub(r"\s+", " ", text.strip()).partition(" ")
+    rest = re.sub(r"^\s*(required|requisite|sufficient|optional)\b", "", rest, flags=re.I)
+    found = {}
+    for key, raw in JAAS_OPTION.findall(rest):
+        value = raw[1:-1] if raw[:1] in "\"'" and raw[-1:] == raw[:1] else raw
+        found[key] = re.sub(r"\\(.)", r"\1", value) if raw[:1] == '"' else value
+    return module, found
+
+
 def secret_values(options: Mapping[str, Any]) -> list[str]:
     """The secret values of an option mapping (and a JAAS line's password)."""
     values = []
@@ -89,6 +103,8 @@ def secret_values(options: Mapping[str, Any]) -> list[str]:
             password = jaas_values(text).get("password")
             if password:
                 values.append(password)
+            values += [v for k, v in jaas_options(text)[1].items()
+                       if k.lower() == "clientsecret" and v]
     return values
 
 

@@ -33,14 +33,27 @@ BACKEND_FIXTURES = ("store_config", "wal", "client")
 
 SLOW_MARKS = ("kafka", "spark", "crash")
 
+# What one pytest-xdist worker runs as a unit under ``--dist loadgroup``: every test of a
+# folder whose session fixture starts servers (the 3-node Kafka cluster, the Spark
+# standalone cluster, the Spark Connect server) on one worker, so they start once; any
+# other test with the tests of its module, whose module fixtures (a SASL broker, say)
+# start once too. Without xdist, or with another --dist, the marks change nothing.
+SHARED_SERVER_FOLDERS = ("kafka_cluster", "cluster", "connect")
+
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks set here
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     """Refuse an empty run; mark ``quick`` every test that needs no broker, no Spark and
-    kills nothing (the quick lane: ``pytest -m quick``), so the lane cannot drift."""
+    kills nothing (the quick lane: ``pytest -m quick``), so the lane cannot drift; give
+    every test its ``xdist_group`` (``SHARED_SERVER_FOLDERS``)."""
+    tests = Path(__file__).resolve().parent
     for item in items:
         if not any(item.get_closest_marker(m) for m in SLOW_MARKS):
             item.add_marker(pytest.mark.quick)
+        path = Path(item.path).resolve()
+        where = path.relative_to(tests).parts if path.is_relative_to(tests) else (str(path),)
+        group = where[0] if where[0] in SHARED_SERVER_FOLDERS else "/".join(where)
+        item.add_marker(pytest.mark.xdist_group(group))
     if not items:
         raise pytest.UsageError("no tests were collected: refusing a silent green run")
 

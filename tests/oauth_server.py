@@ -6,8 +6,10 @@ client id and secret as HTTP Basic credentials or form fields) with RS256 JWTs
 with. Each client id has a :class:`Client` profile: its secret, its tokens' lifetime,
 and what is wrong with its tokens, if anything (another audience, a key the JWKS does
 not hold), so one server serves every case of a test module at once. Every token issued
-is recorded (:meth:`TokenServer.tokens`), and :meth:`TokenServer.wait_for` waits on
-their count, not on a clock.
+is recorded (:meth:`TokenServer.tokens`), and so is every refused request
+(:meth:`TokenServer.refused`); :meth:`TokenServer.wait_for` and
+:meth:`TokenServer.wait_refused` wait on their counts, not on a clock. A test rotates a
+client's secret by assigning its profile's ``secret``.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class TokenServer:
         self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self._foreign = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self._issued: list[Issued] = []
+        self._refused: list[str] = []  # the client id of each request refused
         self._changed = threading.Condition()
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
@@ -89,6 +92,24 @@ class TokenServer:
                 raise AssertionError(f"{len(self.tokens(client_id))} tokens issued to "
                                      f"{client_id} within {timeout_s}s, {count} expected")
             return self.tokens(client_id)
+
+    def refuse(self, client_id: str) -> None:
+        with self._changed:
+            self._refused.append(client_id)
+            self._changed.notify_all()
+
+    def refused(self, client_id: str) -> int:
+        """How many token requests of ``client_id`` were refused."""
+        with self._changed:
+            return self._refused.count(client_id)
+
+    def wait_refused(self, client_id: str, count: int, timeout_s: float) -> None:
+        """Block until ``count`` requests of ``client_id`` were refused; fails after
+        ``timeout_s``."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: self.refused(client_id) >= count, timeout_s):
+                raise AssertionError(f"{self.refused(client_id)} requests of {client_id} "
+                                     f"refused within {timeout_s}s, {count} expected")
 
     def stop(self) -> None:
         self._http.shutdown()
@@ -132,6 +153,7 @@ def _handler(server: TokenServer) -> type[BaseHTTPRequestHandler]:
             client_id, secret = _credentials(self, form)
             profile = server.clients.get(client_id)
             if profile is None or secret != profile.secret:
+                server.refuse(client_id)
                 return self._reply(401, {"error": "invalid_client"})
             token, lifetime = server.issue(client_id, form.get("scope"))
             return self._reply(200, {"access_token": token, "token_type": "Bearer",

@@ -81,7 +81,9 @@ def metadata_columns(sb: StepBatch, table_name: str, rows: int, first_row: int =
     return [build[name]() for name in names]
 
 
-_POSITIONS: list[pa.Array] = [pa.array([], pa.int64())]  # 0, 1, 2, ...: sliced, never copied
+# 0, 1, 2, ...: sliced, never copied. Started empty by nulls(): pa.array() would import
+# pandas (pyarrow asks it about the input), ~0.4 s at import of every CLI command
+_POSITIONS: list[pa.Array] = [pa.nulls(0, pa.int64())]
 
 
 def _positions(first: int, rows: int) -> pa.Array:

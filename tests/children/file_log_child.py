@@ -31,6 +31,8 @@ import sys
 import threading
 import time
 
+import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
+
 from pyspark_durable.log import Record
 from pyspark_durable.log.file import FileLogStore
 

@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 
 import pyarrow as pa
+import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 

@@ -36,7 +36,7 @@ class Progress(StreamingQueryListener):
 def main() -> None:
     sink_wal, source_wal = json.loads(sys.argv[1]), json.loads(sys.argv[2])
     folder = sys.argv[3]
-    spark = spark_builder().getOrCreate()
+    spark = spark_builder(short_lived=True).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     pyspark_durable.register(spark)
     spark.streams.addListener(Progress())

@@ -20,6 +20,8 @@ import os
 import subprocess
 import sys
 
+import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
+
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import DiskFull, DurableWalError
 from pyspark_durable.log import Record, open_store

@@ -33,6 +33,7 @@ import sys
 import time
 
 import pyarrow as pa
+import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
 
 from pyspark_durable.errors import AttemptLost
 from pyspark_durable.log import open_store

@@ -16,6 +16,7 @@ import random
 import sys
 
 import pyarrow as pa
+import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
 
 from pyspark_durable.errors import DurableWalError
 from pyspark_durable.log import open_store

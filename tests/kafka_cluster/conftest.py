@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 from kafka_broker import KafkaCluster, cluster_for_tests
-from kafka_cluster_tools import restart_all
+from kafka_cluster_tools import FAILURE_DETECTION, restart_all
 from netproxy import Proxies, proxies
 from progress_events import ProgressEvents
 
@@ -35,8 +35,10 @@ def net() -> Iterator[Proxies]:
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory, net: Proxies) -> Iterator[KafkaCluster]:
     """Three KRaft nodes on 127.0.0.1, stopped by PID at the end of the session. Clients
     reach them only through ``net``'s proxies (forwarding unless a test cuts them); the
-    nodes talk to each other directly."""
+    nodes talk to each other directly. A killed node is fenced within seconds
+    (``FAILURE_DETECTION``)."""
     with cluster_for_tests(tmp_path_factory.mktemp("kafka3"), 3, heap=CLUSTER_HEAP,
+                           extra=FAILURE_DETECTION,
                            advertise=lambda node: net.add(node.port).port) as cluster:
         yield cluster  # restarts use its heap too
 

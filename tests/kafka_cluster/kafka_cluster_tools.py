@@ -21,6 +21,16 @@ ROWS_PER_FILE = 150
 WAIT_S = 180.0  # the longest wait on one Spark event (a loaded 2-core machine)
 SCHEMA = "id long, payload string"
 
+# How soon the controller takes a killed node for dead. A node the controller has not
+# heard from for broker.session.timeout.ms is fenced: only then are its partitions led
+# elsewhere and its replicas dropped from their in-sync sets, so until then an acks=all
+# write to a partition it led or followed waits. With Kafka's 9 s (heartbeats every 2 s)
+# an acks=all produce stalled 12.5 s after kill -9 of the partition's leader and 8.1 s
+# after its follower's; with 4 s and a heartbeat every 0.5 s, 5.6 s and 3.8 s (measured
+# on a loaded 2-core machine). A live node may still miss 7 heartbeats in a row before it
+# is fenced. The settings change when a kill is noticed, not what a kill does.
+FAILURE_DETECTION = {"broker.session.timeout.ms": "4000", "broker.heartbeat.interval.ms": "500"}
+
 
 def expected_rows(files: int) -> set[tuple[int, str]]:
     return {(i, payload(i)) for i in range(files * ROWS_PER_FILE)}

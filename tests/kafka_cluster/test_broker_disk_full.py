@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from helpers import KAFKA_CLIENTS, hashed_payload
 from kafka_broker import KafkaCluster, cluster_for_tests
-from kafka_cluster_tools import partition_info, wait_in_sync
+from kafka_cluster_tools import FAILURE_DETECTION, partition_info, wait_in_sync
 
 from pyspark_durable.cli import main
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
@@ -50,7 +50,7 @@ CLIENTS = KAFKA_CLIENTS
 # one partition of the group-offsets topic (librdkafka's FindCoordinator creates it), so
 # the node's recovery after its halt is quick
 BROKER = {"log.segment.bytes": str(1 << 20), "log.index.size.max.bytes": str(64 << 10),
-          "offsets.topic.num.partitions": "1"}
+          "offsets.topic.num.partitions": "1", **FAILURE_DETECTION}
 CLUSTER_HEAP = ("-Xms128m", "-Xmx512m")
 
 
@@ -135,9 +135,12 @@ class Writers:
 
 
 def config(cluster: KafkaCluster, namespace: str, client: str) -> dict:
+    """The rows repeat one hash: confluent's default lz4 would store a step in a few KiB,
+    and the disk must fill with the steps' own bytes, as with kafka-python."""
+    plain = {"compression.type": "none"} if client == "confluent" else {}
     return {"backend": "kafka", "namespace": namespace,
             "options": {"bootstrap_servers": cluster.bootstrap, "client": client,
-                        "replication_factor": 3, "min_insync_replicas": 2}}
+                        "replication_factor": 3, "min_insync_replicas": 2, **plain}}
 
 
 def fill_but(disk: Path, room_mib: int) -> Path:

@@ -41,6 +41,7 @@ NS = "sweep"
 HEAD_BYTES, TAIL_BYTES = 28, 8
 SAMPLES = 16  # plus this many bytes spread over the rest (past the head: its CRC's domain)
 CUTS = 4  # truncation points per file (plus zero length and one byte short)
+SHARDS = 3  # tests the sweep is cut into: pytest-xdist spreads them over the cores
 
 
 def build(root: Path) -> None:
@@ -121,12 +122,11 @@ def scratch(tmp_path: Path) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_every_flip_and_cut_in_every_file_is_detected_or_harmless(tmp_path, scratch):
-    """This tests that each single flipped byte or truncation, in every file the WAL
-    writes, leaves reads exactly as they were or makes them fail with a typed error,
-    that `check` never crashes and flags every mutation that changed or failed a read,
-    and reports the counts of mutations tried, detected and repaired."""
-    pristine = tmp_path / "pristine"
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple, list[Path]]:
+    """The WAL every mutation starts from, built once for the shards: (its folder, what a
+    reader sees in it, its files)."""
+    pristine = tmp_path_factory.mktemp("sweep") / "pristine"
     build(pristine)
     baseline = view(pristine)
     assert baseline[0] == range(6, 15) and baseline[2] == {"dash": 9}
@@ -139,35 +139,47 @@ def test_every_flip_and_cut_in_every_file_is_detected_or_harmless(tmp_path, scra
     names = {p.name for p in files}
     assert {"acked", "low_watermark", "freed"} <= names and \
         any(n.startswith("wal.") for n in names)
+    return pristine, baseline, files
+
+
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_every_flip_and_cut_in_every_file_is_detected_or_harmless(pristine, scratch, shard):
+    """This tests that each single flipped byte or truncation, in every file the WAL
+    writes, leaves reads exactly as they were or makes them fail with a typed error,
+    that `check` never crashes and flags every mutation that changed or failed a read,
+    and reports the counts of mutations tried, detected and repaired (each shard tries
+    every SHARDS-th mutation of the sweep, so the shards together try them all)."""
+    pristine, baseline, files = pristine
+    plan = [(original.relative_to(pristine), kind, at)
+            for original in files for kind, at in mutations(original)]
+    assert len(plan) > 600
     counts: Counter = Counter()
     failures: list[str] = []
-    for original in files:
-        rel = original.relative_to(pristine)
-        for kind, at in mutations(original):
-            shutil.rmtree(scratch, ignore_errors=True)
-            shutil.copytree(pristine, scratch)
-            apply(scratch / rel, kind, at)
-            label = f"{kind} {rel} byte {at}"
-            counts["tried"] += 1
-            try:
-                outcome = "same" if view(scratch) == baseline else "changed"
-            except DurableWalError:
-                outcome = "error"
-            except Exception as exc:  # noqa: BLE001 - an untyped error is what we look for
-                failures.append(f"{label}: untyped {type(exc).__name__}: {exc}")
-                continue
-            try:
-                problems = Checker(open_store("file", NS, path=str(scratch))).run().problems
-            except Exception as exc:  # noqa: BLE001 - check must never raise
-                failures.append(f"{label}: check raised {type(exc).__name__}: {exc}")
-                continue
-            if outcome == "changed":
-                failures.append(f"{label}: a read silently returned something else"
-                                + ("" if problems else " and check said OK"))
-            elif outcome == "error" and not problems:
-                failures.append(f"{label}: the read failed but check said OK")
-            counts["detected" if outcome == "error" else
-                   "repaired" if problems else "harmless"] += 1
-    print(f"\nintegrity sweep over {len(files)} files: {dict(counts)}")
+    for rel, kind, at in plan[shard::SHARDS]:
+        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.copytree(pristine, scratch)
+        apply(scratch / rel, kind, at)
+        label = f"{kind} {rel} byte {at}"
+        counts["tried"] += 1
+        try:
+            outcome = "same" if view(scratch) == baseline else "changed"
+        except DurableWalError:
+            outcome = "error"
+        except Exception as exc:  # noqa: BLE001 - an untyped error is what we look for
+            failures.append(f"{label}: untyped {type(exc).__name__}: {exc}")
+            continue
+        try:
+            problems = Checker(open_store("file", NS, path=str(scratch))).run().problems
+        except Exception as exc:  # noqa: BLE001 - check must never raise
+            failures.append(f"{label}: check raised {type(exc).__name__}: {exc}")
+            continue
+        if outcome == "changed":
+            failures.append(f"{label}: a read silently returned something else"
+                            + ("" if problems else " and check said OK"))
+        elif outcome == "error" and not problems:
+            failures.append(f"{label}: the read failed but check said OK")
+        counts["detected" if outcome == "error" else
+               "repaired" if problems else "harmless"] += 1
+    print(f"\nintegrity sweep shard {shard + 1}/{SHARDS} over {len(files)} files: {dict(counts)}")
     assert not failures, f"{len(failures)} of {counts['tried']}:\n" + "\n".join(failures[:40])
-    assert counts["tried"] > 600
+    assert counts["tried"] == len(plan[shard::SHARDS])

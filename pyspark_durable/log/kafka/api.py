@@ -73,6 +73,11 @@ class Sender(Protocol):
         errors, such as a refused producer id): the pool makes a new one."""
         ...
 
+    def login_refused(self) -> None:
+        """The token endpoint refused the client's login (its OAuth client secret): the
+        sender is :attr:`broken` if the client would not ask the endpoint again at once."""
+        ...
+
     def hurry(self) -> None:
         """Send what lingers (``linger_ms``) now, without waiting: a caller is blocked on it."""
         ...

@@ -121,6 +121,7 @@ class ConfluentSender:
                               self.address, namespace=namespace)
         self._stop = threading.Event()
         self._fatal_error: KafkaError | None = None  # a refused producer id: never used again
+        self._login_refused = False  # the token endpoint refused it: never used again
         self._waiters = 0  # callers serving delivery reports themselves (see wait)
         self._turn = threading.Condition()
         self._thread = threading.Thread(target=self._serve, name="durablewal-rdkafka-deliveries",
@@ -217,8 +218,13 @@ class ConfluentSender:
     @property
     def broken(self) -> bool:
         """librdkafka's fatal errors (a refused idempotent producer id) end a producer
-        for good: granting the right does not revive it, so a new one is made."""
-        return self._fatal_error is not None
+        for good: granting the right does not revive it, so a new one is made. So does a
+        token request the endpoint refused: librdkafka asks again only 10 s later, and a
+        new producer asks at once (once the secret is taken again, it logs in)."""
+        return self._fatal_error is not None or self._login_refused
+
+    def login_refused(self) -> None:
+        self._login_refused = True
 
     def discard(self) -> None:
         """Stop serving a broken producer without waiting for it (it delivers nothing)."""

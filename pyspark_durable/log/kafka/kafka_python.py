@@ -347,6 +347,10 @@ class KafkaPythonSender:
         """Never: a producer left unusable is replaced here, before the next send."""
         return False
 
+    def login_refused(self) -> None:
+        """Nothing: kafka-python asks its token provider, which asks the endpoint, at
+        every login."""
+
     def hurry(self) -> None:
         """kafka-python has no way to cut linger.ms short without waiting: nothing."""
 

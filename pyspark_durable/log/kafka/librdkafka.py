@@ -84,7 +84,14 @@ TUNED: dict[str, str] = {
     # knowledge only every 5 minutes (its default): after a leader was killed, reading a
     # watermark timed out for minutes while a new leader served. Refreshed every 2 s.
     "topic.metadata.refresh.interval.ms": "2000",
+    # the broker's CPU and the client's socket writes grow with the bytes sent, and on a
+    # writer's machine they were most of a sink's cost (bench/RESULTS-kafka-path.md):
+    # lz4 batches in librdkafka's threads, off the GIL; a batch it cannot shrink is
+    # sent as it is. Values are unchanged: the consumer hands back the same bytes.
+    "compression.type": "lz4",
 }
+# what only a producer reads (a consumer given one warns about it)
+PRODUCER_ONLY = ("linger.ms", "batch.size", "compression.type", "compression.codec")
 
 # the transient codes of the one table (transient.py), as librdkafka's numbers
 RETRIABLE = frozenset({*TRANSIENT_BROKER, *(getattr(KafkaError, n) for n in TRANSIENT_LOCAL
@@ -131,7 +138,7 @@ def librdkafka_configs(servers: str, own: Mapping[str, Any],
     producer = {**{k: v for k, v in common.items() if k not in consumer_only or k in user},
                 "acks": "all", "allow.auto.create.topics": "false", "enable.idempotence": "true",
                 "request.timeout.ms": str(request_ms), "message.timeout.ms": str(delivery_ms)}
-    consumer = {**{k: v for k, v in common.items() if k not in ("linger.ms", "batch.size")},
+    consumer = {**{k: v for k, v in common.items() if k not in PRODUCER_ONLY},
                 "group.id": READER_GROUP, "enable.auto.commit": "false",
                 "enable.auto.offset.store": "false", "auto.offset.reset": "error",
                 "isolation.level": "read_uncommitted", "check.crcs": "true",

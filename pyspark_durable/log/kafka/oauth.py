@@ -24,6 +24,11 @@ or scope) is :class:`~pyspark_durable.errors.AuthenticationFailed`, never retrie
 endpoint that cannot be reached or fails (5xx) is retriable
 :class:`~pyspark_durable.errors.BackendUnavailable`. Every token fetched is remembered
 as a secret (:func:`pyspark_durable.secrets.remember`), so no log line or error shows it.
+
+A refusal that comes while a store is open (the secret rotated at the endpoint) reaches
+neither client's caller: both retry the login until a request times out. So a retriable
+failure of an append or a read asks the endpoint once (:func:`refused_login`), with the
+same credentials on both clients (:func:`credentials_of`).
 """
 
 from __future__ import annotations
@@ -39,7 +44,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyspark_durable import secrets
-from pyspark_durable.errors import AuthenticationFailed, BackendUnavailable, ConfigError
+from pyspark_durable.errors import (
+    AuthenticationFailed,
+    BackendUnavailable,
+    ConfigError,
+    DurableWalError,
+)
 
 METHOD = "sasl_oauthbearer_method"
 URL = "sasl_oauthbearer_token_endpoint_url"
@@ -49,6 +59,7 @@ SCOPE = "sasl_oauthbearer_scope"
 OAUTH_KEYS = frozenset({METHOD, URL, CLIENT_ID, CLIENT_SECRET, SCOPE})
 RENEW_AT = 0.8  # of a token's lifetime, as librdkafka
 REFUSED_HTTP = (400, 401, 403)
+REASK_S = 1.0  # ClientCredentials.refusal's answer is shared this long
 
 
 def _dotted(key: str) -> str:
@@ -67,6 +78,8 @@ class ClientCredentials:
         self.fetched = 0  # tokens fetched so far
         self._token: str | None = None
         self._renew_at = 0.0
+        self._asked_at = -REASK_S  # when refusal() last asked the endpoint
+        self._refused: AuthenticationFailed | None = None  # its answer
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:  # kafka-python logs its configuration: never the secret
@@ -76,11 +89,31 @@ class ClientCredentials:
         """A token that has lived less than :data:`RENEW_AT` of its lifetime."""
         with self._lock:
             if self._token is None or time.monotonic() >= self._renew_at:
-                started = time.monotonic()
-                token, lifetime_s = self._fetch()
-                self._token, self._renew_at = token, started + RENEW_AT * lifetime_s
-                self.fetched += 1
-            return self._token
+                self._renew()
+            return self._token  # type: ignore[return-value]
+
+    def refusal(self) -> AuthenticationFailed | None:
+        """The endpoint's refusal of the client now, returned rather than raised: a new
+        token is asked for (and kept). An endpoint that cannot be reached or fails
+        refuses nothing: None, as when a token comes. Callers within :data:`REASK_S`
+        of an answer share it (the appends of one failed batch fail together)."""
+        with self._lock:
+            if time.monotonic() - self._asked_at >= REASK_S:
+                try:
+                    self._renew()
+                    self._refused = None
+                except AuthenticationFailed as exc:
+                    self._refused = exc
+                except (BackendUnavailable, ConfigError):
+                    self._refused = None
+                self._asked_at = time.monotonic()
+            return self._refused
+
+    def _renew(self) -> None:
+        started = time.monotonic()
+        token, lifetime_s = self._fetch()
+        self._token, self._renew_at = token, started + RENEW_AT * lifetime_s
+        self.fetched += 1
 
     def _where(self) -> str:
         return f"the OAuth token endpoint {self.url} (client id {self.client_id!r})"
@@ -189,6 +222,37 @@ def librdkafka_oidc(props: dict[str, Any]) -> None:
     given (its default method builds unsigned test tokens)."""
     if props.get(_dotted(URL)) and not props.get(_dotted(METHOD)):
         props[_dotted(METHOD)] = "oidc"
+
+
+def credentials_of(config: Mapping[str, Any], timeout_s: float) -> ClientCredentials | None:
+    """The :class:`ClientCredentials` a client's config logs in with: kafka-python's token
+    provider's, or those of librdkafka's OIDC properties; None without a token endpoint."""
+    tokens = getattr(config.get("sasl_oauth_token_provider"), "tokens", None)
+    if isinstance(tokens, ClientCredentials):
+        return tokens
+    url = config.get(_dotted(URL))
+    if not url or not is_oauth(config) \
+            or str(config.get(_dotted(METHOD)) or "oidc").lower() != "oidc":
+        return None
+    return client_credentials(str(url), str(config.get(_dotted(CLIENT_ID)) or ""),
+                              str(config.get(_dotted(CLIENT_SECRET)) or ""),
+                              config.get(_dotted(SCOPE)) or None, timeout_s)
+
+
+def refused_login(exc: DurableWalError, config: Mapping[str, Any], timeout_s: float,
+                  what: str, **where: Any) -> DurableWalError:
+    """``exc``, a client's failure, as :class:`AuthenticationFailed` when it may hide a
+    refused login: it is retriable (neither client tells a refused token request from a
+    broker that does not answer: both retry the login until their request times out),
+    the config logs in with an OAuth token endpoint, and that endpoint, asked once
+    now, refuses the client (its secret rotated or revoked). Else ``exc`` as it is."""
+    if not isinstance(exc, BackendUnavailable):
+        return exc
+    tokens = credentials_of(config, timeout_s)
+    refusal = None if tokens is None else tokens.refusal()
+    if refusal is None:
+        return exc
+    return AuthenticationFailed(f"{what}: {refusal.reason}", **where)
 
 
 def is_oauth(config: Mapping[str, Any]) -> bool:

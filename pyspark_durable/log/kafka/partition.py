@@ -26,9 +26,15 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any
 
-from pyspark_durable.errors import AccessDenied, BackendUnavailable
+from pyspark_durable.errors import (
+    AccessDenied,
+    AuthenticationFailed,
+    BackendUnavailable,
+    DurableWalError,
+)
 from pyspark_durable.log.base import Entry, Record
-from pyspark_durable.log.kafka.api import Reader
+from pyspark_durable.log.kafka.api import Reader, Sender
+from pyspark_durable.log.kafka.oauth import refused_login
 from pyspark_durable.log.kafka.pool import ClientPool
 from pyspark_durable.log.kafka.probe import broker_reachability
 
@@ -68,14 +74,60 @@ class Partition:
             sender.hurry()  # the caller waits: do not linger
             wait_s = self.settings.wait_s
             if not sender.wait(fut, wait_s):
-                raise BackendUnavailable(
+                raise self._refused_login(BackendUnavailable(
                     f"append to topic {self.topic} on Kafka broker "
                     f"{self.settings.bootstrap_servers} was not acknowledged within "
                     f"{wait_s:.0f}s (the records may or may not be stored; "
                     f"{broker_reachability(self.settings.bootstrap_servers)})",
                     **self.where,
-                )
+                ), "producer", f"append to topic {self.topic} (the records may or may not be "
+                   "stored)", sender)
         return fut.result()
+
+    def _refused_login(self, exc: DurableWalError, client: str, what: str,
+                       sender: Sender | None = None) -> DurableWalError:
+        """``exc`` as the token endpoint's refusal of the client, if it is one
+        (:func:`~pyspark_durable.log.kafka.oauth.refused_login`): a login refused under
+        an open handle (a client secret rotated at the endpoint) looks like a timeout
+        to both clients. The refused ``sender`` is replaced before the next send."""
+        typed = refused_login(exc, self.settings.clients[client],
+                              self.settings.request_timeout_ms / 1000, what, **self.where)
+        if typed is not exc and sender is not None:
+            sender.login_refused()
+        return typed
+
+    def _append_failure(self, exc: BaseException, done: int, count: int,
+                        sender: Sender) -> BaseException:
+        """An append's failure as its future's error: the authorizer's refusal as it is
+        (so not stored); else naming how many records were acknowledged, retriable
+        unless a login was refused."""
+        if isinstance(exc, AccessDenied):
+            return exc
+        left = f"{done} of {count} records acknowledged (the rest may or may not be stored)"
+        if isinstance(exc, AuthenticationFailed):
+            return AuthenticationFailed(f"append to topic {self.topic}: {left}: {exc.reason}",
+                                        **self.where)
+        return self._refused_login(BackendUnavailable(
+            f"append to topic {self.topic} on Kafka broker {self.settings.bootstrap_servers} "
+            f"failed: {left}: {type(exc).__name__}: {exc}", **self.where),
+            "producer", f"append to topic {self.topic}: {left}", sender)
+
+    @contextmanager
+    def _login_checked(self, what: str) -> Iterator[None]:
+        """A read's retriable failure told as the endpoint's refusal, if it is one; a
+        refusal kafka-python passes on from its token provider is placed."""
+        what = f"{what} topic {self.topic}"
+        try:
+            yield
+        except AuthenticationFailed as exc:
+            if exc.where:
+                raise
+            raise AuthenticationFailed(f"{what}: {exc.reason}", **self.where) from None
+        except BackendUnavailable as exc:
+            typed = self._refused_login(exc, "consumer", what)
+            if typed is exc:
+                raise
+            raise typed from None
 
     def append_async(self, records: Sequence[Record]) -> Future[list[int]]:
         """Send every record now; the future resolves when all are acknowledged.
@@ -88,7 +140,6 @@ class Partition:
             out.set_result([])
             return out
         sender = self.pool.sender()
-        address = self.settings.bootstrap_servers
         offsets: list[int | None] = [None] * len(records)
         left = [len(records)]
         lock = threading.Lock()
@@ -107,26 +158,23 @@ class Partition:
             with lock:
                 if out.done():
                     return
-                if isinstance(exc, AccessDenied):  # refused, so not stored: said as it is
-                    out.set_exception(exc)
-                    return
                 done = sum(o is not None for o in offsets)
-                out.set_exception(
-                    BackendUnavailable(
-                        f"append to topic {self.topic} on Kafka broker {address} failed: {done} "
-                        f"of {len(records)} records acknowledged (the rest may or may not be "
-                        f"stored): {type(exc).__name__}: {exc}",
-                        **self.where,
-                    )
-                )
+                out.set_exception(self._append_failure(exc, done, len(records), sender))
 
         try:
             sender.send(self.topic, records, acked, failed, self.where)
+        except AuthenticationFailed as exc:  # kafka-python's token provider, passed on
+            if exc.where:
+                raise
+            raise AuthenticationFailed(f"append to topic {self.topic}: {exc.reason}",
+                                       **self.where) from None
         except BackendUnavailable as exc:  # raised by the client's send (no metadata for
             if type(exc) is not BackendUnavailable:  # the topic in time): name the topic
                 raise
-            raise BackendUnavailable(f"append to topic {self.topic} failed: {exc.reason}",
-                                     **self.where) from exc
+            raise self._refused_login(
+                BackendUnavailable(f"append to topic {self.topic} failed: {exc.reason}",
+                                   **self.where),
+                "producer", f"append to topic {self.topic}", sender) from exc
         return out
 
     # -- bounds -----------------------------------------------------------------
@@ -150,7 +198,7 @@ class Partition:
         it was (deleted and recreated under the handle): that end is believed, and
         the WAL's incarnation check names the loss.
         """
-        with self._reader() as c:
+        with self._login_checked("reading the ends of"), self._reader() as c:
             if not probe:
                 begin = c.begin()
                 return begin, max(begin, self._known_high)
@@ -220,7 +268,7 @@ class Partition:
             return
         settings = self.settings
         timeout_ms = settings.request_timeout_ms
-        with self._reader() as c:
+        with self._login_checked("reading"), self._reader() as c:
             c.seek(start)
             offset = start
             deadline = time.monotonic() + timeout_ms / 1000

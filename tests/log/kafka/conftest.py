@@ -8,9 +8,11 @@ import pytest
 from helpers import TESTS
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spark_session():
-    """The suite's SparkSession (created here when this module runs alone)."""
+    """The suite's SparkSession (created here when no other test made it first: these
+    modules alone, or a pytest-xdist worker that runs no other Spark test before them;
+    kept for the rest of the session either way, not started again per module)."""
     sys.path.insert(0, str(TESTS / "spark"))
     from pyspark.sql import SparkSession
     from spark_settings import spark_builder

@@ -288,9 +288,9 @@ def test_delete_records_moves_the_log_start_and_frees_segments(make_kafka, kafka
     store = make_kafka(topic_config={"segment.bytes": str(1 << 20)})  # small segments
     log = store.open_region(3)
     topic = f"{namespace}_region_3"
-    value = os.urandom(20_000)
-    for _ in range(10):  # 10 x 25 x 20 kB = 5 MB: about 5 segments
-        log.append([Record(b"k", value)] * 25)
+    for _ in range(10):  # 10 x 25 x 20 kB = 5 MB: about 5 segments (values that differ:
+        # a compressed batch of one repeated value would hold about one of them)
+        log.append([Record(b"k", os.urandom(20_000)) for _ in range(25)])
     before = _partition_bytes(kafka_cluster, topic)
     log.delete_before(200)
     other = make_kafka().open_region(3, create=False)

@@ -6,7 +6,8 @@ broker for the module, whose SASL listener takes OAUTHBEARER through Kafka's own
 expiry with no clock skew; a session lasts no longer than its token). Both clients read
 and write with the same options (librdkafka's native OIDC; a token provider for
 kafka-python) from the Python API, the CLI and Spark; a short-lived token is refreshed
-under a long-lived handle; a refused token or client secret is a typed error; and no
+under a long-lived handle; a refused token or client secret is a typed error, also
+when the secret is rotated at the endpoint under an open handle; and no
 token or client secret shows in errors, logs, CLI output or the WAL's topics.
 """
 
@@ -48,6 +49,9 @@ def secret_for(name: str) -> str:
 
 PROFILES = {"app": Client(secret_for("app")),
             "short": Client(secret_for("short"), lifetime_s=SHORT_S),
+            "jaas": Client(secret_for("jaas")),
+            "rotated-confluent": Client(secret_for("rot"), lifetime_s=SHORT_S),
+            "rotated-kafka-python": Client(secret_for("rot"), lifetime_s=SHORT_S),
             "other-audience": Client(secret_for("aud"), audience="someone-else"),
             "foreign-key": Client(secret_for("key"), foreign_key=True)}
 
@@ -132,6 +136,32 @@ def test_both_clients_read_and_write_through_oauthbearer(cluster, tokens, client
     assert_nothing_shows(tokens, topic_bytes(cluster, ns_name), "the WAL's topics")
 
 
+JAAS_HANDLERS = {  # Kafka 4's login callback handler, and 3.x's
+    "confluent": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+    "kafka-python":
+        "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler",
+}
+
+
+@pytest.mark.backends("kafka-confluent", "kafka-python")
+def test_a_java_clients_jaas_configuration_logs_in_with_oauthbearer(cluster, tokens, client):
+    """This tests that a Java client's OAUTHBEARER configuration (an
+    OAuthBearerLoginModule JAAS line with clientId, clientSecret and scope, the token
+    endpoint URL and Kafka's login callback handler) writes and reads a WAL on both
+    clients, with tokens fetched for that client id."""
+    secret = PROFILES["jaas"].secret  # its own client: kafka-python's tokens are shared
+    options = {"kafka.bootstrap.servers": cluster.sasl_bootstrap(), "kafka.client": client,
+               "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "OAUTHBEARER",
+               "kafka.sasl.oauthbearer.token.endpoint.url": f"{tokens.url}/token",
+               "kafka.sasl.login.callback.handler.class": JAAS_HANDLERS[client],
+               "kafka.sasl.jaas.config":
+                   "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule "
+                   f'required clientId="jaas" clientSecret="{secret}" scope="{SCOPE}";'}
+    before = len(tokens.tokens("jaas"))
+    roundtrip(options)
+    assert len(tokens.tokens("jaas")) > before, "no token was fetched for the JAAS client id"
+
+
 @pytest.mark.backends("kafka-confluent", "kafka-python")
 def test_an_expired_token_is_refreshed_under_a_long_lived_handle(cluster, tokens, client):
     """This tests that a store kept open past several expiries of its 5-second tokens goes
@@ -210,6 +240,65 @@ def test_an_unreachable_token_endpoint_is_retriable(cluster, tokens, client):
     assert caught.value.retriable and took < QUICK_S
     assert f"cannot reach the OAuth token endpoint {url}" in str(caught.value)
     assert_nothing_shows(tokens, str(caught.value), "the error")
+
+
+REVOKED_TIMEOUT_MS = 4000  # the handle's request timeout: the bound of the refusal
+
+
+@pytest.mark.backends("kafka-confluent", "kafka-python")
+def test_a_client_secret_refused_under_an_open_handle_is_a_typed_error(cluster, tokens,
+                                                                        client, caplog):
+    """This tests that once the token endpoint refuses the client secret of an open
+    handle (rotated at the endpoint) and its last token has expired, the next append and
+    the next read are AuthenticationFailed, not retriable, naming the endpoint and the
+    client id, within the request timeout and the endpoint's answer; that neither secret
+    nor any token shows in the errors or the DEBUG logs; and that a new handle works
+    again once the endpoint takes the secret again (nothing in the process stays broken)."""
+    caplog.set_level(logging.DEBUG)
+    for name in ("kafka", "pyspark_durable", "confluent_kafka"):
+        caplog.set_level(logging.DEBUG, logger=name)
+    client_id = f"rotated-{client}"
+    options = {**oauth_options(cluster, tokens, client_id), "kafka.client": client,
+               "kafka.request.timeout.ms": str(REVOKED_TIMEOUT_MS)}
+    ns = f"v{uuid.uuid4().hex[:10]}"
+    store = open_store("kafka", ns, **options)
+    profile = PROFILES[client_id]
+    secret, refused = profile.secret, tokens.refused(client_id)
+    try:
+        log = store.open_log("region_0")
+        assert log.append([Record(b"k", b"before")]) == [0]
+        assert [e.value for e in log.read(0)] == [b"before"]
+        profile.secret = secret_for("rotated")  # rotated at the endpoint
+        # the client asks for a new token (librdkafka at 80 % of the lifetime; kafka-python
+        # when its connection logs in again) and is refused
+        tokens.wait_refused(client_id, refused + 1, timeout_s=4 * SHORT_S)
+        # no event tells that a token expired: a wait bounded by its lifetime and the skew
+        expired = max(i.expires for i in tokens.tokens(client_id))
+        time.sleep(max(0.0, expired + SKEW_S + 0.5 - time.time()))
+        errors = []
+        for what, call in (("append", lambda: log.append([Record(b"k", b"after")])),
+                           ("read", lambda: list(log.read(0)))):
+            start = time.monotonic()
+            with pytest.raises(DurableWalError) as caught:
+                call()
+            took = time.monotonic() - start
+            exc = caught.value
+            print(f"{client} {what} ({took:.1f}s): {type(exc).__name__}: {exc}")
+            assert isinstance(exc, AuthenticationFailed), f"{what}: {type(exc).__name__}: {exc}"
+            assert not exc.retriable and not isinstance(exc, BackendUnavailable)
+            assert str(exc).startswith(f"namespace={ns} log=region_0: ")
+            assert f"the OAuth token endpoint {tokens.url}/token (client id {client_id!r})" \
+                in str(exc) and "invalid_client" in str(exc)
+            assert took < 2 * REVOKED_TIMEOUT_MS / 1000 + QUICK_S, f"{what} took {took:.1f}s"
+            errors.append(str(exc))
+        assert secret not in "".join(errors) and profile.secret not in "".join(errors)
+        assert_nothing_shows(tokens, "\n".join(errors), "the errors")
+    finally:
+        store.close()
+        profile.secret = secret
+    roundtrip(options)  # a new handle, the secret taken again
+    text = "\n".join(f"{r.name} {r.getMessage()} {r.exc_text or ''}" for r in caplog.records)
+    assert_nothing_shows(tokens, text, "the log records")
 
 
 def cli_process(argv: list[str]) -> subprocess.Popen:

@@ -376,7 +376,7 @@ OPTION_TABLE: tuple[Opt, ...] = (
     ),
     Opt(
         "cleanGraceMs",
-        "`300000`",
+        "`3600000`",
         "write: the cleaner keeps uncommitted entries younger than this, and frees older "
         "ones (killed or failed task attempts, replayed batches) on the file backend with no "
         "retention policy; set it above your longest micro-batch",

@@ -379,7 +379,7 @@ def test_clean_reports_what_it_freed(wal_root, capsys):
     reports per-region low watermarks before/after, the commits log and the first step."""
     code, out, err = cli(capsys, "clean", wal_root, "--namespace", NS)
     assert (code, err) == (0, "")
-    assert "(grace 300000 ms): 0 region entries freed" in out
+    assert "(grace 3600000 ms): 0 region entries freed" in out
     ns = open_namespace(file_config(wal_root))
     ns.expire(8)  # steps 0..7: orders 0-3, events 0-3
     ns.close()

@@ -66,15 +66,15 @@ def region_blocks(root: Path, region_id: int) -> int:
 
 def test_a_killed_attempt_is_freed_after_the_grace_with_no_retention_policy(tmp_path,
                                                                             namespace, capsys):
-    """This tests the default: no retention policy, the default grace (5 minutes), a
-    killed attempt written 10 minutes ago between committed steps. One cleaner pass
+    """This tests the default: no retention policy, the default grace (an hour), a
+    killed attempt written two hours ago between committed steps. One cleaner pass
     frees it (regions reports 0 uncommitted, the region's blocks on disk shrink), every
     committed row reads back, `durablewal check --deep` is clean, a late commit of the
     killed attempt is AttemptLost (never acknowledged), and a younger killed attempt is
     kept, since it may still commit."""
     root = tmp_path / "wal"
     ns = Namespace(open_store("file", namespace, path=str(root)))
-    with log_clock(-600):
+    with log_clock(-7200):
         acked = {("w", 0): commit(ns, "w", 0)}
         killed = write_dead(ns, "killed", 0, big=2000)  # about 2 MB in region 0
         acked[("w", 1)] = commit(ns, "w", 1)
@@ -115,7 +115,7 @@ def test_a_late_commit_racing_a_cleaner_that_frees_it(make_store, store_config, 
     record, keeps its entries; after it, the commit is AttemptLost and its retry commits.
     Never an acknowledged step whose rows are gone."""
     ns = Namespace(make_store())
-    with log_clock(-600):  # between committed steps: freed in place, not below a prefix
+    with log_clock(-7200):  # between committed steps: freed in place, not below a prefix
         acked = {("w", 0): commit(ns, "w", 0)}
         slow = write_dead(ns, "slow", 0)
         acked[("w", 1)] = commit(ns, "w", 1)
@@ -166,7 +166,7 @@ def test_a_cleaner_killed_while_freeing_leaves_a_clean_namespace(make_store, sto
     after freeing and before its snapshot: a fresh open reads every acknowledged step,
     `check --deep` is clean, and the next pass frees what the killed one did not."""
     ns = Namespace(make_store())
-    with log_clock(-600):
+    with log_clock(-7200):
         acked = {("w", 0): commit(ns, "w", 0)}
         write_dead(ns, "killed", 0)
         acked[("w", 1)] = commit(ns, "w", 1)

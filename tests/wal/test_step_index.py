@@ -301,7 +301,7 @@ def test_a_pass_reads_few_region_entries_and_none_below_the_recorded_bound(tmp_p
         return real(self, start, end)
 
     monkeypatch.setattr(FileLog, "read", counted)
-    report = Cleaner(ns).run_once()  # the default grace: 5 minutes, nothing is that old
+    report = Cleaner(ns).run_once()  # the default grace: an hour, nothing is that old
     assert report.freed_entries == 0
     for region_id in ns.regions():
         high = ns.store.open_region(region_id).high_watermark()

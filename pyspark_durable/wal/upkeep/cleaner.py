@@ -60,7 +60,7 @@ from pyspark_durable.wal.reserve import using_reserve
 
 log = logging.getLogger(__name__)
 
-DEFAULT_GRACE_MS = 300_000
+DEFAULT_GRACE_MS = 3_600_000  # an hour, as Flink's Kafka sink waits for its transactions
 RECORD_INTERVAL_MS = 1_000
 
 

@@ -27,9 +27,10 @@ setup(
     extras_require={
         # both Kafka clients: confluent-kafka (librdkafka) is the default, kafka-python the
         # pure-Python fallback (see pyspark_durable.log.kafka.settings.resolve_client)
-        "kafka": ["confluent-kafka>=2.6", "kafka-python>=3.0", "crc32c>=2.4"],
-        "kafka-python": ["kafka-python>=3.0", "crc32c>=2.4"],  # without librdkafka's wheel
-        "kafka-fast": ["confluent-kafka>=2.6", "kafka-python>=3.0", "crc32c>=2.4"],  # old name
+        # (lz4: kafka-python decodes the lz4 batches confluent-kafka writes by default)
+        "kafka": ["confluent-kafka>=2.6", "kafka-python>=3.0", "crc32c>=2.4", "lz4>=4"],
+        "kafka-python": ["kafka-python>=3.0", "crc32c>=2.4", "lz4>=4"],  # no librdkafka
+        "kafka-fast": ["confluent-kafka>=2.6", "kafka-python>=3.0", "crc32c>=2.4", "lz4>=4"],
         "connect": ["pyspark[connect]>=4.3"],  # a Spark Connect client (grpcio, zstandard, ...)
         "test": [
             "pyspark[connect]>=4.3",

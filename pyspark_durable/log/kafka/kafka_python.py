@@ -207,6 +207,12 @@ def _translated_other(what: str, address: str, **where: Any) -> Iterator[None]:
         raise ConfigError(
             f"{what}: entry too large for broker {address} ({exc}); raise max_request_size "
             "and the topic's max.message.bytes", **where) from exc
+    except kerr.UnsupportedCodecError as exc:
+        raise ConfigError(
+            f"{what}: kafka-python cannot decode a batch from broker {address} ({exc}): "
+            "install the codec's package (lz4: 'lz4', which the kafka extras install; zstd: "
+            "'zstandard'; snappy: 'python-snappy') or read with the confluent client",
+            **where) from exc
     except kerr.UnknownTopicOrPartitionError as exc:
         raise LogNotFound(f"{what}: the topic is not on Kafka broker {address} (deleted, not "
                           f"created yet, or the broker lost it): {exc}", **where) from exc

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import assert_acknowledged, log_clock
+from helpers import log_clock
 from race_child import rows_for
-from test_retention_races import Paused, commit
+from test_retention_races import Paused, commit, commit_late
+from test_retention_races import verify as verify_races
 
 from pyspark_durable.cli import main as durablewal
 from pyspark_durable.errors import AttemptLost, EntryFreed
@@ -45,15 +46,8 @@ def write_dead(ns: Namespace, writer: str, ws: int, big: int = 0):
 def verify(store_path: Path, namespace: str, acked: dict[tuple[str, int], int]) -> Namespace:
     """Every acknowledged step reads back by content in a fresh handle, and `check
     --deep` (which re-hashes every needed entry) finds nothing wrong."""
-    ns = Namespace(open_store("file", namespace, path=str(store_path)))
-    for (writer, ws), step in acked.items():
-        assert_acknowledged(ns, writer, ws, step)
-        got = {ns.tables(refresh=False)[sb.table_id].name: pa.Table.from_batches(sb.batches)
-               for sb in ns.read_step(step)}
-        assert got == {t: rows_for(writer, ws, t) for t in ("a", "b")}, (writer, ws, step)
-    report = Checker(open_store("file", namespace, path=str(store_path)), deep=True).run()
-    assert not report.problems, [str(p) for p in report.problems]
-    return ns
+    return verify_races(lambda: open_store("file", namespace, path=str(store_path)), acked,
+                        deep=True)
 
 
 def uncommitted(ns: Namespace) -> dict[int, tuple[int, int]]:
@@ -121,12 +115,7 @@ def test_a_late_commit_racing_a_cleaner_that_frees_it(make_store, store_config, 
         acked[("w", 1)] = commit(ns, "w", 1)
     acked[("w", 2)] = commit(ns, "w", 2)
     cleaner = Paused("clean", store_config, namespace, point)
-    try:
-        acked[("slow", 0)] = slow.commit()
-        lost = False
-    except AttemptLost:
-        acked[("slow", 0)] = commit(ns, "slow", 0)
-        lost = True
+    acked[("slow", 0)], lost = commit_late(ns, slow, "slow", 0)
     assert lost == (point != "clean.proposed")
     acked[("w", 3)] = commit(ns, "w", 3)
     lines = cleaner.resume()

@@ -265,8 +265,8 @@ class Cleaner:
         # referred to or freed (the pass after a pass that freed), no chunk is read
         kept, expired = state.index.region_spans({region_id: (start, bound)},
                                                  state.expired_before)[region_id]
-        freed = sum(max(0, min(end, bound) - max(begin, start))
-                    for begin, end in region.freed_ranges())
+        already = region.freed_ranges()
+        freed = sum(max(0, min(end, bound) - max(begin, start)) for begin, end in already)
         if kept + expired + freed >= bound - start:
             return []
         dead, at = [], start
@@ -278,7 +278,7 @@ class Cleaner:
                 break
         if at < bound:
             dead.append((at, bound))
-        return _without(dead, region.freed_ranges())
+        return _without(dead, already)
 
     def _bounded_state(self) -> NamespaceState:
         """The replayed state, after bounding a WAL an older version made: its dedup

@@ -15,8 +15,9 @@ in the forms a Spark user picks (:data:`VALUES`):
 The sink writes ``rate-micro-batch`` rows into a fresh topic of 2 partitions (rate has
 2 partitions, the WAL 2 regions); the source reads a topic of 2 partitions prefilled
 once per broker with the same rows. Topics take the cluster's replication (3 on the
-3-broker cluster) and every write asks for ``acks=all``, as durablewal's appends do.
-Otherwise both use the connector's defaults, as a user who picks it gets them.
+3-broker cluster) and every write asks for ``acks=all`` and lz4 batches, as
+durablewal's appends do by default. Otherwise both use the connector's defaults, as a
+user who picks it gets them.
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ VALUES = {
 }
 SOURCE_VALUES = ("avro", "raw", "json")
 SINK_VALUES = ("avro", "json")
-# what each Kafka write asks for (the prefill and the sink peer): durablewal forces it
-WRITE_OPTIONS = {"kafka.acks": "all"}
+# what each Kafka write asks for (the prefill and the sink peer): durablewal forces acks
+# and compresses with lz4 unless told otherwise, so the peer gets the same
+WRITE_OPTIONS = {"kafka.acks": "all", "kafka.compression.type": "lz4"}
 
 
 @dataclass

@@ -9,6 +9,7 @@ ones are marked ``kafka``. A backend fixture without the mark fails: there is no
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,6 +20,14 @@ from helpers import BACKENDS
 from kafka_broker import KafkaCluster, cluster_for_tests
 
 from pyspark_durable.log import LogStore, open_store
+
+# Compile once. Where the environment forbids writing bytecode (PYTHONDONTWRITEBYTECODE,
+# set in some CI images), every xdist worker would rewrite every test module at
+# collection again, and each of the few hundred child processes the tests start would
+# compile the package from source (~0.2 s of CPU each): about a third of the quick
+# lane's CPU. The suite's own processes write and reuse ``__pycache__`` (git-ignored).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 # Test modules and the scripts they start import one another by file name (pytest's
 # default "prepend" import: no __init__.py, so every test file's name is unique in

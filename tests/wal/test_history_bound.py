@@ -4,12 +4,14 @@ bounded tail, and racing committers' snapshots never disagree with a full replay
 
 from __future__ import annotations
 
-import multiprocessing
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
-import pyarrow as pa
 import pytest
+from helpers import CHILDREN
+from history_child import write
 
 from pyspark_durable.errors import StepExpired
 from pyspark_durable.log import open_store
@@ -32,10 +34,6 @@ def small_numbers(monkeypatch):
     monkeypatch.setattr(step_index, "CHUNK_STEPS", CHUNK)
 
 
-def write(ns: Namespace, writer: str, wstep: int, started_ms: int | None = None) -> int:
-    a = ns.begin(writer, wstep)
-    a.write("t", pa.table({"id": pa.array([wstep], pa.int64())}), region_id=wstep % 2)
-    return a.commit(started_ms=started_ms)
 
 
 def pair_of(shape: str, i: int) -> tuple[str, int, int | None]:
@@ -98,31 +96,17 @@ def test_a_namespace_never_cleaned_opens_by_replaying_a_bounded_tail(make_store,
     assert opened.steps() == range(0, STEPS)
 
 
-def commit_many(path: str, process: int, steps: int) -> None:
-    """A committer process: its own writers, a snapshot every EVERY records."""
-    snapshot_schedule.SNAPSHOT_EVERY_RECORDS = EVERY
-    step_index.CHUNK_STEPS = CHUNK
-    ns = Namespace(open_store("file", "race", path=path))
-    for i in range(steps):
-        if i % 2:
-            write(ns, f"p{process}-batch-{i}", 0, int(time.time() * 1000))
-        else:
-            write(ns, f"p{process}-query", i // 2)
-    ns.close()
-
-
 def test_concurrent_committers_in_processes_write_snapshots_safely(tmp_path):
     """This tests committers in PROCESSES processes at once, streaming and one-off writers
     interleaved, each writing snapshots as it passes EVERY records: the snapshots
     they race to write never corrupt anything; recovery from the newest, from the
     older one, and a replay of the whole log decide every step and pair alike."""
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=commit_many, args=(str(tmp_path), p, EACH)) for p in range(PROCESSES)]
+    procs = [subprocess.Popen([sys.executable, str(CHILDREN / "history_child.py"), str(tmp_path),
+                               str(p), str(EACH), str(EVERY), str(CHUNK)],
+                              stderr=subprocess.PIPE, text=True) for p in range(PROCESSES)]
     for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0, f"committer process exited with {p.exitcode}"
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, f"committer process exited with {p.returncode}: {err[-2000:]}"
     store = open_store("file", "race", path=str(tmp_path))
     versions = store.snapshot_versions(SNAPSHOT_NAME)
     assert len(versions) >= 2

@@ -80,6 +80,16 @@ def headline(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def kept_sections(md: Path) -> str:
+    """The ``## `` sections of ``md`` that other benchmarks wrote (history, many regions,
+    many writers), to keep below this run's table: a run rewrites only its own part."""
+    if not md.exists():
+        return ""
+    old = md.read_text()
+    at = old.find("\n## ")
+    return "" if at < 0 else "\n" + old[at + 1:]
+
+
 def write(results: list[Result], args_line: str, elapsed_s: float, tag: str = "") -> Path:
     suffix = f"-{tag}" if tag else ""
     md = HERE / f"RESULTS{suffix}.md"
@@ -112,7 +122,7 @@ def write(results: list[Result], args_line: str, elapsed_s: float, tag: str = ""
             parts = "; ".join(f"{k}: " + ", ".join(f"{v:.4g}" for v in vals)
                               for k, vals in r.samples.items())
             text.append(f"- {r.pair}: {parts}")
-    md.write_text("\n".join(text) + "\n")
+    md.write_text("\n".join(text) + "\n" + kept_sections(md))
     chart(results, png)
     return md
 

@@ -37,7 +37,7 @@ setup(
             "confluent-kafka>=2.6",
             "pytest>=8",
             "pytest-timeout>=2.3",
-            "pytest-xdist>=3.6",  # the quick lane on every core: pytest -m quick -n auto
+            "pytest-xdist>=3.6",  # the lanes on every core: pytest -m quick -n auto --dist worksteal
             "chispa>=0.10",
             "pandas>=2,<3",
             "ruff>=0.6",

@@ -9,6 +9,7 @@ ones are marked ``kafka``. A backend fixture without the mark fails: there is no
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
 import uuid
@@ -65,6 +66,30 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         item.add_marker(pytest.mark.xdist_group(group))
     if not items:
         raise pytest.UsageError("no tests were collected: refusing a silent green run")
+
+
+def _module_marks(path: Path) -> set[str]:
+    """The mark names of a test module's own ``pytestmark`` (``pytest.mark.X`` or
+    ``pytest.mark.X(...)``, alone or in a list), read from its source without importing it."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_bytes(), str(path)).body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            for sub in ast.walk(node.value):
+                if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Attribute) \
+                        and sub.value.attr == "mark":
+                    names.add(sub.attr)
+    return names
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under ``-m quick``, a module whose own ``pytestmark`` names a slow mark holds no
+    quick test, so it is not imported at all: its imports (pyspark, the Kafka clients)
+    would cost every xdist worker of the quick lane for tests it deselects anyway."""
+    if (config.getoption("markexpr", "") != "quick" or collection_path.suffix != ".py"
+            or not collection_path.name.startswith("test_")):
+        return None
+    return True if _module_marks(collection_path) & set(SLOW_MARKS) else None
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from helpers import assert_acknowledged
-from wal_child import WRITER, rows_for
+from wal_child import WRITER, rows_for, run
 
 from pyspark_durable.wal import Namespace
 
@@ -51,6 +51,17 @@ def run_child(backend: str, config: dict, namespace: str, mode: str, steps: int,
         out += [ln.rstrip("\n") for ln in lines]
     acks = [(int(p[1]), int(p[2])) for p in (ln.split() for ln in lines) if p and p[0] == "ACK"]
     return acks, any(ln.strip() == "DONE" for ln in lines)
+
+
+def run_writer_here(backend: str, config: dict, namespace: str, mode: str,
+                    steps: int) -> tuple[list[tuple[int, int]], bool]:
+    """The child's writer in this process: what :func:`run_child` returns, without the
+    half second of a new interpreter importing pyarrow, where nothing is killed or
+    injected (a fresh ``Namespace`` has no state a process would not have)."""
+    lines: list[str] = []
+    run(backend, config, namespace, mode, steps, lines.append)
+    acks = [(int(p[1]), int(p[2])) for p in (ln.split() for ln in lines) if p and p[0] == "ACK"]
+    return acks, "DONE" in lines
 
 
 def expected_step_rows(ws: int) -> dict[str, pa.Table]:

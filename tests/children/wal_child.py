@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+from collections.abc import Callable
 
 import pyarrow as pa
 import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
@@ -46,23 +47,26 @@ def write_step(ns: Namespace, ws: int) -> int:
     return attempt.commit()
 
 
-def main() -> None:
-    backend, config, namespace, mode, steps = sys.argv[1:6]
-    ns = Namespace(open_store(backend, namespace, **json.loads(config)))
+def run(backend: str, config: dict, namespace: str, mode: str, steps: int,
+        emit: Callable[[str], None]) -> None:
+    """Commit writer steps up to ``steps`` in ``mode``, calling ``emit`` with each line
+    the module docstring names (a test that needs no separate process, a writer
+    without injected faults, calls this directly)."""
+    ns = Namespace(open_store(backend, namespace, **config))
     cleaner = Cleaner(ns, grace_ms=0)
     ns.refresh()
     start = ns.newest_committed_writer_step(WRITER) or 0  # redo the last one: a no-op commit
     retry = mode.endswith("-retry")
-    for ws in range(start, int(steps)):
+    for ws in range(start, steps):
         for _ in range(2 if retry else 1):
             try:
                 step = write_step(ns, ws)
             except DurableWalError as exc:
                 if not retry:
                     raise
-                print(f"ERR {ws} {type(exc).__name__}: {exc}", flush=True)
+                emit(f"ERR {ws} {type(exc).__name__}: {exc}")
                 continue
-            print(f"ACK {ws} {step}", flush=True)
+            emit(f"ACK {ws} {step}")
             break
         if mode.startswith("clean") and ws % 3 == 0:
             try:
@@ -71,8 +75,15 @@ def main() -> None:
             except DurableWalError as exc:
                 if not retry:
                     raise
-                print(f"CLEANERR {type(exc).__name__}: {exc}", flush=True)
-    print("DONE", flush=True)
+                emit(f"CLEANERR {type(exc).__name__}: {exc}")
+    ns.close()
+    emit("DONE")
+
+
+def main() -> None:
+    backend, config, namespace, mode, steps = sys.argv[1:6]
+    run(backend, json.loads(config), namespace, mode, int(steps),
+        lambda line: print(line, flush=True))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from faults.powercut import DurableImage, build_shim, power_cut, shim_env
-from wal_crash_tools import check_namespace, run_child
+from wal_crash_tools import check_namespace, run_child, run_writer_here
 
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
@@ -104,7 +104,7 @@ def test_a_failed_fsync_never_acknowledges_what_it_failed_to_write(shim, tmp_pat
     assert stats["events"] > 0
     verify(root, acked, retained_only=mode == "clean")
 
-    more, done = run_child("file", config(root), NS, mode, 16, None)
+    more, done = run_writer_here("file", config(root), NS, mode, 16)
     assert done
     acked.update(more)
     verify(root, acked, retained_only=mode == "clean")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from wal_crash_tools import check_namespace, run_child
+from wal_crash_tools import check_namespace, run_child, run_writer_here
 
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
@@ -42,7 +42,7 @@ def test_writer_killed_at_random_points(make_store, store_config, namespace, mod
         check_namespace(Namespace(open_store(backend, namespace, **config)), acked,
                         retained_only=mode == "clean")
     assert kills >= KILLS[backend], f"only {kills} kills happened before the writer finished"
-    acks, done = run_child(backend, config, namespace, mode, TOTAL_STEPS, None)
+    acks, done = run_writer_here(backend, config, namespace, mode, TOTAL_STEPS)
     assert done
     acked.update(acks)
     ns = Namespace(open_store(backend, namespace, **config))

@@ -49,6 +49,11 @@ def run_child(backend: str, config: dict, namespace: str, mode: str, steps: int,
         assert proc.returncode in (0, -signal.SIGKILL), err
     if out is not None:
         out += [ln.rstrip("\n") for ln in lines]
+    return parsed(lines)
+
+
+def parsed(lines: list[str]) -> tuple[list[tuple[int, int]], bool]:
+    """The writer's lines as ((writer step, step) of every ACK, whether it said DONE)."""
     acks = [(int(p[1]), int(p[2])) for p in (ln.split() for ln in lines) if p and p[0] == "ACK"]
     return acks, any(ln.strip() == "DONE" for ln in lines)
 
@@ -60,8 +65,7 @@ def run_writer_here(backend: str, config: dict, namespace: str, mode: str,
     injected (a fresh ``Namespace`` has no state a process would not have)."""
     lines: list[str] = []
     run(backend, config, namespace, mode, steps, lines.append)
-    acks = [(int(p[1]), int(p[2])) for p in (ln.split() for ln in lines) if p and p[0] == "ACK"]
-    return acks, "DONE" in lines
+    return parsed(lines)
 
 
 def expected_step_rows(ws: int) -> dict[str, pa.Table]:

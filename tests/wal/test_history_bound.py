@@ -34,8 +34,6 @@ def small_numbers(monkeypatch):
     monkeypatch.setattr(step_index, "CHUNK_STEPS", CHUNK)
 
 
-
-
 def pair_of(shape: str, i: int) -> tuple[str, int, int | None]:
     """(writer, writer step, started_ms) of step ``i``: one streaming writer, or one
     one-off writer per step (a batch ``df.write``)."""

@@ -709,4 +709,3 @@ def test_a_handle_follows_a_recreated_wal_whose_old_snapshots_are_gone(kafka_bro
     finally:
         fresh.close()
         ns.close()
-

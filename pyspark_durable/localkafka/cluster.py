@@ -32,7 +32,6 @@ The settings are Kafka's defaults except what a cluster of this size needs
 from __future__ import annotations
 
 import base64
-import ctypes
 import fcntl
 import os
 import random
@@ -397,47 +396,55 @@ def properties(node: Node, voters: str, size: int, auth: Auth | None, extra: Map
     return "".join(f"{k}={v}\n" for k, v in lines.items())
 
 
-def die_with_caller() -> Callable[[], None]:
-    """A ``preexec_fn`` that has the kernel SIGKILL the child when the thread that
-    started it ends (``PR_SET_PDEATHSIG``), whatever ends it: the guarantee that an
-    attached broker never outlives a crashed caller. A caller already gone by the time
-    the child armed it (the signal would never come) makes the child exit at once."""
+# Run between fork and exec, this would be Python code in a process that may have other
+# threads (a Kafka client's, Spark's): ``preexec_fn`` runs the interpreter's fork hooks
+# and code there, and can deadlock on a lock another thread held at the fork. So the
+# signal is armed by a fresh interpreter that then execs the command (the death signal
+# survives exec), and ``Popen`` itself runs no Python around its fork.
+_ARM_THEN_EXEC = (
+    "import ctypes, os, sys\n"
+    f"if ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, {int(signal.SIGKILL)}, 0, 0, 0)"
+    " != 0 or os.getppid() != int(sys.argv[1]):\n"
+    "    os._exit(1)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def die_with_caller(argv: list[str]) -> list[str]:
+    """``argv`` made to be SIGKILLed by the kernel when the thread that starts it ends
+    (``PR_SET_PDEATHSIG``), whatever ends it: the guarantee that an attached broker never
+    outlives a crashed caller. A caller already gone by the time the signal is armed (it
+    would never come) makes the command exit with 1 before it runs. Start the result from
+    the thread whose end should end it."""
     if not sys.platform.startswith("linux"):
         raise BrokerStartError(
             "an attached broker needs Linux (prctl PR_SET_PDEATHSIG); "
             "start it detached and stop it by its PID"
         )
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    caller = os.getpid()
-
-    def arm() -> None:
-        if prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != caller:
-            os._exit(1)
-
-    return arm
+    return [sys.executable, "-I", "-S", "-c", _ARM_THEN_EXEC, str(os.getpid()), *argv]
 
 
 def _launch(node: Node, classpath: str, heap: tuple[str, ...], attached: bool,
             jvm: tuple[str, ...] = ()) -> None:
+    argv = [
+        "java",
+        *heap,
+        *jvm,
+        "-XX:+UseSerialGC",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={node.folder / 'log4j2.properties'}",
+        "-cp",
+        classpath,
+        "kafka.Kafka",
+        str(node.folder / "server.properties"),
+    ]
     with open(node.folder / "stdout.log", "ab") as out:
         node.process = subprocess.Popen(
-            [
-                "java",
-                *heap,
-                *jvm,
-                "-XX:+UseSerialGC",
-                "-Djava.awt.headless=true",
-                f"-Dlog4j2.configurationFile={node.folder / 'log4j2.properties'}",
-                "-cp",
-                classpath,
-                "kafka.Kafka",
-                str(node.folder / "server.properties"),
-            ],
+            die_with_caller(argv) if attached else argv,
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: kill -9 reaches all of it
-            preexec_fn=die_with_caller() if attached else None,
         )
 
 

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import base64
+import logging
+import logging.config
+import subprocess
+import threading
 
 from kafka_broker import random_cluster_id
+
+from pyspark_durable.localkafka.cluster import die_with_caller
+
+BOUND_S = 60.0  # far beyond a process start: reaching it means the start hung
 
 
 def test_cluster_ids_are_kafka_uuids_that_never_read_as_an_option():
@@ -26,3 +34,61 @@ def test_free_ports_are_distinct_and_never_ephemeral():
     ports = [free_port() for _ in range(200)]
     assert len(set(ports)) == len(ports)
     assert not [p for p in ports if p in _ephemeral_ports()]
+
+
+def test_an_attached_process_dies_when_the_thread_that_started_it_ends():
+    """This tests that a command made attached is SIGKILLed by the kernel once the thread
+    that started it ends (the guarantee that an attached broker never outlives its
+    caller), and that it runs as the command itself (its PID is the one to kill)."""
+    started: dict[str, subprocess.Popen] = {}
+
+    def start() -> None:
+        started["proc"] = subprocess.Popen(
+            die_with_caller(["sh", "-c", "echo $$; exec sleep 600"]), stdout=subprocess.PIPE,
+            text=True)
+        started["pid"] = int(started["proc"].stdout.readline())
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join(BOUND_S)
+    proc = started["proc"]
+    try:
+        assert started["pid"] == proc.pid, "the command does not run under the started PID"
+        assert proc.wait(BOUND_S) == -9, "the process outlived the thread that started it"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_an_attached_start_runs_no_python_fork_hooks_while_another_thread_holds_a_lock():
+    """This tests that an attached start does not wait on locks other threads of the caller
+    hold: a thread configuring logging (it holds logging's module lock, which logging
+    also takes around a fork whose child runs Python code) at the moment of the start
+    does not hang it; the started command runs and exits normally."""
+    held, release = threading.Event(), threading.Event()
+
+    def slow_handler() -> logging.Handler:  # called by dictConfig under logging's lock
+        held.set()
+        release.wait(BOUND_S)
+        return logging.NullHandler()
+
+    holder = threading.Thread(target=logging.config.dictConfig, args=({
+        "version": 1, "incremental": False, "disable_existing_loggers": False,
+        "handlers": {"slow": {"()": slow_handler}}},))
+    holder.start()
+    assert held.wait(BOUND_S)
+    outcome: dict[str, object] = {}
+
+    def start() -> None:
+        proc = subprocess.Popen(die_with_caller(["sh", "-c", "exit 7"]))
+        outcome["code"] = proc.wait(BOUND_S)
+
+    starter = threading.Thread(target=start, daemon=True)
+    starter.start()
+    starter.join(BOUND_S)
+    still_held = holder.is_alive()
+    release.set()
+    holder.join(BOUND_S)
+    starter.join(BOUND_S)
+    assert still_held and outcome == {"code": 7}, f"the start waited on the lock: {outcome}"

@@ -79,7 +79,7 @@ def test_a_cut_freed_file_is_reported_and_a_record_without_its_hole_is_harmless(
     punched (a kill between them) reads as freed, with every other entry exact; and a
     freed file cut inside its last record (a write that never finished) is reported, the
     frames it named read as they lie, and the next free cuts the partial record off
-    before appending."""
+    before appending and punches the hole the kill left out, so the space comes back."""
     log = store(tmp_path).open_region(0)
     log.append([big(i) for i in range(40)])
     folder = region_folder(tmp_path)
@@ -96,7 +96,10 @@ def test_a_cut_freed_file_is_reported_and_a_record_without_its_hole_is_harmless(
     cut = store(tmp_path).open_region(0, create=False)
     assert [e.offset for e in cut.read(18, 24)] == list(range(18, 24))  # its frames are whole
     assert any("partial record" in r for r in cut.repairs), cut.repairs
+    blocks = segment_blocks(folder)
     cut.free([(30, 31)])
+    # frames 5-7 and 30 (4 x 64 KiB, less at most a block at each edge of the two holes)
+    assert blocks - segment_blocks(folder) >= 3 * BIG // 512, (blocks, segment_blocks(folder))
     assert (folder / FREED_FILE).stat().st_size == 2 * FREED_RECORD.size
     assert store(tmp_path).open_region(0, create=False).freed_ranges() == [(5, 8), (30, 31)]
     assert os.path.getsize(seg) == pos[40]

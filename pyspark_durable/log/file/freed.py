@@ -22,7 +22,11 @@ that does not match the frames as they lie (its segment was recreated, or it is 
 in a way its CRC missed) is not applied, so the frames it names read, or are reported
 damaged, as they are. Why the record comes first: a crash between the two steps leaves
 a record of frames still whole, which read as freed; the other order would leave
-punched frames no record explains, which a scan must take for damage.
+punched frames no record explains, which a scan must take for damage. Such a record
+keeps its frames' space until the next free of the log punches it: every free first
+walks the records back from the last one, punching those whose blocks still hold data,
+and stops at the first it finds punched (a free appends only after the frees before it
+punched or died, so only the last records can lack their holes).
 
 A damaged record (CRC) is skipped and reported through ``note``: the frames it named
 are then scanned as they are, and if they were punched they are damage, reported by
@@ -138,12 +142,34 @@ def _fallocate() -> Callable[..., int] | None:
     return fn
 
 
+def _inner_blocks(pos: int, end_pos: int, block: int) -> tuple[int, int]:
+    """The whole blocks inside ``[pos, end_pos)`` past the first frame's head."""
+    return -(-(pos + FRAME_HEAD.size) // block) * block, end_pos // block * block
+
+
+def hole_state(path: Path, pos: int, end_pos: int, block: int) -> str | None:
+    """Whether the blocks a punch of ``[pos, end_pos)`` gives back are a ``"hole"`` or
+    still hold ``"data"`` (a file system without ``SEEK_DATA`` reports all of a file as
+    data); None when no whole block lies inside (nothing to give back)."""
+    start, stop = _inner_blocks(pos, end_pos, block)
+    if stop <= start:
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return "data" if os.lseek(fd, start, os.SEEK_DATA) < stop else "hole"
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # no data at or after ``start``
+            return "hole"
+        raise
+    finally:
+        os.close(fd)
+
+
 def punch(path: Path, pos: int, end_pos: int, block: int) -> bool:
     """Give back the whole blocks inside ``[pos, end_pos)`` of ``path`` and fsync; the
     first frame's length and CRC stay (a segment is known by its first frame's head).
     False when the file system cannot punch holes (the frames stay freed, unread)."""
-    start = -(-(pos + FRAME_HEAD.size) // block) * block
-    stop = end_pos // block * block
+    start, stop = _inner_blocks(pos, end_pos, block)
     if stop <= start:
         return True  # no whole block inside: nothing to give back
     fn = _fallocate()

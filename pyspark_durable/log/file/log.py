@@ -53,6 +53,7 @@ from pyspark_durable.log.file.freed import (
     FREED_FILE,
     FreedFrames,
     append_freed,
+    hole_state,
     punch,
     read_freed,
     rewrite_freed,
@@ -106,6 +107,7 @@ class FileLog(Log):
         self._freed: list[FreedFrames] = []  # the `freed` file's valid records (freed.py)
         self._freed_whole = 0  # where its whole records end
         self._freed_key: tuple[int, int] | None = None  # (inode, size) they were read at
+        self._punched: set[FreedFrames] = set()  # records this handle knows have their hole
         with self._locked(fcntl.LOCK_SH):
             self._refresh(exclusive=False)
 
@@ -419,6 +421,7 @@ class FileLog(Log):
         with storage_errors("freeing", self.path, namespace=self.namespace, log=self.name):
             with self._locked(fcntl.LOCK_EX):
                 self._refresh(exclusive=True)
+                self._finish_punches()
                 records = self._freeable(merge_ranges(ranges))
                 if not records:
                     return
@@ -427,11 +430,46 @@ class FileLog(Log):
                 with self._state:
                     self._load_claims(self._segments)
                 for record in records:
-                    seg = next(s for s in self._segments if s.base == record.base)
-                    if not punch(seg.path, record.pos, record.end_pos,
-                                 os.stat(seg.path).st_blksize):
-                        self._note("this file system cannot punch holes: freed frames are "
-                                   "no longer read but keep their space until deleted")
+                    if not self._punch(record):
+                        break
+
+    def _punch(self, record: FreedFrames) -> bool:
+        """Punch the hole of ``record``; False (and noted) if the file system cannot."""
+        seg = next(s for s in self._segments if s.base == record.base)
+        if not punch(seg.path, record.pos, record.end_pos, os.stat(seg.path).st_blksize):
+            self._note("this file system cannot punch holes: freed frames are "
+                       "no longer read but keep their space until deleted")
+            return False
+        self._punched.add(record)
+        return True
+
+    def _finish_punches(self) -> None:
+        """Punch the holes a crash left unpunched after their records were written. Only
+        the last records can lack them (:mod:`.freed` says why): walk back from the last,
+        stop at the first hole found; punch only a record that matches its segment's
+        frames as indexed, so a punch never reaches a frame the record does not free."""
+        with self._state:
+            segments = {seg.base: seg for seg in self._segments}
+        bases = sorted(segments)
+        for record in reversed(self._freed):
+            seg = segments.get(record.base)
+            if record in self._punched or seg is None:
+                return  # seen by this handle, or older than the first segment
+            state = hole_state(seg.path, record.pos, record.end_pos,
+                               os.stat(seg.path).st_blksize)
+            if state == "hole":
+                self._punched.add(record)
+                return  # the frees before this one finished
+            if state is None:
+                self._punched.add(record)
+                continue  # too small for a whole block: says nothing of the others
+            if not seg.scanned:
+                later = [b for b in bases if b > seg.base]
+                with self._state:
+                    self._scan(seg, exclusive=False, tail=False,
+                               end_offset=later[0] if later else None)
+            if record in seg.applied and not self._punch(record):
+                return
 
     def _freeable(self, ranges: list[tuple[int, int]]) -> list[FreedFrames]:
         """The records for ``ranges`` (inside ``[low, high)``), split per segment and

@@ -81,6 +81,7 @@ class Segment:
     # them), and those that match the frames as indexed: freed offset ranges, ascending
     claims: dict[int, FreedFrames] = field(default_factory=dict)
     freed: list[tuple[int, int]] = field(default_factory=list)
+    applied: frozenset[FreedFrames] = frozenset()  # the claims behind ``freed``
     _path: Path | None = field(default=None, repr=False)
 
     @property
@@ -128,6 +129,7 @@ class Segment:
                 not any(o in self.damaged for o in range(c.start, c.end))
             (good if fits else wrong).append(c)
         self.freed = merge_ranges((c.start, c.end) for c in good)
+        self.applied = frozenset(good)
         return wrong
 
 

@@ -22,6 +22,7 @@ from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.net.sasl.oauth import AbstractTokenProvider
 
 from pyspark_durable.errors import (
+    AuthenticationFailed,
     BackendUnavailable,
     ConfigError,
     DurableWalError,
@@ -176,6 +177,11 @@ def translated(what: str, address: str, principal: str | None = None,
     for a refusal of the authorizer, ``principal``)."""
     try:
         yield
+    except AuthenticationFailed as exc:
+        if exc.where or not where:
+            raise
+        # the token provider's refusal, raised inside the client: placed here
+        raise AuthenticationFailed(f"{what}: {exc.reason}", **where) from None
     except DurableWalError:
         raise
     except kerr.KafkaError as exc:

@@ -249,11 +249,12 @@ REVOKED_TIMEOUT_MS = 4000  # the handle's request timeout: the bound of the refu
 def test_a_client_secret_refused_under_an_open_handle_is_a_typed_error(cluster, tokens,
                                                                         client, caplog):
     """This tests that once the token endpoint refuses the client secret of an open
-    handle (rotated at the endpoint) and its last token has expired, the next append and
-    the next read are AuthenticationFailed, not retriable, naming the endpoint and the
-    client id, within the request timeout and the endpoint's answer; that neither secret
-    nor any token shows in the errors or the DEBUG logs; and that a new handle works
-    again once the endpoint takes the secret again (nothing in the process stays broken)."""
+    handle (rotated at the endpoint) and its last token has expired, the next append, the
+    next read, the next new log and a listing of the broker's topics are each
+    AuthenticationFailed, not retriable, naming the namespace, the endpoint and the client
+    id, within the request timeout and the endpoint's answer; that neither secret nor any
+    token shows in the errors or the DEBUG logs; and that a new handle works again once
+    the endpoint takes the secret again (nothing in the process stays broken)."""
     caplog.set_level(logging.DEBUG)
     for name in ("kafka", "pyspark_durable", "confluent_kafka"):
         caplog.set_level(logging.DEBUG, logger=name)
@@ -277,7 +278,9 @@ def test_a_client_secret_refused_under_an_open_handle_is_a_typed_error(cluster, 
         time.sleep(max(0.0, expired + SKEW_S + 0.5 - time.time()))
         errors = []
         for what, call in (("append", lambda: log.append([Record(b"k", b"after")])),
-                           ("read", lambda: list(log.read(0)))):
+                           ("read", lambda: list(log.read(0))),
+                           ("new log", lambda: store.open_log("region_1")),
+                           ("topics", store.sibling_namespaces)):
             start = time.monotonic()
             with pytest.raises(DurableWalError) as caught:
                 call()
@@ -286,7 +289,8 @@ def test_a_client_secret_refused_under_an_open_handle_is_a_typed_error(cluster, 
             print(f"{client} {what} ({took:.1f}s): {type(exc).__name__}: {exc}")
             assert isinstance(exc, AuthenticationFailed), f"{what}: {type(exc).__name__}: {exc}"
             assert not exc.retriable and not isinstance(exc, BackendUnavailable)
-            assert str(exc).startswith(f"namespace={ns} log=region_0: ")
+            assert str(exc).startswith(f"namespace={ns} log=region_0: " if what in
+                                       ("append", "read") else f"namespace={ns}"), str(exc)
             assert f"the OAuth token endpoint {tokens.url}/token (client id {client_id!r})" \
                 in str(exc) and "invalid_client" in str(exc)
             assert took < 2 * REVOKED_TIMEOUT_MS / 1000 + QUICK_S, f"{what} took {took:.1f}s"

@@ -451,12 +451,12 @@ class FileLog(Log):
         with self._state:
             segments = {seg.base: seg for seg in self._segments}
         bases = sorted(segments)
+        block = os.stat(self.path).st_blksize  # the folder's file system: the segments'
         for record in reversed(self._freed):
             seg = segments.get(record.base)
             if record in self._punched or seg is None:
                 return  # seen by this handle, or older than the first segment
-            state = hole_state(seg.path, record.pos, record.end_pos,
-                               os.stat(seg.path).st_blksize)
+            state = hole_state(seg.path, record.pos, record.end_pos, block)
             if state == "hole":
                 self._punched.add(record)
                 return  # the frees before this one finished

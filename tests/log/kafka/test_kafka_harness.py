@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import logging.config
 import subprocess
 import threading
 
@@ -63,19 +62,20 @@ def test_an_attached_process_dies_when_the_thread_that_started_it_ends():
 
 def test_an_attached_start_runs_no_python_fork_hooks_while_another_thread_holds_a_lock():
     """This tests that an attached start does not wait on locks other threads of the caller
-    hold: a thread configuring logging (it holds logging's module lock, which logging
-    also takes around a fork whose child runs Python code) at the moment of the start
+    hold: a thread making a logger (it holds logging's module lock, which logging also
+    takes around a fork whose child runs Python code) at the moment of the start
     does not hang it; the started command runs and exits normally."""
     held, release = threading.Event(), threading.Event()
 
-    def slow_handler() -> logging.Handler:  # called by dictConfig under logging's lock
-        held.set()
-        release.wait(BOUND_S)
-        return logging.NullHandler()
+    class SlowLogger(logging.Logger):  # made by getLogger under logging's module lock
+        def __init__(self, name: str) -> None:
+            held.set()
+            release.wait(BOUND_S)
+            super().__init__(name)
 
-    holder = threading.Thread(target=logging.config.dictConfig, args=({
-        "version": 1, "incremental": False, "disable_existing_loggers": False,
-        "handlers": {"slow": {"()": slow_handler}}},))
+    manager = logging.Manager(logging.getLogger())  # its own: no logger of the suite changes
+    manager.setLoggerClass(SlowLogger)
+    holder = threading.Thread(target=manager.getLogger, args=("durablewal-slow",))
     holder.start()
     assert held.wait(BOUND_S)
     outcome: dict[str, object] = {}

@@ -4,7 +4,9 @@ Everything comes from the installed pyspark wheel (``<pyspark>/bin/spark-class``
 daemons' logs are read line by line from their pipes (a thread per daemon tees them
 to a file), so start-up waits on the log lines themselves ("I have been elected
 leader", "Registering worker" twice), never on a sleep. Stopping is by PID: SIGTERM,
-then SIGKILL after a timeout, and the executors the workers started are ended too.
+then SIGKILL after a timeout, and the executors the workers started are ended too. The
+daemons are attached (killed by the kernel when the thread that started them ends), so
+a test run that is itself killed leaves no master or worker behind.
 
 Executors run an "executor Python" that does NOT have pyspark_durable: a venv of the
 main venv's base interpreter whose ``.pth`` file adds the main venv's site-packages
@@ -31,6 +33,8 @@ from pathlib import Path
 import pyspark
 from helpers import free_port
 
+from pyspark_durable.localkafka.cluster import die_with_caller
+
 SPARK_HOME = Path(pyspark.__file__).parent
 MAIN_PYTHON = Path(sys.executable)
 START_TIMEOUT_S = 180.0  # a loaded 2-core machine starts three JVMs slowly
@@ -54,7 +58,9 @@ class Daemon:
         self.events = {needle: threading.Event() for needle in watch}
         self._watch = watch
         self.exited = threading.Event()
-        self.process = subprocess.Popen(list(argv), env=env, stdout=subprocess.PIPE,
+        # attached: a test run killed with -9 takes its daemons with it, no orphan JVMs
+        self.process = subprocess.Popen(die_with_caller(list(argv)), env=env,
+                                        stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         text=True, errors="replace", start_new_session=True)
         self._thread = threading.Thread(target=self._pump, name=f"log-{name}", daemon=True)

@@ -25,6 +25,8 @@ import pytest
 from helpers import free_port, wait_until
 from helpers import package_zip as make_package_zip
 
+from pyspark_durable.localkafka.cluster import die_with_caller
+
 PYSPARK_HOME = Path(pyspark.__file__).parent
 CONNECT_JAR = PYSPARK_HOME / "jars" / "spark-connect_2.13-4.3.0.jar"
 PACKAGE_DIR = Path(__file__).resolve().parents[2] / "pyspark_durable"
@@ -57,7 +59,8 @@ class ConnectServer:
                "spark-internal"]
         with open(self.log_path, "wb") as log:
             # cwd outside the repository: a worker's sys.path[0] must not find ./pyspark_durable
-            self.process = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=log,
+            # attached: a test run killed with -9 takes its server with it, no orphan JVM
+            self.process = subprocess.Popen(die_with_caller(cmd), cwd=workdir, env=env, stdout=log,
                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     @property

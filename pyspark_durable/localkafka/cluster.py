@@ -396,11 +396,11 @@ def properties(node: Node, voters: str, size: int, auth: Auth | None, extra: Map
     return "".join(f"{k}={v}\n" for k, v in lines.items())
 
 
-# Run between fork and exec, this would be Python code in a process that may have other
-# threads (a Kafka client's, Spark's): ``preexec_fn`` runs the interpreter's fork hooks
-# and code there, and can deadlock on a lock another thread held at the fork. So the
-# signal is armed by a fresh interpreter that then execs the command (the death signal
-# survives exec), and ``Popen`` itself runs no Python around its fork.
+# Armed in a ``preexec_fn``, the signal would need Python code between fork and exec in
+# a process that may have other threads (a Kafka client's, Spark's): the interpreter's
+# fork hooks and that code can wait on a lock another thread held at the fork. So a
+# fresh interpreter arms it and then execs the command (the death signal survives
+# exec), and ``Popen`` itself runs no Python around its fork.
 _ARM_THEN_EXEC = (
     "import ctypes, os, sys\n"
     f"if ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, {int(signal.SIGKILL)}, 0, 0, 0)"

@@ -353,10 +353,7 @@ class FileLog(Log):
             seg_end = segments[i + 1].base if i + 1 < len(segments) else stop
             if offset >= seg_end:
                 continue
-            if not seg.scanned:
-                with self._state:
-                    self._scan(seg, exclusive=False, tail=False,
-                               end_offset=segments[i + 1].base if i + 1 < len(segments) else None)
+            self._ensure_scanned(seg, segments[i + 1].base if i + 1 < len(segments) else None)
             if offset >= seg.base + seg.count:
                 raise CorruptEntryError(
                     f"segment {seg.path.name} holds offsets [{seg.base}, "
@@ -421,7 +418,10 @@ class FileLog(Log):
         with storage_errors("freeing", self.path, namespace=self.namespace, log=self.name):
             with self._locked(fcntl.LOCK_EX):
                 self._refresh(exclusive=True)
-                self._finish_punches()
+                # one block size for the holes punched and the holes looked for: the
+                # segments' file system is the folder's
+                block = os.stat(self.path).st_blksize
+                self._finish_punches(block)
                 records = self._freeable(merge_ranges(ranges))
                 if not records:
                     return
@@ -430,28 +430,27 @@ class FileLog(Log):
                 with self._state:
                     self._load_claims(self._segments)
                 for record in records:
-                    if not self._punch(record):
+                    if not self._punch(record, block):
                         break
 
-    def _punch(self, record: FreedFrames) -> bool:
+    def _punch(self, record: FreedFrames, block: int) -> bool:
         """Punch the hole of ``record``; False (and noted) if the file system cannot."""
         seg = next(s for s in self._segments if s.base == record.base)
-        if not punch(seg.path, record.pos, record.end_pos, os.stat(seg.path).st_blksize):
+        if not punch(seg.path, record.pos, record.end_pos, block):
             self._note("this file system cannot punch holes: freed frames are "
                        "no longer read but keep their space until deleted")
             return False
         self._punched.add(record)
         return True
 
-    def _finish_punches(self) -> None:
+    def _finish_punches(self, block: int) -> None:
         """Punch the holes a crash left unpunched after their records were written. Only
         the last records can lack them (:mod:`.freed` says why): walk back from the last,
         stop at the first hole found; punch only a record that matches its segment's
         frames as indexed, so a punch never reaches a frame the record does not free."""
         with self._state:
             segments = {seg.base: seg for seg in self._segments}
-        bases = sorted(segments)
-        block = os.stat(self.path).st_blksize  # the folder's file system: the segments'
+        nxt = dict(itertools.pairwise(sorted(segments)))
         for record in reversed(self._freed):
             seg = segments.get(record.base)
             if record in self._punched or seg is None:
@@ -463,13 +462,15 @@ class FileLog(Log):
             if state is None:
                 self._punched.add(record)
                 continue  # too small for a whole block: says nothing of the others
-            if not seg.scanned:
-                later = [b for b in bases if b > seg.base]
-                with self._state:
-                    self._scan(seg, exclusive=False, tail=False,
-                               end_offset=later[0] if later else None)
-            if record in seg.applied and not self._punch(record):
+            self._ensure_scanned(seg, nxt.get(seg.base))
+            if record in seg.applied and not self._punch(record, block):
                 return
+
+    def _ensure_scanned(self, seg: Segment, nxt: int | None) -> None:
+        """Index a sealed segment the first time it is reached, up to the next one's base."""
+        if not seg.scanned:
+            with self._state:
+                self._scan(seg, exclusive=False, tail=False, end_offset=nxt)
 
     def _freeable(self, ranges: list[tuple[int, int]]) -> list[FreedFrames]:
         """The records for ``ranges`` (inside ``[low, high)``), split per segment and
@@ -481,9 +482,7 @@ class FileLog(Log):
             nxt = segments[i + 1].base if i + 1 < len(segments) else None
             if nxt is not None and not any(a < nxt and b > seg.base for a, b in ranges):
                 continue  # no range reaches it: it is not scanned
-            if not seg.scanned:
-                with self._state:
-                    self._scan(seg, exclusive=False, tail=False, end_offset=nxt)
+            self._ensure_scanned(seg, nxt)
             top = seg.base + seg.count
             for start, end in ranges:
                 offset, stop = max(start, low, seg.base), min(end, top)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_durable.errors import ConfigError, DurableWalError, NotAWal, UnknownNamespace
-from pyspark_durable.log import LogStore, open_store, store_class
+from pyspark_durable.log import LogStore, open_store, resolved_backend, store_class
 from pyspark_durable.log.base import is_decimal
 from pyspark_durable.wal import DEFAULT_TABLE, Namespace
 from pyspark_durable.wal.namespace import COMMITS_LOG
@@ -39,6 +39,11 @@ class EndpointConfig:
     payload_format: str = "arrow"
     tables: tuple[int | str, ...] | None = None
     regions: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        """A file WAL whose path is an ``s3://`` URL is an S3 WAL (``backend`` says so
+        from here on); a URL of a scheme the WAL cannot store to is refused by name."""
+        object.__setattr__(self, "backend", resolved_backend(self.backend, self.options))
 
     @staticmethod
     def from_mapping(config: Mapping[str, Any]) -> EndpointConfig:

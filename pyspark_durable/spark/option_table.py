@@ -58,7 +58,9 @@ class Opt:
 
 
 OPTION_TABLE: tuple[Opt, ...] = (
-    Opt("path", "(none)", "root folder of the file log; `.load(path)`, `.start(path)`, `.save(path)`"),
+    Opt("path", "(none)", "the WAL's root: a local folder (the file log) or `s3://bucket/prefix` "
+        "(the S3 log); `.load(path)`, `.start(path)`, `.save(path)`. A URL of any other scheme "
+        "(`s3a://`, `gs://`, `hdfs://`) is refused"),
     Opt(
         "file.segment_size_bytes",
         "1/64 of the disk, at most 64 MiB",
@@ -71,9 +73,10 @@ OPTION_TABLE: tuple[Opt, ...] = (
     Opt(
         "backend",
         "`file`",
-        "`file` \\| `kafka` (`memory` is refused in Spark: it cannot span Spark's Python workers)",
+        "`file` \\| `kafka` \\| `s3` (an `s3://` path sets it; `memory` is refused in Spark: it "
+        "cannot span Spark's Python workers)",
         field="backend",
-        parse=choice("file", "kafka", "memory"),
+        parse=choice("file", "kafka", "memory", "s3"),
         default="file",
     ),
     Opt("namespace", "`default`", "the WAL's namespace", field="namespace", parse=text, default="default"),
@@ -85,6 +88,23 @@ OPTION_TABLE: tuple[Opt, ...] = (
         parse=integer,
         minimum=0,
     ),
+    Opt("s3.endpoint_url", "the AWS chain", "S3 backend: an S3-compatible server "
+        "(`http://host:port`); else `AWS_ENDPOINT_URL`, else AWS", passthrough=True),
+    Opt("s3.region", "the AWS chain", "S3 backend: the bucket's region; else `AWS_REGION`, "
+        "the profile's, or `us-east-1`", passthrough=True),
+    Opt("s3.access_key_id", "the AWS chain", "S3 backend: with `s3.secret_access_key` (and "
+        "`s3.session_token`), keys that override the AWS credential chain (variables, "
+        "profile, web identity, container and instance roles); never printed", passthrough=True),
+    Opt("s3.secret_access_key", "the AWS chain", "S3 backend: see `s3.access_key_id`",
+        passthrough=True),
+    Opt("s3.session_token", "the AWS chain", "S3 backend: see `s3.access_key_id`",
+        passthrough=True),
+    Opt("s3.profile", "the AWS chain", "S3 backend: a profile of `~/.aws/config`",
+        passthrough=True),
+    Opt("s3.max_attempts", "`5`", "S3 backend: attempts per request, the client's retries "
+        "with backoff (throttling, dropped connections) included", passthrough=True),
+    Opt("s3.retry_mode", "`standard`", "S3 backend: botocore's retry mode, `standard` or "
+        "`adaptive`", passthrough=True),
     Opt("kafka.bootstrap.servers", "(none)", "Kafka backend: the brokers (then no path)", passthrough=True),
     Opt(
         "kafka.client",

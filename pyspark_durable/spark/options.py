@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from pyspark_durable.endpoint.config import resolved_backend
 from pyspark_durable.errors import ConfigError
 from pyspark_durable.spark.option_table import OPTIONS
 from pyspark_durable.spark.option_table import default as D
@@ -79,6 +80,7 @@ class WalOptions:
             opt = OPTIONS[name]
             if opt.field and given is not None:
                 values[opt.field] = opt.value(given)
+        values["backend"] = _backend(options)
         if values["backend"] == "memory":
             raise ConfigError(
                 "option backend=memory: the memory backend lives inside one Python process, "
@@ -124,10 +126,21 @@ def _one_path(path: str | None, paths: str) -> str:
     return chosen[0]
 
 
+def _backend(options: Mapping[str, str]) -> str:
+    """The backend option, or the one the path names: ``s3://bucket/prefix`` is ``s3``
+    (and a URL of a scheme the WAL cannot store to is refused here, by name)."""
+    given = {k.lower(): v for k, v in options.items()}
+    backend = str(given.get("backend", "file")).strip().lower()
+    path = given.get("path")
+    if given.get("paths"):
+        path = _one_path(path, given["paths"])
+    return resolved_backend(backend, {"path": path} if path else {})
+
+
 def _split(options: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     """The options of the table by their canonical names, and those passed through to
     the backend (named ``{backend}.*``); any other key is an unknown option."""
-    backend = next((str(v).strip().lower() for k, v in options.items() if k.lower() == "backend"), "file")
+    backend = _backend(options)
     raw: dict[str, str] = {}
     passthrough: dict[str, str] = {}
     for key, value in options.items():
@@ -171,6 +184,9 @@ def _store(backend: str, raw: Mapping[str, str], passthrough: Mapping[str, str])
     path = _one_path(raw.get("path"), raw["paths"]) if raw.get("paths") else raw.get("path")
     if path:
         store["path"] = path
+    if backend == "s3":
+        return {k.split(".", 1)[1] if k.lower().startswith("s3.") else k: v
+                for k, v in store.items()}
     if backend != "file":
         return store
     if "path" not in store:

@@ -33,6 +33,7 @@ from pyspark_durable.log.file.disk import (
     write_atomic,
 )
 from pyspark_durable.log.file.log import FileLog
+from pyspark_durable.log.locations import backend_of_path
 
 log = logging.getLogger(__package__)
 
@@ -63,6 +64,9 @@ class FileLogStore(LogStore):
             )
         if path is None:
             raise ConfigError("the file backend needs a path (the log's root folder)")
+        if backend_of_path(str(path)) is not None:
+            raise ConfigError(f"path {str(path)!r} is an S3 location, not a folder: open it "
+                              "with the s3 backend", namespace=namespace)
         self.root = Path(path)
         if self.root.exists() and not self.root.is_dir():
             raise ConfigError(f"path {str(self.root)!r} is a file, not a folder: the file "

@@ -1,0 +1,419 @@
+"""One log in a bucket: immutable objects, ordered by conditional create alone.
+
+Layout of a log (``{base}`` is ``{prefix}{namespace}/logs/{log}/``)::
+
+    {base}meta                     exists once the log was created
+    {base}e/{first:020d}           one object per append: the entries at offsets
+                                   [first, first + count), count <= MAX_RECORDS
+    {base}low                      the low watermark, "{offset} {crc32 as 8 hex}"
+    {base}hint                     a recent boundary (see below), same form
+
+**The rule that makes it safe.** An entry object is only ever created with
+``If-None-Match: *`` at a *boundary*: 0, or the end (first + count) of an object that
+exists. The boundaries therefore form one chain from 0, each key has at most one
+object, and two writers racing for one offset send two creates of the same key: the
+store lets exactly one succeed, and the other gets 412 and moves past the winner's
+object. Offsets stay dense (no object can start inside another: no writer ever learns
+an offset inside one as a boundary), and a winner is decided by the store, never by a
+clock, a lock or a lease.
+
+**Which writer won.** Each object carries a random token in its metadata. A create
+that fails in a way that leaves its outcome open (a lost answer, a timeout; the client
+retries it, and a retry of a create that did land answers 412) is settled by one HEAD:
+the object at that key is ours (stored: success), another writer's (ours can never
+land there now: move on), or cannot be seen (:class:`AppendIndeterminate`).
+
+**Finding the end.** ``hint`` holds a boundary written every ``HINT_EVERY`` offsets
+(without a condition: a racing writer may put an older one back, which is still a
+boundary, just staler). The end is found by one LIST of the keys from that boundary on
+(and a HEAD of the last for its count), so an open costs the same however long the
+log's history. The object holding the last boundary is never deleted, so the chain's
+end is always found.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from pyspark_durable.errors import (
+    AppendIndeterminate,
+    CorruptEntryError,
+    DurableWalError,
+    OffsetOutOfRange,
+)
+from pyspark_durable.log.base import Entry, Log, Record
+from pyspark_durable.log.file.frames import FRAME_HEAD, frame_parts, read_body
+from pyspark_durable.log.s3.client import (
+    ERRORS,
+    MISSING,
+    PRECONDITION,
+    is_code,
+    is_transient,
+    typed,
+)
+
+if TYPE_CHECKING:
+    from pyspark_durable.log.s3.store import S3LogStore
+
+log = logging.getLogger(__name__)
+
+MAX_RECORDS = 1024  # entries per object: the object holding an offset starts at most this far back
+HINT_EVERY = 256  # offsets between two writes of the hint: a LIST from it reads < 1 page
+LIST_PAGE = 1000  # S3's page
+# an append of at most this much tries the offset it knows first; a larger one lists the
+# end first, since a create that loses the race has sent its whole body for nothing
+OPTIMISTIC_BYTES = 64 << 10
+CONFLICT = ("ConditionalRequestConflict", "409")  # S3: a racing conditional write, retry it
+
+
+def _mark(value: int) -> bytes:
+    text = str(value).encode()
+    return text + b" %08x" % zlib.crc32(text)
+
+
+def _parse_mark(data: bytes) -> int | None:
+    """The offset of a ``low``/``hint`` object, None if it is damaged."""
+    text, _, crc = data.strip().partition(b" ")
+    if not text.isdigit() or crc != b"%08x" % zlib.crc32(text):
+        return None
+    return int(text)
+
+
+class S3Log(Log):
+    """A log of entry objects in a bucket (see the module docstring for the rule)."""
+
+    can_free = False  # an object is whole or gone: a prefix is deleted, like Kafka
+
+    def __init__(self, store: S3LogStore, name: str) -> None:
+        super().__init__(store.namespace, name)
+        self._store = store
+        self._client = store.client
+        self._config = store.config
+        self._bucket = store.config.bucket
+        self._base = f"{store.ns_prefix}logs/{name}/"
+        self._entries = f"{self._base}e/"
+        self._high: int | None = None  # a boundary this handle knows (only grows)
+        self._lock = threading.Lock()
+        self._append_lock = threading.Lock()  # one create at a time per handle: appends keep order
+        self._executor: ThreadPoolExecutor | None = None
+
+    # -- requests ----------------------------------------------------------------------
+
+    def _request(self, doing: str, method: str, **kwargs: Any) -> Any:
+        """One client call, its error typed (the client has retried what it retries)."""
+        try:
+            return getattr(self._client, method)(Bucket=self._bucket, **kwargs)
+        except ERRORS as exc:
+            typed(exc, self._config, f"{doing} (log {self.name})", namespace=self.namespace,
+                  log=self.name)
+
+    def _key(self, first: int) -> str:
+        return f"{self._entries}{first:020d}"
+
+    def _first_of(self, key: str) -> int:
+        return int(key[len(self._entries):])
+
+    def _get(self, key: str, doing: str) -> tuple[bytes, dict[str, str]] | None:
+        """An object's body and metadata, None if it does not exist."""
+        try:
+            answer = self._client.get_object(Bucket=self._bucket, Key=key)
+            return answer["Body"].read(), answer.get("Metadata", {})
+        except ERRORS as exc:
+            if is_code(exc, MISSING):
+                return None
+            typed(exc, self._config, f"{doing} (log {self.name})", namespace=self.namespace,
+                  log=self.name)
+
+    def _head(self, key: str, doing: str) -> dict[str, str] | None:
+        """An object's metadata, None if it does not exist."""
+        try:
+            return self._client.head_object(Bucket=self._bucket, Key=key).get("Metadata", {})
+        except ERRORS as exc:
+            if is_code(exc, MISSING):
+                return None
+            typed(exc, self._config, f"{doing} (log {self.name})", namespace=self.namespace,
+                  log=self.name)
+
+    def _keys(self, start_after: str | None) -> Iterator[str]:
+        """Entry object keys after ``start_after`` (all, if None), ascending, page by page."""
+        kwargs: dict[str, Any] = {"Prefix": self._entries, "MaxKeys": LIST_PAGE}
+        if start_after is not None:
+            kwargs["StartAfter"] = start_after
+        while True:
+            page = self._request("listing entry objects", "list_objects_v2", **kwargs)
+            for item in page.get("Contents", ()):
+                yield item["Key"]
+            if not page.get("IsTruncated"):
+                return
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+            kwargs.pop("StartAfter", None)
+
+    def _count(self, key: str, meta: dict[str, str] | None = None) -> int:
+        meta = meta if meta is not None else self._head(key, "reading an entry object's size")
+        if meta is None:
+            raise CorruptEntryError(f"entry object s3://{self._bucket}/{key} vanished while "
+                                    "the end of the log was read", namespace=self.namespace,
+                                    log=self.name)
+        count = meta.get("count", "")
+        if not count.isdigit() or not 0 < int(count) <= MAX_RECORDS:
+            raise CorruptEntryError(f"entry object s3://{self._bucket}/{key} has no valid "
+                                    f"count in its metadata ({count!r})",
+                                    namespace=self.namespace, log=self.name)
+        return int(count)
+
+    def _mark_object(self, name: str) -> tuple[int | None, str | None]:
+        """(offset, ETag) of the ``low`` or ``hint`` object; (None, None) if absent."""
+        try:
+            answer = self._client.get_object(Bucket=self._bucket, Key=self._base + name)
+        except ERRORS as exc:
+            if is_code(exc, MISSING):
+                return None, None
+            typed(exc, self._config, f"reading the {name} mark (log {self.name})",
+                  namespace=self.namespace, log=self.name)
+        value = _parse_mark(answer["Body"].read())
+        if value is None:
+            raise CorruptEntryError(f"the {name} mark s3://{self._bucket}/{self._base}{name} "
+                                    "is damaged (bad offset or CRC)", namespace=self.namespace,
+                                    log=self.name)
+        return value, answer.get("ETag")
+
+    # -- the end of the chain ----------------------------------------------------------
+
+    def _end_from(self, boundary: int | None) -> int:
+        """The chain's end, found by listing the objects from a known boundary on."""
+        start_after = None if not boundary else self._key(boundary - 1)
+        last = None
+        for key in self._keys(start_after):
+            last = key
+        if last is None:
+            return boundary or 0
+        return self._first_of(last) + self._count(last)
+
+    def _known(self) -> int | None:
+        with self._lock:
+            if self._high is not None:
+                return self._high
+        hint, _ = self._mark_object("hint")
+        return hint
+
+    def _advance(self, boundary: int) -> int:
+        with self._lock:
+            self._high = boundary if self._high is None else max(self._high, boundary)
+            return self._high
+
+    def high_watermark(self) -> int:
+        return self._advance(self._end_from(self._known()))
+
+    def low_watermark(self) -> int:
+        low, _ = self._mark_object("low")
+        return low or 0
+
+    # -- appending ---------------------------------------------------------------------
+
+    def append(self, records: Sequence[Record]) -> list[int]:
+        offsets: list[int] = []
+        for i in range(0, len(records), MAX_RECORDS):
+            offsets += self._append_object(records[i:i + MAX_RECORDS])
+        return offsets
+
+    def append_async(self, records: Sequence[Record]) -> Future[list[int]]:
+        """Appends run on one thread per handle, in the order they were handed over, so
+        encoding the next entries overlaps this one's upload."""
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"s3-{self.name}")
+            executor = self._executor
+        return executor.submit(self.append, list(records))
+
+    def _append_object(self, records: Sequence[Record]) -> list[int]:
+        if not records:
+            return []
+        self._store.writable()
+        now = int(time.time() * 1000)
+        parts = []
+        for index, record in enumerate(records):  # frames hold their index in the object
+            head, value = frame_parts(index, now, record)
+            parts += [head, bytes(value)]
+        body = b"".join(parts)
+        count, token = len(records), uuid.uuid4().hex
+        with self._append_lock:
+            with self._lock:
+                first = self._high
+            if first is None or len(body) > OPTIMISTIC_BYTES:
+                first = self.high_watermark()  # a LIST costs less than a create that loses
+            while not self._create(first, body, count, token):
+                first = self._end_from(first)  # another writer won it: past the end now
+            self._advance(first + count)
+        if first // HINT_EVERY != (first + count) // HINT_EVERY:
+            self._write_hint(first + count)
+        return list(range(first, first + count))
+
+    def _create(self, first: int, body: bytes, count: int, token: str) -> bool:
+        """Create the object at ``first``; True once ours is there, False if another's is."""
+        key = self._key(first)
+        while True:
+            try:
+                self._client.put_object(Bucket=self._bucket, Key=key, Body=body, IfNoneMatch="*",
+                                        Metadata={"count": str(count), "token": token})
+                return True
+            except ERRORS as exc:
+                if is_code(exc, CONFLICT):
+                    continue  # a racing create in flight: ask again, one of them gets 412
+                if not (is_code(exc, PRECONDITION) or is_transient(exc)):
+                    typed(exc, self._config, f"appending at offset {first} (log {self.name})",
+                          namespace=self.namespace, log=self.name)
+                return self._settle(key, first, token, exc)
+
+    def _settle(self, key: str, first: int, token: str, exc: BaseException) -> bool:
+        """Whose object is at ``key`` after a create answered 412 or not at all."""
+        try:
+            meta = self._client.head_object(Bucket=self._bucket, Key=key).get("Metadata", {})
+        except ERRORS as head_exc:
+            meta = None if is_code(head_exc, MISSING) else head_exc
+        if isinstance(meta, dict):
+            return meta.get("token") == token
+        if is_code(exc, PRECONDITION) and meta is None:
+            return False  # deleted since (below the low watermark): the chain moved past it
+        raise AppendIndeterminate(
+            f"the append at offset {first} may or may not be stored: the create of "
+            f"s3://{self._bucket}/{key} failed ({type(exc).__name__}: {str(exc)[:200]}) and "
+            "the object could not be looked up; retry the same operation once S3 is healthy "
+            "(a WAL commit of the same writer step is idempotent)",
+            namespace=self.namespace, log=self.name, offset=first)
+
+    def _write_hint(self, boundary: int) -> None:
+        """Store a recent boundary for the next open to list from. The append it follows
+        is durable already, so a failure here is logged, not raised: an older hint only
+        makes the next open list a little more."""
+        try:
+            self._client.put_object(Bucket=self._bucket, Key=self._base + "hint",
+                                    Body=_mark(boundary))
+        except ERRORS as exc:
+            log.warning("namespace=%s log=%s: could not store the hint at offset %d (%s); the "
+                        "next open lists from an older one", self.namespace, self.name,
+                        boundary, type(exc).__name__)
+
+    # -- reading -----------------------------------------------------------------------
+
+    def read(self, start: int, end: int | None = None) -> Iterator[Entry]:
+        low, high = self.low_watermark(), self.high_watermark()
+        self.check_range(start, low, high)
+        stop = high if end is None else min(end, high)
+        return self._iter(start, stop)
+
+    def _iter(self, start: int, stop: int) -> Iterator[Entry]:
+        if start >= stop:
+            return
+        first = self._locate(start)
+        while first < stop:
+            entries = self._object_entries(first)
+            for entry in entries:
+                if start <= entry.offset < stop:
+                    yield entry
+            first += len(entries)
+
+    def _locate(self, offset: int) -> int:
+        """The first offset of the object holding ``offset``."""
+        floor = offset - MAX_RECORDS
+        found = None
+        for key in self._keys(self._key(floor) if floor >= 0 else None):
+            first = self._first_of(key)
+            if first > offset:
+                break
+            found = first
+        if found is None:
+            raise OffsetOutOfRange(f"offset {offset} is below the low watermark "
+                                   f"{self.low_watermark()} (its object was deleted)",
+                                   namespace=self.namespace, log=self.name)
+        return found
+
+    def _object_entries(self, first: int) -> list[Entry]:
+        key = self._key(first)
+        got = self._get(key, f"reading entries at offset {first}")
+        if got is None:
+            low = self.low_watermark()
+            if first < low:
+                raise OffsetOutOfRange(f"offset {first} is below the low watermark {low} "
+                                       "(deleted while it was read)", namespace=self.namespace,
+                                       log=self.name)
+            raise CorruptEntryError(f"entry object s3://{self._bucket}/{key} is missing though "
+                                    "the log's chain runs through it", namespace=self.namespace,
+                                    log=self.name, offset=first)
+        body, meta = got
+        count = self._count(key, meta)
+        stream = io.BytesIO(body)
+        entries = []
+        for index in range(count):
+            head = stream.read(FRAME_HEAD.size)
+            entry = None
+            if len(head) == FRAME_HEAD.size:
+                length, crc = FRAME_HEAD.unpack(head)
+                entry = read_body(stream, length, crc) if length <= len(body) else None
+            if entry is None or entry.offset != index:
+                raise CorruptEntryError(f"entry object s3://{self._bucket}/{key} is damaged at "
+                                        f"its entry {index} (bad frame or CRC)",
+                                        namespace=self.namespace, log=self.name,
+                                        offset=first + index)
+            entries.append(Entry(first + index, entry.key, entry.value, entry.headers,
+                                 entry.timestamp_ms))
+        return entries
+
+    # -- deleting ----------------------------------------------------------------------
+
+    def delete_before(self, offset: int) -> None:
+        self._store.writable()
+        offset = min(offset, self.high_watermark())
+        while True:
+            low, etag = self._mark_object("low")
+            if low is not None and offset <= low:
+                offset = low
+                break
+            condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+            try:
+                self._client.put_object(Bucket=self._bucket, Key=self._base + "low",
+                                        Body=_mark(offset), **condition)
+                break
+            except ERRORS as exc:
+                if not is_code(exc, PRECONDITION + CONFLICT):
+                    typed(exc, self._config, f"moving the low watermark to {offset} "
+                          f"(log {self.name})", namespace=self.namespace, log=self.name)
+        self._delete_objects_below(offset)
+
+    def _delete_objects_below(self, low: int) -> None:
+        """Delete the objects that end at or below ``low``: each ends where the next
+        starts, so a listing tells which; the last object is kept (it holds the end)."""
+        doomed: list[str] = []
+        previous = None
+        for key in self._keys(None):
+            first = self._first_of(key)
+            if first > low:
+                break
+            if previous is not None:
+                doomed.append(previous)
+            previous = key
+        for i in range(0, len(doomed), LIST_PAGE):
+            answer = self._request("deleting entry objects below the low watermark",
+                                   "delete_objects", Delete={"Objects": [
+                                       {"Key": k} for k in doomed[i:i + LIST_PAGE]],
+                                       "Quiet": True})
+            errors = answer.get("Errors") or []
+            if errors:
+                first_error = errors[0]
+                raise DurableWalError(
+                    f"S3 refused to delete {len(errors)} entry objects below offset {low}, "
+                    f"first {first_error.get('Key')}: {first_error.get('Code')} "
+                    f"({first_error.get('Message')})", namespace=self.namespace, log=self.name)
+
+    def close(self) -> None:
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)

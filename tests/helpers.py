@@ -27,6 +27,7 @@ BACKENDS: dict[str, tuple[str, str | None]] = {
     "memory": ("memory", None),
     "kafka-confluent": ("kafka", "confluent"),
     "kafka-python": ("kafka", "kafka-python"),
+    "s3": ("s3", None),
 }
 KAFKA_CLIENTS = tuple(client for _, client in BACKENDS.values() if client)
 
@@ -65,12 +66,12 @@ def hashed_payload(i: int) -> str:
 
 def wal_config(wal: dict) -> dict:
     """The endpoint config (``open_namespace``'s) of Spark options of conftest's ``wal``
-    shape: the file log, or Kafka with its ``kafka.client``."""
+    shape: the file log, Kafka with its ``kafka.client``, or S3 with its ``s3.*``."""
     if wal.get("backend") == "kafka":
         options = {"bootstrap_servers": wal["kafka.bootstrap.servers"],
                    "client": wal.get("kafka.client", "confluent")}
     else:
-        options = {"path": wal["path"]}
+        options = {"path": wal["path"], **{k[3:]: v for k, v in wal.items() if k.startswith("s3.")}}
     return {"backend": wal.get("backend", "file"), "namespace": wal["namespace"],
             "options": options}
 

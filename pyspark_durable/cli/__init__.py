@@ -100,8 +100,13 @@ def _backend_options() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("where the WAL is")
     g.add_argument("path_arg", nargs="?", metavar="PATH",
-                   help="the WAL root folder (file backend)")
-    g.add_argument("--path", help="the WAL root folder (file backend), same as PATH")
+                   help="the WAL root: a folder (file backend) or s3://bucket/prefix (s3 "
+                        "backend, credentials from the AWS chain: AWS_ACCESS_KEY_ID..., "
+                        "AWS_PROFILE, roles)")
+    g.add_argument("--path", help="the WAL root, same as PATH")
+    g.add_argument("--endpoint-url", metavar="URL",
+                   help="an S3-compatible server for an s3:// PATH (else AWS_ENDPOINT_URL, "
+                        "else AWS)")
     g.add_argument("--bootstrap-servers", metavar="HOST:PORT",
                    help="Kafka bootstrap servers (kafka backend)")
     g.add_argument("--kafka-config", metavar="FILE",

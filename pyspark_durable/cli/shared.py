@@ -24,6 +24,7 @@ from pyspark_durable.endpoint.config import (
     list_namespaces,
     open_existing_namespace,
     open_existing_store,
+    resolved_backend,
 )
 from pyspark_durable.errors import DurableWalError, NotAWal, UnknownNamespace
 from pyspark_durable.log import LogStore
@@ -109,7 +110,17 @@ def endpoint_config(args: argparse.Namespace) -> EndpointConfig:
         raise CliError("--kafka-option needs --bootstrap-servers")
     if not paths:
         raise CliError("no WAL given: pass the WAL folder (PATH or --path) for the file "
-                       "backend, or --bootstrap-servers HOST:PORT for Kafka")
+                       "backend, s3://bucket/prefix for S3, or --bootstrap-servers "
+                       "HOST:PORT for Kafka")
+    backend = resolved_backend("file", {"path": paths[0]})
+    endpoint_url = getattr(args, "endpoint_url", None)
+    if backend == "s3":
+        options = {"path": paths[0]}
+        if endpoint_url:
+            options["endpoint_url"] = endpoint_url
+        return EndpointConfig("s3", namespace, None, options)
+    if endpoint_url:
+        raise CliError("--endpoint-url is for an s3:// PATH")
     root = Path(paths[0])
     if not root.exists():
         raise CliError(f"path {root} does not exist (the WAL root folder)")
@@ -125,6 +136,8 @@ def where(cfg: EndpointConfig) -> str:
     """How messages name the WAL: ``folder /data/wal``, ``Kafka broker host:9092``."""
     if cfg.backend == "file":
         return f"folder {cfg.options['path']}"
+    if cfg.backend == "s3":
+        return f"bucket location {cfg.options['path']}"
     return f"Kafka broker {_servers(cfg.options)}"
 
 

@@ -15,7 +15,7 @@ from pyspark_durable.errors import (
 )
 from pyspark_durable.log import Record
 
-pytestmark = pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
+pytestmark = pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python", "s3")
 
 
 def rec(i: int, size: int = 20) -> Record:

@@ -8,6 +8,7 @@ from decimal import Decimal
 
 import pytest
 from chispa import assert_df_equality
+from helpers import wal_config
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -97,7 +98,7 @@ def run_stream(df, opts: dict, checkpoint: str, **extra):
 
 
 @pytest.mark.parametrize("payload", ["arrow", "avro"])
-@pytest.mark.backends("file", "kafka-confluent")
+@pytest.mark.backends("file", "kafka-confluent", "s3")
 def test_batch_round_trip_every_type(spark, wal, payload):
     """This tests that every supported Spark type, nulls included, round-trips through the WAL."""
     df = spark.createDataFrame(all_types_rows(40), ALL_TYPES)
@@ -110,7 +111,7 @@ def test_batch_round_trip_every_type(spark, wal, payload):
     assert [tuple(r) for r in meta] == [("everything", 0, 0)]
 
 
-@pytest.mark.backends("file", "kafka-confluent")
+@pytest.mark.backends("file", "kafka-confluent", "s3")
 def test_stream_round_trip_regions_and_tables(spark, wal, tmp_path):
     """This tests a streaming write and read routed by regionColumn and tableColumn."""
     src = spark.range(0, 300).select(
@@ -158,19 +159,11 @@ def test_bad_region_values_fail_the_batch(spark, wal, value, message):
         df = spark.range(3).selectExpr("id", "'x' as r")
     with pytest.raises(PySparkException, match=message):
         write(df, wal, regionColumn="r")
-    assert open_namespace({"backend": wal.get("backend", "file"), "namespace": wal["namespace"],
-                           "options": store_options(wal)}).steps() == range(0, 0)
-
-
-def store_options(wal: dict) -> dict:
-    if wal.get("backend") == "kafka":
-        return {"bootstrap_servers": wal["kafka.bootstrap.servers"]}
-    return {"path": wal["path"]}
+    assert open_namespace(wal_config(wal)).steps() == range(0, 0)
 
 
 def ns_of(wal: dict):
-    return open_namespace({"backend": wal.get("backend", "file"), "namespace": wal["namespace"],
-                           "options": store_options(wal)})
+    return open_namespace(wal_config(wal))
 
 
 @pytest.mark.backends("file", "kafka-confluent")
@@ -194,7 +187,7 @@ def test_schema_mismatch_on_write(spark, wal):
         write(spark.range(3).selectExpr("cast(id as string) as id"), wal)
 
 
-@pytest.mark.backends("file", "kafka-confluent")
+@pytest.mark.backends("file", "kafka-confluent", "s3")
 def test_stream_resumes_from_checkpoint_exactly_once(spark, wal, tmp_path):
     """This tests that a restarted source query reads new steps only: no loss, no duplicate."""
     ns = ns_of(wal)
@@ -243,7 +236,7 @@ def test_starting_and_ending_steps(spark, wal):
         reader(spark, wal, endingStep="9").collect()
 
 
-@pytest.mark.backends("file", "kafka-confluent")
+@pytest.mark.backends("file", "kafka-confluent", "s3")
 def test_expired_steps_fail_or_skip(spark, wal):
     """This tests failOnDataLoss: an expired start fails naming the range, or is skipped."""
     ns = ns_of(wal)
@@ -257,7 +250,7 @@ def test_expired_steps_fail_or_skip(spark, wal):
     assert sorted(r.id for r in got) == [2, 3]
 
 
-@pytest.mark.backends("file", "kafka-confluent")
+@pytest.mark.backends("file", "kafka-confluent", "s3")
 def test_sink_step_per_batch_with_query_id(spark, wal, tmp_path):
     """This tests that each micro-batch becomes one step named (query id, batchId)."""
     q = run_stream(json_stream(spark, tmp_path, files=3, rows=7), wal, str(tmp_path / "ck"))
@@ -274,7 +267,7 @@ def test_memory_backend_is_refused_in_spark(spark, tmp_path):
             .save()
 
 
-@pytest.mark.backends("file", "kafka-confluent")
+@pytest.mark.backends("file", "kafka-confluent", "s3")
 def test_batch_replayed_after_driver_crash_adds_nothing(spark, wal, tmp_path):
     """This tests the crash between the sink's commit and Spark's commit log: the replay is a no-op."""
     ckpt = tmp_path / "ck"

@@ -9,6 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from helpers import wal_config
 from kafka import KafkaAdminClient
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
@@ -17,7 +18,7 @@ from spark_io import reader, write
 from pyspark_durable.endpoint import open_namespace
 from pyspark_durable.errors import LogNotFound
 
-pytestmark = [pytest.mark.spark, pytest.mark.backends("file", "kafka-confluent")]
+pytestmark = [pytest.mark.spark, pytest.mark.backends("file", "kafka-confluent", "s3")]
 META = ["_region", "_table", "_sequence", "_step", "_commit_timestamp", "_row",
         "_event_time_min", "_event_time_max"]
 
@@ -67,11 +68,7 @@ def rows_of(df, *cols: str) -> list[tuple]:
 
 
 def endpoint(wal: dict) -> dict:
-    if wal.get("backend") == "kafka":
-        return {"backend": "kafka", "namespace": wal["namespace"], "namespace_id": None,
-                "options": {"bootstrap_servers": wal["kafka.bootstrap.servers"]}}
-    return {"backend": "file", "namespace": wal["namespace"], "namespace_id": None,
-            "options": {"path": wal["path"]}}
+    return {**wal_config(wal), "namespace_id": None}
 
 
 def steps_of(wal: dict) -> range:

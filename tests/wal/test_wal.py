@@ -22,7 +22,7 @@ from pyspark_durable.errors import (
 from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy
 from pyspark_durable.wal.upkeep import cleaner as cleaner_module
 
-pytestmark = pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
+pytestmark = pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python", "s3")
 
 
 def rows(tag: str, n: int, start: int = 0) -> pa.Table:

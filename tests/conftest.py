@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import BACKENDS
+from helpers import BACKENDS, S3_BUCKET, s3_options
 from kafka_broker import KafkaCluster, cluster_for_tests
 from s3_server import SeaweedS3, seaweed_for_tests
 
@@ -42,7 +42,6 @@ for _folder in ("children", "log", "log/kafka", "spark"):
 
 # the fixtures a ``backends`` mark parametrizes, one per test
 BACKEND_FIXTURES = ("store_config", "wal", "client")
-S3_BUCKET = "wal"
 
 SLOW_MARKS = ("kafka", "spark", "crash", "s3")
 
@@ -133,13 +132,6 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
     with seaweed_for_tests(tmp_path_factory.mktemp("seaweed")) as server:
         server.make_bucket(S3_BUCKET)
         yield server
-
-
-def s3_options(server: SeaweedS3, prefix: str | None = None) -> dict[str, str]:
-    """S3 backend options of a fresh prefix in the session server's bucket."""
-    key, secret = server.admin
-    return {"path": f"s3://{S3_BUCKET}/{prefix or uuid.uuid4().hex[:12]}",
-            "endpoint_url": server.endpoint, "access_key_id": key, "secret_access_key": secret}
 
 
 @pytest.fixture

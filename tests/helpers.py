@@ -29,6 +29,17 @@ BACKENDS: dict[str, tuple[str, str | None]] = {
     "kafka-python": ("kafka", "kafka-python"),
     "s3": ("s3", None),
 }
+S3_BUCKET = "wal"  # the bucket conftest's s3_server makes; each test writes below a prefix of its own
+
+
+def s3_options(server: Any, prefix: str | None = None, **overrides: str) -> dict[str, str]:
+    """S3 backend options of a fresh prefix in the session server's bucket, as its admin."""
+    key, secret = server.admin
+    return {"path": f"s3://{S3_BUCKET}/{prefix or uuid.uuid4().hex[:12]}",
+            "endpoint_url": server.endpoint, "access_key_id": key, "secret_access_key": secret,
+            **overrides}
+
+
 KAFKA_CLIENTS = tuple(client for _, client in BACKENDS.values() if client)
 
 

@@ -26,7 +26,7 @@ from pyspark_durable.errors import AttemptLost
 from pyspark_durable.wal import Cleaner, Namespace
 from pyspark_durable.wal.upkeep.check import Checker
 
-pytestmark = pytest.mark.backends("file", "kafka-confluent")
+pytestmark = pytest.mark.backends("file", "kafka-confluent", "s3")
 
 CHILD = str(CHILDREN / "race_child.py")
 

@@ -33,17 +33,18 @@ from helpers import CHILDREN, ROOT, assert_acknowledged
 from pyspark_durable.wal import Cleaner, Namespace, table_id_for_name
 from pyspark_durable.wal.upkeep.check import Checker
 
-pytestmark = [pytest.mark.crash, pytest.mark.backends("file", "kafka-confluent")]
+pytestmark = [pytest.mark.crash, pytest.mark.backends("file", "kafka-confluent", "s3")]
 CHILD = str(CHILDREN / "stress_child.py")
 WRITERS = ("w0", "w1")
 CLEANERS = ("c0", "c1")
 READER = "stress-reader"
 TABLES = ("a", "b")
 REGION_OF = {"a": 0, "b": 1}  # as in stress_child.py
-WRITER_STEPS = {"file": 600, "kafka": 80}  # per writer
-# kills per process of each kind: file 2*3 + 4 + 2*3 = 16, kafka 2*2 + 2 + 2*2 = 10
+WRITER_STEPS = {"file": 600, "kafka": 80, "s3": 80}  # per writer
+# kills per process of each kind: file 2*3 + 4 + 2*3 = 16, kafka and s3 2*2 + 2 + 2*2 = 10
 KILLS = {"file": {"writer": 3, "reader": 4, "cleaner": 3},
-         "kafka": {"writer": 2, "reader": 2, "cleaner": 2}}
+         "kafka": {"writer": 2, "reader": 2, "cleaner": 2},
+         "s3": {"writer": 2, "reader": 2, "cleaner": 2}}
 KILL_DELAY_S = 0.03  # at most, after the k-th line: lands the kill anywhere in the next one
 STALL_S = 90.0  # a running child with no progress line for this long has stalled
 DEADLINE_S = 600.0  # the whole run, however lively the cleaners stay

@@ -11,14 +11,14 @@ from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
 
 pytestmark = pytest.mark.crash
-BACKENDS = ["file", "confluent"]
-KILLS = {"file": 20, "kafka": 6}  # a Kafka child and the check after it cost ~7 s
+KILLS = {"file": 20, "kafka": 6, "s3": 6}  # a Kafka child and the check after it cost ~7 s
 TOTAL_STEPS = 300
 
 
 # each Kafka client gets one of the two modes
 @pytest.mark.parametrize("store_config,mode", [("file", "write"), ("file", "clean"),
-                                               ("kafka-confluent", "write"), ("kafka-python", "clean")],
+                                               ("kafka-confluent", "write"), ("kafka-python", "clean"),
+                                               ("s3", "write"), ("s3", "clean")],
                          indirect=["store_config"])
 def test_writer_killed_at_random_points(make_store, store_config, namespace, mode):
     """This tests that a writer (and cleaner) killed by SIGKILL ≥ 20 times (≥ 6 on Kafka)

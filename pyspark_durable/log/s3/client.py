@@ -160,7 +160,7 @@ def _make_client(config: S3Config) -> Any:
         raise ConfigError(f"s3 profile {config.profile!r} is not in the AWS config files "
                           "(~/.aws/config, ~/.aws/credentials)") from None
     botocore_config = Config(
-        retries={"mode": config.retry_mode, "max_attempts": config.max_attempts},
+        retries={"mode": config.retry_mode, "total_max_attempts": config.max_attempts},
         connect_timeout=config.connect_timeout_s,
         read_timeout=config.read_timeout_s,
         max_pool_connections=32,

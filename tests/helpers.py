@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import time
+import uuid
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 # one port rule for brokers and every other server a test starts
 from pyspark_durable.localkafka.cluster import _ephemeral_ports, free_port  # noqa: F401

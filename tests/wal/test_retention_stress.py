@@ -40,7 +40,7 @@ CLEANERS = ("c0", "c1")
 READER = "stress-reader"
 TABLES = ("a", "b")
 REGION_OF = {"a": 0, "b": 1}  # as in stress_child.py
-WRITER_STEPS = {"file": 600, "kafka": 80, "s3": 80}  # per writer
+WRITER_STEPS = {"file": 600, "kafka": 80, "s3": 40}  # per writer
 # kills per process of each kind: file 2*3 + 4 + 2*3 = 16, kafka and s3 2*2 + 2 + 2*2 = 10
 KILLS = {"file": {"writer": 3, "reader": 4, "cleaner": 3},
          "kafka": {"writer": 2, "reader": 2, "cleaner": 2},

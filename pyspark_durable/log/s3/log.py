@@ -39,6 +39,7 @@ import threading
 import time
 import uuid
 import zlib
+from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -71,6 +72,8 @@ LIST_PAGE = 1000  # S3's page
 # an append of at most this much tries the offset it knows first; a larger one lists the
 # end first, since a create that loses the race has sent its whole body for nothing
 OPTIMISTIC_BYTES = 64 << 10
+READ_AHEAD = 16  # objects a read fetches at once
+READ_AHEAD_BYTES = 64 << 20  # and at most this much of them (a region's objects are ~8 MiB)
 CONFLICT = ("ConditionalRequestConflict", "409")  # S3: a racing conditional write, retry it
 
 
@@ -104,6 +107,7 @@ class S3Log(Log):
         self._lock = threading.Lock()
         self._append_lock = threading.Lock()  # one create at a time per handle: appends keep order
         self._executor: ThreadPoolExecutor | None = None
+        self._readers: ThreadPoolExecutor | None = None  # fetch the objects of a range ahead
 
     # -- requests ----------------------------------------------------------------------
 
@@ -144,13 +148,18 @@ class S3Log(Log):
 
     def _keys(self, start_after: str | None) -> Iterator[str]:
         """Entry object keys after ``start_after`` (all, if None), ascending, page by page."""
+        for key, _ in self._listing(start_after):
+            yield key
+
+    def _listing(self, start_after: str | None) -> Iterator[tuple[str, int]]:
+        """(key, size) of the entry objects after ``start_after`` (all, if None), ascending."""
         kwargs: dict[str, Any] = {"Prefix": self._entries, "MaxKeys": LIST_PAGE}
         if start_after is not None:
             kwargs["StartAfter"] = start_after
         while True:
             page = self._request("listing entry objects", "list_objects_v2", **kwargs)
             for item in page.get("Contents", ()):
-                yield item["Key"]
+                yield item["Key"], int(item.get("Size", 0))
             if not page.get("IsTruncated"):
                 return
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
@@ -310,30 +319,67 @@ class S3Log(Log):
         return self._iter(start, stop)
 
     def _iter(self, start: int, stop: int) -> Iterator[Entry]:
+        """The entries of ``[start, stop)``: the objects are listed (a page holds 1,000)
+        and fetched up to ``READ_AHEAD`` at a time, in order, so a range of small objects
+        (the commits log's records) costs round trips / ``READ_AHEAD``, in bounded memory."""
         if start >= stop:
             return
-        first = self._locate(start)
-        while first < stop:
-            entries = self._object_entries(first)
-            for entry in entries:
-                if start <= entry.offset < stop:
-                    yield entry
-            first += len(entries)
+        window: deque[tuple[int, int, Future[list[Entry]]]] = deque()
+        expect, in_flight = None, 0
+        for first, size in self._objects(start, stop):
+            window.append((first, size, self._reader_pool().submit(self._object_entries, first)))
+            in_flight += size
+            while window and (len(window) >= READ_AHEAD or in_flight > READ_AHEAD_BYTES):
+                first_done, size_done, done = window.popleft()
+                in_flight -= size_done
+                expect = yield from self._yield_object(first_done, done.result(), expect,
+                                                       start, stop)
+        while window:
+            first_done, _, done = window.popleft()
+            expect = yield from self._yield_object(first_done, done.result(), expect, start, stop)
 
-    def _locate(self, offset: int) -> int:
-        """The first offset of the object holding ``offset``."""
-        floor = offset - MAX_RECORDS
-        found = None
-        for key in self._keys(self._key(floor) if floor >= 0 else None):
+    def _yield_object(self, first: int, entries: list[Entry], expect: int | None, start: int,
+                      stop: int) -> Iterator[Entry]:
+        """Yield an object's entries in ``[start, stop)``; the offset the next must start at."""
+        if expect is not None and first != expect:
+            raise CorruptEntryError(f"the chain of entry objects breaks: the object after "
+                                    f"offset {expect - 1} starts at {first}",
+                                    namespace=self.namespace, log=self.name, offset=expect)
+        for entry in entries:
+            if start <= entry.offset < stop:
+                yield entry
+        return first + len(entries)
+
+    def _reader_pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._readers is None:
+                self._readers = ThreadPoolExecutor(READ_AHEAD,
+                                                   thread_name_prefix=f"s3-read-{self.name}")
+            return self._readers
+
+    def _objects(self, start: int, stop: int) -> Iterator[tuple[int, int]]:
+        """(first offset, size) of each object holding an offset of ``[start, stop)``."""
+        floor = start - MAX_RECORDS  # the object holding ``start`` begins after it
+        holder: tuple[int, int] | None = None  # the last object seen that starts <= start
+        for key, size in self._listing(self._key(floor) if floor >= 0 else None):
             first = self._first_of(key)
-            if first > offset:
-                break
-            found = first
-        if found is None:
-            raise OffsetOutOfRange(f"offset {offset} is below the low watermark "
+            if first <= start:
+                holder = (first, size)
+                continue
+            if holder is None:
+                break  # the object holding ``start`` is gone
+            if holder[0] <= start:
+                yield holder
+                holder = (stop, 0)  # yielded; every later object up to ``stop`` follows
+            if first >= stop:
+                return
+            yield first, size
+        if holder is None:
+            raise OffsetOutOfRange(f"offset {start} is below the low watermark "
                                    f"{self.low_watermark()} (its object was deleted)",
                                    namespace=self.namespace, log=self.name)
-        return found
+        if holder[0] <= start:
+            yield holder
 
     def _object_entries(self, first: int) -> list[Entry]:
         key = self._key(first)
@@ -414,6 +460,7 @@ class S3Log(Log):
 
     def close(self) -> None:
         with self._lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True)
+            pools = [p for p in (self._executor, self._readers) if p is not None]
+            self._executor = self._readers = None
+        for pool in pools:
+            pool.shutdown(wait=True)

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 from cluster_harness import MAIN_PYTHON, Cluster, make_exec_python
 from helpers import package_zip as make_package_zip
+from helpers import s3_options
 
 from pyspark_durable.endpoint import open_namespace, read_steps
 from pyspark_durable.log import open_store
@@ -54,9 +55,15 @@ def write_inputs(in_dir: Path, files: int, rows: int) -> int:
     return files * rows
 
 
-def wal_options(backend: str, root: Path, broker: str | None) -> tuple[dict, dict]:
+def wal_options(backend: str, root: Path, broker: str | None,
+                s3_server=None) -> tuple[dict, dict]:
     """(Spark options, endpoint config) of a fresh namespace."""
     ns = f"k{uuid.uuid4().hex[:10]}"
+    if backend == "s3":  # the bucket every machine of a cluster reaches
+        options = s3_options(s3_server)
+        spark = {"namespace": ns, "path": options["path"],
+                 **{f"s3.{k}": v for k, v in options.items() if k != "path"}}
+        return spark, {"backend": "s3", "namespace": ns, "options": options}
     if backend == "file":
         path = str(root / "wal")
         return {"namespace": ns, "path": path}, {"backend": "file", "namespace": ns,
@@ -196,7 +203,8 @@ def parquet_rows(out_dir: Path) -> list[dict]:
 
 
 @pytest.mark.crash
-@pytest.mark.parametrize("backend, recipe", [("file", "package_wheel"), ("kafka", "package_zip")])
+@pytest.mark.parametrize("backend, recipe", [("file", "package_wheel"), ("kafka", "package_zip"),
+                                             pytest.param("s3", "package_wheel", marks=pytest.mark.s3)])
 def test_exactly_once_across_executor_and_driver_kills(cluster, backend, recipe, tmp_path,
                                                        request):
     """This tests that JSON -> durablewal -> parquet on the cluster, deployed with a recipe
@@ -205,9 +213,10 @@ def test_exactly_once_across_executor_and_driver_kills(cluster, backend, recipe,
     output, and that the package came from the shipped file."""
     package = request.getfixturevalue(recipe)
     broker = request.getfixturevalue("kafka_broker") if backend == "kafka" else None
+    server = request.getfixturevalue("s3_server") if backend == "s3" else None
     rng = random.Random(zlib.crc32(backend.encode()))
     total = write_inputs(tmp_path / "in", KILL_FILES, KILL_ROWS)
-    wal, config = wal_options(backend, tmp_path, broker)
+    wal, config = wal_options(backend, tmp_path, broker, server)
     ship = {"py_files": [package], "conf": {"spark.executorEnv.PYTHONPATH": str(package)}}
 
     # run 1: kill an executor mid-batch, let the query go on, then kill the driver

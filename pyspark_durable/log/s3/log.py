@@ -40,9 +40,9 @@ import time
 import uuid
 import zlib
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyspark_durable.errors import (
     AppendIndeterminate,
@@ -56,13 +56,11 @@ from pyspark_durable.log.s3.client import (
     ERRORS,
     MISSING,
     PRECONDITION,
+    S3Config,
     is_code,
     is_transient,
     typed,
 )
-
-if TYPE_CHECKING:
-    from pyspark_durable.log.s3.store import S3LogStore
 
 log = logging.getLogger(__name__)
 
@@ -95,13 +93,15 @@ class S3Log(Log):
 
     can_free = False  # an object is whole or gone: a prefix is deleted, like Kafka
 
-    def __init__(self, store: S3LogStore, name: str) -> None:
-        super().__init__(store.namespace, name)
-        self._store = store
-        self._client = store.client
-        self._config = store.config
-        self._bucket = store.config.bucket
-        self._base = f"{store.ns_prefix}logs/{name}/"
+    def __init__(self, namespace: str, name: str, client: Any, config: S3Config, base: str,
+                 writable: Callable[[], None]) -> None:
+        """``base``: the log's key prefix; ``writable``: the store's check before a write."""
+        super().__init__(namespace, name)
+        self._writable = writable
+        self._client = client
+        self._config = config
+        self._bucket = config.bucket
+        self._base = base
         self._entries = f"{self._base}e/"
         self._high: int | None = None  # a boundary this handle knows (only grows)
         self._lock = threading.Lock()
@@ -245,7 +245,7 @@ class S3Log(Log):
     def _append_object(self, records: Sequence[Record]) -> list[int]:
         if not records:
             return []
-        self._store.writable()
+        self._writable()
         now = int(time.time() * 1000)
         parts = []
         for index, record in enumerate(records):  # frames hold their index in the object
@@ -415,7 +415,7 @@ class S3Log(Log):
     # -- deleting ----------------------------------------------------------------------
 
     def delete_before(self, offset: int) -> None:
-        self._store.writable()
+        self._writable()
         offset = min(offset, self.high_watermark())
         while True:
             low, etag = self._mark_object("low")

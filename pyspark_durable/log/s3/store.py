@@ -114,7 +114,9 @@ class S3LogStore(LogStore):
                 if not is_code(put_exc, PRECONDITION):  # created meanwhile: as good
                     typed(put_exc, self.config, f"creating log {name}", **self._where())
         with self._lock:
-            return self._logs.setdefault(name, S3Log(self, name))
+            return self._logs.setdefault(name, S3Log(
+                self.namespace, name, self.client, self.config,
+                f"{self.ns_prefix}{LOGS}{name}/", self.writable))
 
     def _snapshot_key(self, name: str, version: int) -> str:
         return f"{self.ns_prefix}{SNAPSHOTS}{name}/{version:020d}"

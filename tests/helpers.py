@@ -30,6 +30,7 @@ BACKENDS: dict[str, tuple[str, str | None]] = {
     "kafka-confluent": ("kafka", "confluent"),
     "kafka-python": ("kafka", "kafka-python"),
     "s3": ("s3", None),
+    "s3-moto": ("s3", None),  # the same log on moto's server: a second implementation of the API
 }
 S3_BUCKET = "wal"  # the bucket conftest's s3_server makes; each test writes below a prefix of its own
 

@@ -15,7 +15,8 @@ from pyspark_durable.errors import (
 )
 from pyspark_durable.log import Record
 
-pytestmark = pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python", "s3")
+pytestmark = pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python", "s3",
+                                  "s3-moto")
 
 
 def rec(i: int, size: int = 20) -> Record:

@@ -32,15 +32,15 @@ def test_a_query_whose_server_is_killed_fails_typed_and_resumes_exactly_once(spa
     with seaweed_for_tests(tmp_path / "seaweed") as server:
         server.make_bucket(S3_BUCKET)
         options = s3_options(server, max_attempts="2")
-        wal = {"namespace": "live", "path": options.pop("path"),
-               **{f"s3.{k}": v for k, v in options.items()}}
+        path = options.pop("path")  # given as users give it: .start(path), .load(path)
+        wal = {"namespace": "live", **{f"s3.{k}": v for k, v in options.items()}}
 
         def start():
             return (spark.readStream.schema("id long, payload string")
                     .option("maxFilesPerTrigger", 1).json(str(inputs))
                     .writeStream.format("durablewal").options(**wal)
                     .option("checkpointLocation", str(tmp_path / "ckpt"))
-                    .trigger(processingTime="100 milliseconds").start())
+                    .trigger(processingTime="100 milliseconds").start(path))
 
         write_file(inputs, 0)
         write_file(inputs, 1)
@@ -59,11 +59,15 @@ def test_a_query_whose_server_is_killed_fails_typed_and_resumes_exactly_once(spa
         query = start()
         query.processAllAvailable()
         query.stop()
-        ns = wal_namespace(wal, create=False)
+        ns = wal_namespace({**wal, "path": path}, create=False)
         try:
             got = read_steps(ns, "default")
         finally:
             ns.close()
+        spark_rows = spark.read.format("durablewal").options(**wal).load(path) \
+            .select("id", "payload").collect()
+    assert sorted((r.id, r.payload) for r in spark_rows) == sorted(
+        zip(got.column("id").to_pylist(), got.column("payload").to_pylist(), strict=True))
     ids = got.column("id").to_pylist()
     assert sorted(ids) == list(range(4 * ROWS)), "lost or duplicated rows"
     assert got.column("payload").to_pylist() == [f"p{i // ROWS}-{i % ROWS}" for i in ids]

@@ -313,7 +313,13 @@ class S3Log(Log):
     # -- reading -----------------------------------------------------------------------
 
     def read(self, start: int, end: int | None = None) -> Iterator[Entry]:
-        low, high = self.low_watermark(), self.high_watermark()
+        """A range up to a boundary this handle knows needs no listing of the end (a step's
+        run, read by a reader that replayed its commit)."""
+        with self._lock:
+            known = self._high
+        low = self.low_watermark()
+        high = known if end is not None and known is not None and end <= known else \
+            self.high_watermark()
         self.check_range(start, low, high)
         stop = high if end is None else min(end, high)
         return self._iter(start, stop)

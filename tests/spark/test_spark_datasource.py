@@ -111,7 +111,7 @@ def test_batch_round_trip_every_type(spark, wal, payload):
     assert [tuple(r) for r in meta] == [("everything", 0, 0)]
 
 
-@pytest.mark.backends("file", "kafka-confluent", "s3")
+@pytest.mark.backends("file", "kafka-confluent")
 def test_stream_round_trip_regions_and_tables(spark, wal, tmp_path):
     """This tests a streaming write and read routed by regionColumn and tableColumn."""
     src = spark.range(0, 300).select(
@@ -236,7 +236,7 @@ def test_starting_and_ending_steps(spark, wal):
         reader(spark, wal, endingStep="9").collect()
 
 
-@pytest.mark.backends("file", "kafka-confluent", "s3")
+@pytest.mark.backends("file", "kafka-confluent")
 def test_expired_steps_fail_or_skip(spark, wal):
     """This tests failOnDataLoss: an expired start fails naming the range, or is skipped."""
     ns = ns_of(wal)
@@ -250,7 +250,7 @@ def test_expired_steps_fail_or_skip(spark, wal):
     assert sorted(r.id for r in got) == [2, 3]
 
 
-@pytest.mark.backends("file", "kafka-confluent", "s3")
+@pytest.mark.backends("file", "kafka-confluent")
 def test_sink_step_per_batch_with_query_id(spark, wal, tmp_path):
     """This tests that each micro-batch becomes one step named (query id, batchId)."""
     q = run_stream(json_stream(spark, tmp_path, files=3, rows=7), wal, str(tmp_path / "ck"))

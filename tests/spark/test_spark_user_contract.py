@@ -18,7 +18,7 @@ from spark_io import reader, write
 from pyspark_durable.endpoint import open_namespace
 from pyspark_durable.errors import LogNotFound
 
-pytestmark = [pytest.mark.spark, pytest.mark.backends("file", "kafka-confluent", "s3")]
+pytestmark = [pytest.mark.spark, pytest.mark.backends("file", "kafka-confluent")]
 META = ["_region", "_table", "_sequence", "_step", "_commit_timestamp", "_row",
         "_event_time_min", "_event_time_max"]
 

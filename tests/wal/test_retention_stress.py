@@ -40,11 +40,12 @@ CLEANERS = ("c0", "c1")
 READER = "stress-reader"
 TABLES = ("a", "b")
 REGION_OF = {"a": 0, "b": 1}  # as in stress_child.py
-WRITER_STEPS = {"file": 600, "kafka": 80, "s3": 40}  # per writer
-# kills per process of each kind: file 2*3 + 4 + 2*3 = 16, kafka and s3 2*2 + 2 + 2*2 = 10
+WRITER_STEPS = {"file": 600, "kafka": 80, "s3": 30}  # per writer
+# kills per process of each kind: file 2*3 + 4 + 2*3 = 16, kafka 2*2 + 2 + 2*2 = 10,
+# s3 2*2 + 1 + 2*1 = 7 (its commits and cleaner passes take several round trips each)
 KILLS = {"file": {"writer": 3, "reader": 4, "cleaner": 3},
          "kafka": {"writer": 2, "reader": 2, "cleaner": 2},
-         "s3": {"writer": 2, "reader": 2, "cleaner": 2}}
+         "s3": {"writer": 2, "reader": 1, "cleaner": 1}}
 KILL_DELAY_S = 0.03  # at most, after the k-th line: lands the kill anywhere in the next one
 STALL_S = 90.0  # a running child with no progress line for this long has stalled
 DEADLINE_S = 600.0  # the whole run, however lively the cleaners stay

@@ -39,7 +39,7 @@ import threading
 import time
 import uuid
 import zlib
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -71,6 +71,10 @@ LIST_PAGE = 1000  # S3's page
 # end first, since a create that loses the race has sent its whole body for nothing
 OPTIMISTIC_BYTES = 64 << 10
 READ_AHEAD = 16  # objects a read fetches at once
+# objects of at most this much (commit records) are kept once written or read: an object
+# never changes, and a committer reads its own record back, a reader the tail it listed
+CACHED_OBJECT_BYTES = 64 << 10
+CACHE_BYTES = 4 << 20  # per log handle
 READ_AHEAD_BYTES = 64 << 20  # and at most this much of them (a region's objects are ~8 MiB)
 CONFLICT = ("ConditionalRequestConflict", "409")  # S3: a racing conditional write, retry it
 
@@ -108,6 +112,8 @@ class S3Log(Log):
         self._append_lock = threading.Lock()  # one create at a time per handle: appends keep order
         self._executor: ThreadPoolExecutor | None = None
         self._readers: ThreadPoolExecutor | None = None  # fetch the objects of a range ahead
+        self._cache: OrderedDict[int, list[Entry]] = OrderedDict()  # small objects, oldest first
+        self._cache_bytes = 0
 
     # -- requests ----------------------------------------------------------------------
 
@@ -167,10 +173,9 @@ class S3Log(Log):
 
     def _count(self, key: str, meta: dict[str, str] | None = None) -> int:
         meta = meta if meta is not None else self._head(key, "reading an entry object's size")
-        if meta is None:
-            raise CorruptEntryError(f"entry object s3://{self._bucket}/{key} vanished while "
-                                    "the end of the log was read", namespace=self.namespace,
-                                    log=self.name)
+        if meta is None:  # only a cleaner deletes, below the low watermark
+            raise OffsetOutOfRange(f"entry object s3://{self._bucket}/{key} was deleted since "
+                                   "it was listed", namespace=self.namespace, log=self.name)
         count = meta.get("count", "")
         if not count.isdigit() or not 0 < int(count) <= MAX_RECORDS:
             raise CorruptEntryError(f"entry object s3://{self._bucket}/{key} has no valid "
@@ -198,13 +203,24 @@ class S3Log(Log):
 
     def _end_from(self, boundary: int | None) -> int:
         """The chain's end, found by listing the objects from a known boundary on."""
+        return self._listed_end(boundary)[0]
+
+    def _listed_end(self, boundary: int | None) -> tuple[int, list[tuple[int, int]]]:
+        """(the chain's end, (first, size) of each object from ``boundary`` on): one LIST,
+        and the last object's count (a small one is fetched whole and kept: a reader of
+        the tail reads it next)."""
         start_after = None if not boundary else self._key(boundary - 1)
-        last = None
-        for key in self._keys(start_after):
-            last = key
-        if last is None:
-            return boundary or 0
-        return self._first_of(last) + self._count(last)
+        while True:
+            listed = [(self._first_of(key), size) for key, size in self._listing(start_after)]
+            if not listed:
+                return boundary or 0, listed
+            first, size = listed[-1]
+            try:
+                if size <= CACHED_OBJECT_BYTES:
+                    return first + len(self._object_entries(first)), listed
+                return first + self._count(self._key(first)), listed
+            except OffsetOutOfRange:
+                continue  # deleted since the LIST: the low watermark passed it, newer ones exist
 
     def _known(self) -> int | None:
         with self._lock:
@@ -261,6 +277,9 @@ class S3Log(Log):
             while not self._create(first, body, count, token):
                 first = self._end_from(first)  # another writer won it: past the end now
             self._advance(first + count)
+        if len(body) <= CACHED_OBJECT_BYTES:  # the committer reads its own record back
+            self._keep(first, [Entry(first + i, bytes(r.key), parts[2 * i + 1], tuple(r.headers),
+                                     now) for i, r in enumerate(records)])
         if first // HINT_EVERY != (first + count) // HINT_EVERY:
             self._write_hint(first + count)
         return list(range(first, first + count))
@@ -313,18 +332,25 @@ class S3Log(Log):
     # -- reading -----------------------------------------------------------------------
 
     def read(self, start: int, end: int | None = None) -> Iterator[Entry]:
-        """A range up to a boundary this handle knows needs no listing of the end (a step's
-        run, read by a reader that replayed its commit)."""
-        with self._lock:
-            known = self._high
+        """One LIST from the boundary this handle knows finds the end and the objects of
+        the range at once; a range up to that boundary (a step's run, read by a reader
+        that replayed its commit) needs no listing of the end at all."""
         low = self.low_watermark()
-        high = known if end is not None and known is not None and end <= known else \
-            self.high_watermark()
+        boundary = self._known()
+        listed = None
+        if end is not None and boundary is not None and end <= boundary:
+            high = boundary
+        else:
+            high, listed = self._listed_end(boundary)
+            high = self._advance(high)
         self.check_range(start, low, high)
         stop = high if end is None else min(end, high)
+        if listed is not None and boundary is not None and start >= boundary:
+            return self._iter(start, stop, iter([o for o in listed if o[0] < stop]))
         return self._iter(start, stop)
 
-    def _iter(self, start: int, stop: int) -> Iterator[Entry]:
+    def _iter(self, start: int, stop: int,
+              objects: Iterator[tuple[int, int]] | None = None) -> Iterator[Entry]:
         """The entries of ``[start, stop)``: the objects are listed (a page holds 1,000)
         and fetched up to ``READ_AHEAD`` at a time, in order, so a range of small objects
         (the commits log's records) costs round trips / ``READ_AHEAD``, in bounded memory."""
@@ -332,7 +358,7 @@ class S3Log(Log):
             return
         window: deque[tuple[int, int, Future[list[Entry]]]] = deque()
         expect, in_flight = None, 0
-        for first, size in self._objects(start, stop):
+        for first, size in objects if objects is not None else self._objects(start, stop):
             window.append((first, size, self._reader_pool().submit(self._object_entries, first)))
             in_flight += size
             while window and (len(window) >= READ_AHEAD or in_flight > READ_AHEAD_BYTES):
@@ -364,7 +390,25 @@ class S3Log(Log):
             return self._readers
 
     def _objects(self, start: int, stop: int) -> Iterator[tuple[int, int]]:
-        """(first offset, size) of each object holding an offset of ``[start, stop)``."""
+        """(first offset, size) of each object holding an offset of ``[start, stop)``.
+
+        Most reads start at an object's first offset (a reader catching up, a run that
+        starts an append), so the listing starts there; only if no object starts at
+        ``start`` is the holder looked for in the ``MAX_RECORDS`` offsets before it."""
+        listing = self._listing(self._key(start - 1) if start > 0 else None)
+        head = next(listing, None)
+        if head is not None and self._first_of(head[0]) == start:
+            yield start, head[1]
+            for key, size in listing:
+                first = self._first_of(key)
+                if first >= stop:
+                    return
+                yield first, size
+            return
+        yield from self._objects_around(start, stop)
+
+    def _objects_around(self, start: int, stop: int) -> Iterator[tuple[int, int]]:
+        """:meth:`_objects` for a ``start`` inside an object."""
         floor = start - MAX_RECORDS  # the object holding ``start`` begins after it
         holder: tuple[int, int] | None = None  # the last object seen that starts <= start
         for key, size in self._listing(self._key(floor) if floor >= 0 else None):
@@ -388,6 +432,27 @@ class S3Log(Log):
             yield holder
 
     def _object_entries(self, first: int) -> list[Entry]:
+        """An object's entries; small ones are kept (objects never change once created)."""
+        with self._lock:
+            cached = self._cache.get(first)
+        if cached is not None:
+            return cached
+        entries = self._fetch_entries(first)
+        self._keep(first, entries)
+        return entries
+
+    def _keep(self, first: int, entries: list[Entry]) -> None:
+        size = sum(len(e.value) + len(e.key) for e in entries)
+        if size > CACHED_OBJECT_BYTES:
+            return
+        with self._lock:
+            self._cache[first] = entries
+            self._cache_bytes += size
+            while self._cache_bytes > CACHE_BYTES:
+                _, dropped = self._cache.popitem(last=False)
+                self._cache_bytes -= sum(len(e.value) + len(e.key) for e in dropped)
+
+    def _fetch_entries(self, first: int) -> list[Entry]:
         key = self._key(first)
         got = self._get(key, f"reading entries at offset {first}")
         if got is None:

@@ -258,6 +258,10 @@ class LogStore(ABC):
     """The logs and snapshots of one namespace in one backend."""
 
     type_name: ClassVar[str]
+    # at most how many records of a log a reader should read past a snapshot: None leaves
+    # it to the reader; a store whose reads cost a request per record (S3: an object
+    # each) asks for snapshots more often, which cost one write each
+    snapshot_every_records: ClassVar[int | None] = None
 
     def __init__(self, namespace: str) -> None:
         self.namespace = check_name("namespace", namespace)

@@ -57,6 +57,9 @@ class S3LogStore(LogStore):
 
     type_name = "s3"
     OPTIONS = tuple(OPTIONS)
+    # each commit record is an object, read with a request of its own: an open replays
+    # at most 100 of them past the newest snapshot (a snapshot is one PUT per 100 commits)
+    snapshot_every_records = 100
 
     def __init__(self, namespace: str, **options: Any) -> None:
         super().__init__(namespace)

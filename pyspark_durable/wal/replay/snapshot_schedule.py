@@ -38,6 +38,11 @@ SNAPSHOT_EVERY_RECORDS = 1_000  # commits records a replay after the newest snap
 SNAPSHOTS_KEPT = 2  # the newest, and one before it while a reader may still load it
 
 
+def every_records(store: LogStore) -> int:
+    """Records between two snapshots: the store's preference, else this module's."""
+    return store.snapshot_every_records or SNAPSHOT_EVERY_RECORDS
+
+
 class SnapshotSchedule:
     """One handle's view of the newest snapshot, and the committer's rule to write one."""
 
@@ -47,7 +52,7 @@ class SnapshotSchedule:
         self.newest = -1  # the newest version this handle knows of (-1: none known)
 
     def _every(self) -> int:
-        return SNAPSHOT_EVERY_RECORDS if self.every_records is None else self.every_records
+        return every_records(self.store) if self.every_records is None else self.every_records
 
     def due(self, state: NamespaceState) -> bool:
         """Whether ``state`` is far enough past the newest snapshot known (no I/O)."""

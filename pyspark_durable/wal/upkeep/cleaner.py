@@ -337,7 +337,8 @@ class Cleaner:
         # the compacted snapshots topic that every open reads until compaction)
         moved = report.freed_entries > 0 or state.expired_before > expired
         if not versions or (versions[-1] < at and (
-                moved or at - versions[-1] >= SNAPSHOT_EVERY_RECORDS)):
+                moved or at - versions[-1] >= (ns.store.snapshot_every_records
+                                               or SNAPSHOT_EVERY_RECORDS))):
             ns.store.write_snapshot(SNAPSHOT_NAME, at, raw)
             versions.append(at)
         if versions:

@@ -356,9 +356,17 @@ class S3Log(Log):
         (the commits log's records) costs round trips / ``READ_AHEAD``, in bounded memory."""
         if start >= stop:
             return
+        expect = None
+        if objects is None:  # most ranges start an object, and many fit in it: one GET
+            head = self._object_at(start)
+            if head is not None:
+                expect = yield from self._yield_object(start, head, None, start, stop)
+                if expect >= stop:
+                    return
+            objects = self._objects(start if expect is None else expect, stop)
         window: deque[tuple[int, int, Future[list[Entry]]]] = deque()
-        expect, in_flight = None, 0
-        for first, size in objects if objects is not None else self._objects(start, stop):
+        in_flight = 0
+        for first, size in objects:
             window.append((first, size, self._reader_pool().submit(self._object_entries, first)))
             in_flight += size
             while window and (len(window) >= READ_AHEAD or in_flight > READ_AHEAD_BYTES):
@@ -452,6 +460,20 @@ class S3Log(Log):
                 _, dropped = self._cache.popitem(last=False)
                 self._cache_bytes -= sum(len(e.value) + len(e.key) for e in dropped)
 
+    def _object_at(self, first: int) -> list[Entry] | None:
+        """The entries of the object starting at ``first``, None if none starts there."""
+        with self._lock:
+            cached = self._cache.get(first)
+        if cached is not None:
+            return cached
+        key = self._key(first)
+        got = self._get(key, f"reading entries at offset {first}")
+        if got is None:
+            return None
+        entries = self._parsed(key, first, *got)
+        self._keep(first, entries)
+        return entries
+
     def _fetch_entries(self, first: int) -> list[Entry]:
         key = self._key(first)
         got = self._get(key, f"reading entries at offset {first}")
@@ -464,7 +486,10 @@ class S3Log(Log):
             raise CorruptEntryError(f"entry object s3://{self._bucket}/{key} is missing though "
                                     "the log's chain runs through it", namespace=self.namespace,
                                     log=self.name, offset=first)
-        body, meta = got
+        return self._parsed(key, first, *got)
+
+    def _parsed(self, key: str, first: int, body: bytes, meta: dict[str, str]) -> list[Entry]:
+        """An object's entries, every frame checked (CRC, its index in the object)."""
         count = self._count(key, meta)
         stream = io.BytesIO(body)
         entries = []

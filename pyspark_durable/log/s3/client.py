@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -314,3 +314,32 @@ def probe(client: Any, config: S3Config) -> None:
                 typed(exc, config, "deleting a probe object (the cleaner deletes objects "
                       "below the retention bound)")
         _probed[ident] = None
+
+
+def listed(client: Any, config: S3Config, doing: str, where: Mapping[str, Any],
+           **kwargs: Any) -> Iterator[dict[str, Any]]:
+    """The pages of a ListObjectsV2 of ``config``'s bucket (``kwargs``: Prefix, Delimiter,
+    StartAfter...), followed page by page; an error is typed, naming ``doing``."""
+    while True:
+        try:
+            page = client.list_objects_v2(Bucket=config.bucket, **kwargs)
+        except ERRORS as exc:
+            typed(exc, config, doing, **where)
+        yield page
+        if not page.get("IsTruncated"):
+            return
+        kwargs["ContinuationToken"] = page["NextContinuationToken"]
+        kwargs.pop("StartAfter", None)
+
+
+def get_or_none(client: Any, config: S3Config, key: str, doing: str,
+                where: Mapping[str, Any]) -> tuple[bytes, dict[str, Any]] | None:
+    """(body, the answer's other fields) of an object, None if it does not exist; any other
+    error is typed, naming ``doing``."""
+    try:
+        answer = client.get_object(Bucket=config.bucket, Key=key)
+        return answer["Body"].read(), answer
+    except ERRORS as exc:
+        if is_code(exc, MISSING):
+            return None
+        typed(exc, config, doing, **where)

@@ -57,8 +57,10 @@ from pyspark_durable.log.s3.client import (
     MISSING,
     PRECONDITION,
     S3Config,
+    get_or_none,
     is_code,
     is_transient,
+    listed,
     typed,
 )
 
@@ -112,18 +114,14 @@ class S3Log(Log):
         self._append_lock = threading.Lock()  # one create at a time per handle: appends keep order
         self._executor: ThreadPoolExecutor | None = None
         self._readers: ThreadPoolExecutor | None = None  # fetch the objects of a range ahead
-        self._cache: OrderedDict[int, list[Entry]] = OrderedDict()  # small objects, oldest first
+        # small objects, oldest first: first offset -> (entries, bytes)
+        self._cache: OrderedDict[int, tuple[list[Entry], int]] = OrderedDict()
         self._cache_bytes = 0
 
     # -- requests ----------------------------------------------------------------------
 
-    def _request(self, doing: str, method: str, **kwargs: Any) -> Any:
-        """One client call, its error typed (the client has retried what it retries)."""
-        try:
-            return getattr(self._client, method)(Bucket=self._bucket, **kwargs)
-        except ERRORS as exc:
-            typed(exc, self._config, f"{doing} (log {self.name})", namespace=self.namespace,
-                  log=self.name)
+    def _where(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "log": self.name}
 
     def _key(self, first: int) -> str:
         return f"{self._entries}{first:020d}"
@@ -131,16 +129,11 @@ class S3Log(Log):
     def _first_of(self, key: str) -> int:
         return int(key[len(self._entries):])
 
-    def _get(self, key: str, doing: str) -> tuple[bytes, dict[str, str]] | None:
-        """An object's body and metadata, None if it does not exist."""
-        try:
-            answer = self._client.get_object(Bucket=self._bucket, Key=key)
-            return answer["Body"].read(), answer.get("Metadata", {})
-        except ERRORS as exc:
-            if is_code(exc, MISSING):
-                return None
-            typed(exc, self._config, f"{doing} (log {self.name})", namespace=self.namespace,
-                  log=self.name)
+    def _get(self, key: str, doing: str) -> tuple[bytes, dict[str, Any]] | None:
+        """An object's body and the answer's other fields (Metadata, ETag), None if it does
+        not exist."""
+        return get_or_none(self._client, self._config, key, f"{doing} (log {self.name})",
+                           self._where())
 
     def _head(self, key: str, doing: str) -> dict[str, str] | None:
         """An object's metadata, None if it does not exist."""
@@ -162,14 +155,10 @@ class S3Log(Log):
         kwargs: dict[str, Any] = {"Prefix": self._entries, "MaxKeys": LIST_PAGE}
         if start_after is not None:
             kwargs["StartAfter"] = start_after
-        while True:
-            page = self._request("listing entry objects", "list_objects_v2", **kwargs)
+        for page in listed(self._client, self._config, f"listing entry objects (log {self.name})",
+                           self._where(), **kwargs):
             for item in page.get("Contents", ()):
                 yield item["Key"], int(item.get("Size", 0))
-            if not page.get("IsTruncated"):
-                return
-            kwargs["ContinuationToken"] = page["NextContinuationToken"]
-            kwargs.pop("StartAfter", None)
 
     def _count(self, key: str, meta: dict[str, str] | None = None) -> int:
         meta = meta if meta is not None else self._head(key, "reading an entry object's size")
@@ -185,14 +174,11 @@ class S3Log(Log):
 
     def _mark_object(self, name: str) -> tuple[int | None, str | None]:
         """(offset, ETag) of the ``low`` or ``hint`` object; (None, None) if absent."""
-        try:
-            answer = self._client.get_object(Bucket=self._bucket, Key=self._base + name)
-        except ERRORS as exc:
-            if is_code(exc, MISSING):
-                return None, None
-            typed(exc, self._config, f"reading the {name} mark (log {self.name})",
-                  namespace=self.namespace, log=self.name)
-        value = _parse_mark(answer["Body"].read())
+        got = self._get(self._base + name, f"reading the {name} mark")
+        if got is None:
+            return None, None
+        body, answer = got
+        value = _parse_mark(body)
         if value is None:
             raise CorruptEntryError(f"the {name} mark s3://{self._bucket}/{self._base}{name} "
                                     "is damaged (bad offset or CRC)", namespace=self.namespace,
@@ -440,12 +426,32 @@ class S3Log(Log):
             yield holder
 
     def _object_entries(self, first: int) -> list[Entry]:
-        """An object's entries; small ones are kept (objects never change once created)."""
+        """The entries of the object at ``first``, which the log's chain runs through."""
+        entries = self._object_at(first)
+        if entries is None:
+            low = self.low_watermark()
+            if first < low:
+                raise OffsetOutOfRange(f"offset {first} is below the low watermark {low} "
+                                       "(deleted while it was read)", namespace=self.namespace,
+                                       log=self.name)
+            raise CorruptEntryError(f"entry object s3://{self._bucket}/{self._key(first)} is "
+                                    "missing though the log's chain runs through it",
+                                    namespace=self.namespace, log=self.name, offset=first)
+        return entries
+
+    def _object_at(self, first: int) -> list[Entry] | None:
+        """The entries of the object starting at ``first``, None if none starts there;
+        small ones are kept (objects never change once created)."""
         with self._lock:
             cached = self._cache.get(first)
         if cached is not None:
-            return cached
-        entries = self._fetch_entries(first)
+            return cached[0]
+        key = self._key(first)
+        got = self._get(key, f"reading entries at offset {first}")
+        if got is None:
+            return None
+        body, answer = got
+        entries = self._parsed(key, first, body, answer.get("Metadata", {}))
         self._keep(first, entries)
         return entries
 
@@ -454,39 +460,11 @@ class S3Log(Log):
         if size > CACHED_OBJECT_BYTES:
             return
         with self._lock:
-            self._cache[first] = entries
+            self._cache[first] = (entries, size)
             self._cache_bytes += size
             while self._cache_bytes > CACHE_BYTES:
-                _, dropped = self._cache.popitem(last=False)
-                self._cache_bytes -= sum(len(e.value) + len(e.key) for e in dropped)
-
-    def _object_at(self, first: int) -> list[Entry] | None:
-        """The entries of the object starting at ``first``, None if none starts there."""
-        with self._lock:
-            cached = self._cache.get(first)
-        if cached is not None:
-            return cached
-        key = self._key(first)
-        got = self._get(key, f"reading entries at offset {first}")
-        if got is None:
-            return None
-        entries = self._parsed(key, first, *got)
-        self._keep(first, entries)
-        return entries
-
-    def _fetch_entries(self, first: int) -> list[Entry]:
-        key = self._key(first)
-        got = self._get(key, f"reading entries at offset {first}")
-        if got is None:
-            low = self.low_watermark()
-            if first < low:
-                raise OffsetOutOfRange(f"offset {first} is below the low watermark {low} "
-                                       "(deleted while it was read)", namespace=self.namespace,
-                                       log=self.name)
-            raise CorruptEntryError(f"entry object s3://{self._bucket}/{key} is missing though "
-                                    "the log's chain runs through it", namespace=self.namespace,
-                                    log=self.name, offset=first)
-        return self._parsed(key, first, *got)
+                _, (_, dropped) = self._cache.popitem(last=False)
+                self._cache_bytes -= dropped
 
     def _parsed(self, key: str, first: int, body: bytes, meta: dict[str, str]) -> list[Entry]:
         """An object's entries, every frame checked (CRC, its index in the object)."""
@@ -542,10 +520,12 @@ class S3Log(Log):
                 doomed.append(previous)
             previous = key
         for i in range(0, len(doomed), LIST_PAGE):
-            answer = self._request("deleting entry objects below the low watermark",
-                                   "delete_objects", Delete={"Objects": [
-                                       {"Key": k} for k in doomed[i:i + LIST_PAGE]],
-                                       "Quiet": True})
+            try:
+                answer = self._client.delete_objects(Bucket=self._bucket, Delete={
+                    "Objects": [{"Key": k} for k in doomed[i:i + LIST_PAGE]], "Quiet": True})
+            except ERRORS as exc:
+                typed(exc, self._config, f"deleting entry objects below the low watermark "
+                      f"(log {self.name})", **self._where())
             errors = answer.get("Errors") or []
             if errors:
                 first_error = errors[0]

@@ -26,7 +26,9 @@ from pyspark_durable.log.s3.client import (
     PRECONDITION,
     S3Config,
     client_for,
+    get_or_none,
     is_code,
+    listed,
     probe,
     typed,
 )
@@ -39,17 +41,9 @@ LOGS = "logs/"
 def _children(client: Any, config: S3Config, prefix: str, doing: str,
               **where: Any) -> Iterator[str]:
     """The names one level below ``prefix`` (S3's common prefixes), page by page."""
-    kwargs: dict[str, Any] = {"Bucket": config.bucket, "Prefix": prefix, "Delimiter": "/"}
-    while True:
-        try:
-            page = client.list_objects_v2(**kwargs)
-        except ERRORS as exc:
-            typed(exc, config, doing, **where)
+    for page in listed(client, config, doing, where, Prefix=prefix, Delimiter="/"):
         for item in page.get("CommonPrefixes", ()):
             yield item["Prefix"][len(prefix):].rstrip("/")
-        if not page.get("IsTruncated"):
-            return
-        kwargs["ContinuationToken"] = page["NextContinuationToken"]
 
 
 class S3LogStore(LogStore):
@@ -101,21 +95,18 @@ class S3LogStore(LogStore):
         if opened is not None:
             return opened
         meta = f"{self.ns_prefix}{LOGS}{name}/meta"
-        try:  # a GET, not a HEAD: a refusal's body names its cause (wrong keys, no right)
-            self.client.get_object(Bucket=self.config.bucket, Key=meta)["Body"].read()
-        except ERRORS as exc:
-            if not is_code(exc, MISSING):
-                typed(exc, self.config, f"opening log {name}", **self._where())
+        # a GET, not a HEAD: a refusal's body names its cause (wrong keys, no right)
+        if get_or_none(self.client, self.config, meta, f"opening log {name}",
+                       self._where()) is None:
             if not create:
-                raise LogNotFound("log does not exist", namespace=self.namespace,
-                                  log=name) from None
+                raise LogNotFound("log does not exist", namespace=self.namespace, log=name)
             self.writable()
             try:
                 self.client.put_object(Bucket=self.config.bucket, Key=meta, Body=b"1",
                                        IfNoneMatch="*")
-            except ERRORS as put_exc:
-                if not is_code(put_exc, PRECONDITION):  # created meanwhile: as good
-                    typed(put_exc, self.config, f"creating log {name}", **self._where())
+            except ERRORS as exc:
+                if not is_code(exc, PRECONDITION):  # created meanwhile: as good
+                    typed(exc, self.config, f"creating log {name}", **self._where())
         with self._lock:
             return self._logs.setdefault(name, S3Log(
                 self.namespace, name, self.client, self.config,
@@ -137,28 +128,16 @@ class S3LogStore(LogStore):
     def snapshot_versions(self, name: str) -> list[int]:
         check_name("snapshot", name)
         prefix = f"{self.ns_prefix}{SNAPSHOTS}{name}/"
-        kwargs: dict[str, Any] = {"Bucket": self.config.bucket, "Prefix": prefix}
-        versions = []
-        while True:
-            try:
-                page = self.client.list_objects_v2(**kwargs)
-            except ERRORS as exc:
-                typed(exc, self.config, f"listing snapshot {name}", **self._where())
-            versions += [int(item["Key"][len(prefix):]) for item in page.get("Contents", ())
-                         if is_decimal(item["Key"][len(prefix):])]
-            if not page.get("IsTruncated"):
-                return sorted(versions)
-            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+        return sorted(int(item["Key"][len(prefix):])
+                      for page in listed(self.client, self.config, f"listing snapshot {name}",
+                                         self._where(), Prefix=prefix)
+                      for item in page.get("Contents", ())
+                      if is_decimal(item["Key"][len(prefix):]))
 
     def read_snapshot_version(self, name: str, version: int) -> bytes | None:
-        try:
-            answer = self.client.get_object(Bucket=self.config.bucket,
-                                            Key=self._snapshot_key(name, version))
-            return answer["Body"].read()
-        except ERRORS as exc:
-            if is_code(exc, MISSING):
-                return None
-            typed(exc, self.config, f"reading snapshot {name} version {version}", **self._where())
+        got = get_or_none(self.client, self.config, self._snapshot_key(name, version),
+                          f"reading snapshot {name} version {version}", self._where())
+        return None if got is None else got[0]
 
     def delete_snapshot(self, name: str, version: int) -> None:
         try:

@@ -74,13 +74,14 @@ class WalOptions:
     @staticmethod
     def parse(options: Mapping[str, str]) -> WalOptions:
         """Every option parsed by its table entry, then the rules that span options."""
-        raw, passthrough = _split(options)
+        backend, path = _location(options)
+        raw, passthrough = _split(options, backend)
         values = {o.field: o.default for o in OPTIONS.values() if o.field}
         for name, given in raw.items():
             opt = OPTIONS[name]
             if opt.field and given is not None:
                 values[opt.field] = opt.value(given)
-        values["backend"] = _backend(options)
+        values["backend"] = backend
         if values["backend"] == "memory":
             raise ConfigError(
                 "option backend=memory: the memory backend lives inside one Python process, "
@@ -88,7 +89,7 @@ class WalOptions:
                 "rows would vanish. Use backend=file with a temporary folder instead"
             )
         _agree(raw, values)
-        return WalOptions(**values, store=_store(values["backend"], raw, passthrough))
+        return WalOptions(**values, store=_store(backend, path, passthrough))
 
     def key(self) -> tuple:
         """Hashable identity, to share one open namespace per worker process."""
@@ -126,21 +127,21 @@ def _one_path(path: str | None, paths: str) -> str:
     return chosen[0]
 
 
-def _backend(options: Mapping[str, str]) -> str:
-    """The backend option, or the one the path names: ``s3://bucket/prefix`` is ``s3``
-    (and a URL of a scheme the WAL cannot store to is refused here, by name)."""
+def _location(options: Mapping[str, str]) -> tuple[str, str | None]:
+    """(backend, the WAL root): the backend option, or the one the path names
+    (``s3://bucket/prefix`` is ``s3``; a URL of a scheme the WAL cannot store to is refused
+    here, by name), and ``path`` or the one root of ``paths``."""
     given = {k.lower(): v for k, v in options.items()}
     backend = str(given.get("backend", "file")).strip().lower()
     path = given.get("path")
     if given.get("paths"):
         path = _one_path(path, given["paths"])
-    return resolved_backend(backend, {"path": path} if path else {})
+    return resolved_backend(backend, {"path": path} if path else {}), path or None
 
 
-def _split(options: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+def _split(options: Mapping[str, str], backend: str) -> tuple[dict[str, str], dict[str, str]]:
     """The options of the table by their canonical names, and those passed through to
     the backend (named ``{backend}.*``); any other key is an unknown option."""
-    backend = _backend(options)
     raw: dict[str, str] = {}
     passthrough: dict[str, str] = {}
     for key, value in options.items():
@@ -177,20 +178,18 @@ def _agree(raw: Mapping[str, str], values: Mapping[str, Any]) -> None:
         )
 
 
-def _store(backend: str, raw: Mapping[str, str], passthrough: Mapping[str, str]) -> dict[str, Any]:
-    """The backend's options: those passed through and the WAL root (``path``, or the
-    one root of ``paths``), which the file backend needs; ``file.x`` is its ``x``."""
+def _store(backend: str, path: str | None, passthrough: Mapping[str, str]) -> dict[str, Any]:
+    """The backend's options: those passed through and the WAL root, which the file
+    backend needs; ``file.x`` and ``s3.x`` are the file and s3 backends' ``x`` (the Kafka
+    backend reads its ``kafka.*`` names itself)."""
     store: dict[str, Any] = dict(passthrough)
-    path = _one_path(raw.get("path"), raw["paths"]) if raw.get("paths") else raw.get("path")
     if path:
         store["path"] = path
-    if backend == "s3":
-        return {k.split(".", 1)[1] if k.lower().startswith("s3.") else k: v
-                for k, v in store.items()}
-    if backend != "file":
-        return store
-    if "path" not in store:
+    if backend == "file" and "path" not in store:
         raise ConfigError(
             "the file backend needs a path: .load(path), .start(path) or .save(path), or option path"
         )
-    return {k.split(".", 1)[1] if k.lower().startswith("file.") else k: v for k, v in store.items()}
+    if backend not in ("file", "s3"):
+        return store
+    prefix = backend + "."
+    return {k[len(prefix):] if k.lower().startswith(prefix) else k: v for k, v in store.items()}

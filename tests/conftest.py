@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import BACKENDS, S3_BUCKET, free_port, s3_options
+from helpers import BACKENDS, S3_BUCKET, free_port, s3_options, s3_spark_options
 from kafka_broker import KafkaCluster, cluster_for_tests
 from s3_server import SeaweedS3, seaweed_for_tests
 
@@ -193,8 +193,7 @@ def wal(request, tmp_path) -> dict:
         return {"namespace": ns, "path": str(tmp_path / "wal")}
     if backend == "s3":
         server = request.getfixturevalue("s3_server")
-        return {"namespace": ns, **{(k if k == "path" else f"s3.{k}"): v
-                                    for k, v in s3_options(server).items()}}
+        return {"namespace": ns, **s3_spark_options(s3_options(server))}
     broker = request.getfixturevalue("kafka_broker")
     return {"namespace": ns, "backend": "kafka", "kafka.bootstrap.servers": broker,
             "kafka.client": client}

@@ -43,6 +43,12 @@ def s3_options(server: Any, prefix: str | None = None, **overrides: str) -> dict
             **overrides}
 
 
+def s3_spark_options(options: dict[str, str]) -> dict[str, str]:
+    """S3 backend options as Spark's: ``path`` as it is, the rest as ``s3.*``
+    (:func:`wal_config` turns them back)."""
+    return {(k if k == "path" else f"s3.{k}"): v for k, v in options.items()}
+
+
 KAFKA_CLIENTS = tuple(client for _, client in BACKENDS.values() if client)
 
 

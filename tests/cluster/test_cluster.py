@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 from cluster_harness import MAIN_PYTHON, Cluster, make_exec_python
 from helpers import package_zip as make_package_zip
-from helpers import s3_options
+from helpers import s3_options, s3_spark_options
 
 from pyspark_durable.endpoint import open_namespace, read_steps
 from pyspark_durable.log import open_store
@@ -61,9 +61,8 @@ def wal_options(backend: str, root: Path, broker: str | None,
     ns = f"k{uuid.uuid4().hex[:10]}"
     if backend == "s3":  # the bucket every machine of a cluster reaches
         options = s3_options(s3_server)
-        spark = {"namespace": ns, "path": options["path"],
-                 **{f"s3.{k}": v for k, v in options.items() if k != "path"}}
-        return spark, {"backend": "s3", "namespace": ns, "options": options}
+        return ({"namespace": ns, **s3_spark_options(options)},
+                {"backend": "s3", "namespace": ns, "options": options})
     if backend == "file":
         path = str(root / "wal")
         return {"namespace": ns, "path": path}, {"backend": "file", "namespace": ns,

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import S3_BUCKET, s3_options, wal_namespace
+from helpers import S3_BUCKET, s3_options, s3_spark_options, wal_namespace
 from pyspark.errors import StreamingQueryException
 from s3_server import seaweed_for_tests
 
@@ -31,9 +31,8 @@ def test_a_query_whose_server_is_killed_fails_typed_and_resumes_exactly_once(spa
     inputs.mkdir()
     with seaweed_for_tests(tmp_path / "seaweed") as server:
         server.make_bucket(S3_BUCKET)
-        options = s3_options(server, max_attempts="2")
-        path = options.pop("path")  # given as users give it: .start(path), .load(path)
-        wal = {"namespace": "live", **{f"s3.{k}": v for k, v in options.items()}}
+        wal = {"namespace": "live", **s3_spark_options(s3_options(server, max_attempts="2"))}
+        path = wal.pop("path")  # given as users give it: .start(path), .load(path)
 
         def start():
             return (spark.readStream.schema("id long, payload string")

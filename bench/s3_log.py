@@ -309,13 +309,17 @@ def sink_and_source(env: Env, args: argparse.Namespace, log: Callable[[str], Non
     out = SinkSource()
     region_prefix = f"{WAL_PREFIX}/{{ns}}/logs/{region_log_name(0)}/e/"
 
-    def s3_wal(rep: int) -> WriteTimes:
+    def written(make_ns: Callable[[str], Namespace], rep: int) -> tuple[str, WriteTimes]:
+        """A fresh namespace's name, and the times of writing the steps into it."""
         name = f"sink{rep}{uuid.uuid4().hex[:6]}"
-        ns = env.s3_namespace(name)
+        ns = make_ns(name)
         try:
-            times = wal_write(ns, tables)
+            return name, wal_write(ns, tables)
         finally:
             ns.close()
+
+    def s3_wal(rep: int) -> WriteTimes:
+        name, times = written(env.s3_namespace, rep)
         if not out.bodies:  # the objects the WAL wrote: the raw side's bodies
             listed = objects(raw, region_prefix.format(ns=name))
             out.bodies = [raw.get_object(Bucket=BUCKET, Key=k)["Body"].read() for k, _ in listed]
@@ -325,12 +329,7 @@ def sink_and_source(env: Env, args: argparse.Namespace, log: Callable[[str], Non
         return times
 
     def file_wal(rep: int) -> WriteTimes:
-        name = f"sink{rep}{uuid.uuid4().hex[:6]}"
-        ns = env.file_namespace(name)
-        try:
-            times = wal_write(ns, tables)
-        finally:
-            ns.close()
+        name, times = written(env.file_namespace, rep)
         if out.file_ns:
             shutil.rmtree(env.scratch / "file" / out.file_ns, ignore_errors=True)
         out.file_ns = name

@@ -1,7 +1,7 @@
 """A spark-submit job for the standalone-cluster tests: JSON -> durablewal -> parquet.
 
 Usage: spark-submit --master spark://HOST:PORT --py-files ... cluster_job.py
-       stream|read WAL_OPTIONS_JSON IN_DIR OUT_DIR CHECKPOINT_ROOT
+       stream|read WAL_OPTIONS_JSON IN_DIR OUT_DIR CHECKPOINT_ROOT [GATE]
 
 It imports nothing from the test suite: the package arrives with ``--py-files`` (in
 mode ``installed`` it is installed where the job runs).
@@ -13,6 +13,12 @@ Prints (flushed) ``BATCH <sink|source> <batch id> <rows>`` after each micro-batc
 ``APP <application id>``, ``DRIVER_MODULE`` / ``EXECUTOR_MODULE`` (where
 pyspark_durable was imported from), ``RESULT <json>`` (a batch read of the WAL and of
 the parquet output) and ``DONE``.
+
+GATE (mode ``stream``) is a FIFO the test made and the id of one input row: the first
+attempt of the sink task whose rows hold that id writes the pid of its executor JVM
+into the FIFO (which blocks until the test reads it) and then waits, so that the test
+kills that executor while the task is surely running, however fast the backend is.
+A retry of the task, or a task once the FIFO is gone, passes.
 
 Mode ``read`` (IN_DIR and CHECKPOINT_ROOT unused) is one batch read of the WAL (its
 options may hold ``minPartitions``): each row is written to parquet in OUT_DIR with the
@@ -44,6 +50,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
 TRIGGER = "500 milliseconds"
+GATE_WAIT_S = 120.0  # a held task waits at most this long for its executor's kill
 
 
 class Progress(StreamingQueryListener):
@@ -86,10 +93,30 @@ class Progress(StreamingQueryListener):
         self.source_idle.set()
 
 
-def writer_query(spark, wal: dict, in_dir: str, ckpt: str):
+def gated(fifo: str, row_id: int):
+    """A mapInArrow function that holds the first attempt of the task holding ``row_id``
+    at the gate (see the module's docstring); it runs in the sink's task (same stage)."""
+
+    def gate(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        context = TaskContext.get()
+        for batch in batches:
+            if (context is not None and context.attemptNumber() == 0 and os.path.exists(fifo)
+                    and row_id in batch.column("id").to_pylist()):
+                with open(fifo, "w") as gate_fifo:  # blocks until the test reads
+                    gate_fifo.write(f"{executor_of_worker()[1]}\n")
+                threading.Event().wait(GATE_WAIT_S)  # the test kills this executor
+            yield batch
+
+    return gate
+
+
+def writer_query(spark, wal: dict, in_dir: str, ckpt: str, gate: str = ""):
     """JSON files -> durablewal, one input file per micro-batch."""
     stream = spark.readStream.schema("id long, payload string").option(
         "maxFilesPerTrigger", 1).json(in_dir)
+    if gate:
+        fifo, row_id = gate.rsplit(":", 1)
+        stream = stream.mapInArrow(gated(fifo, int(row_id)), "id long, payload string")
     return (stream.writeStream.format("durablewal").options(**wal).queryName("sink")
             .option("checkpointLocation", f"{ckpt}/sink").trigger(processingTime=TRIGGER)
             .start())
@@ -188,6 +215,7 @@ def main() -> None:
     import pyspark_durable  # (not at the top: mode installed must not import it)
 
     mode, wal_json, in_dir, out_dir, ckpt = sys.argv[1:6]
+    gate = sys.argv[6] if len(sys.argv) > 6 else ""
     wal = json.loads(wal_json)
     spark = (SparkSession.builder.appName(f"durablewal-cluster-{mode}")
              .config("spark.sql.shuffle.partitions", "2")
@@ -205,7 +233,7 @@ def main() -> None:
     progress = Progress()
     spark.streams.addListener(progress)
     if mode == "stream":
-        sink = writer_query(spark, wal, in_dir, ckpt)
+        sink = writer_query(spark, wal, in_dir, ckpt, gate)
         progress.names[str(sink.id)] = "sink"
         while not progress.sink_progressed.wait(timeout=1.0):  # the namespace exists then
             check(sink)

@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 import zlib
@@ -75,10 +76,11 @@ class Job:
     """One spark-submit of cluster_job.py in its own process group; stdout read line by line."""
 
     def __init__(self, cluster: Cluster, mode: str, wal: dict, root: Path, py_files, conf,
-                 run: str) -> None:
+                 run: str, gate: str = "") -> None:
         self.stderr_path = root / f"{run}.stderr"
-        argv = cluster.submit_argv(JOB, [mode, json.dumps(wal), str(root / "in"), str(root / "out"),
-                                         str(root / "ckpt")], py_files=py_files, conf=conf)
+        args = [mode, json.dumps(wal), str(root / "in"), str(root / "out"), str(root / "ckpt")]
+        argv = cluster.submit_argv(JOB, args + ([gate] if gate else []), py_files=py_files,
+                                   conf=conf)
         self._stderr = open(self.stderr_path, "w")  # a file: a full pipe would block Spark
         self.proc = subprocess.Popen(argv, cwd=root, env=cluster.env(), stdout=subprocess.PIPE,
                                      stderr=self._stderr, stdin=subprocess.DEVNULL, text=True,
@@ -181,8 +183,43 @@ def check_origin(job: Job, artifact: Path) -> None:
 # ---------------------------------------------------------------- exactly once under kills
 
 KILL_FILES, KILL_ROWS = 8, 50
-EXECUTOR_KILL_AT = 2  # sink micro-batches with data, then kill -9 one executor JVM
+EXECUTOR_KILL_FILE = 2  # the sink task writing this input file is held, and its executor killed
 DRIVER_KILL_AFTER = 2  # more sink micro-batches, then kill -9 the driver's process group
+
+
+class Gate:
+    """The test's end of cluster_job.py's gate: a FIFO that the held sink task writes its
+    executor's pid into; a thread reads it, checks that the executor runs a task and
+    kills it with SIGKILL."""
+
+    def __init__(self, cluster: Cluster, root: Path, row_id: int) -> None:
+        self.fifo = root / "gate.fifo"
+        os.mkfifo(self.fifo)
+        self.arg = f"{self.fifo}:{row_id}"
+        self.cluster = cluster
+        self.killed: int | None = None
+        self.running: set[int] = set()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._kill, daemon=True)
+        self.thread.start()
+
+    def _kill(self) -> None:
+        with open(self.fifo) as fifo:  # blocks until the held task opens it
+            line = fifo.readline()
+        self.fifo.unlink()  # the retry (and any later task) passes
+        if line.strip():
+            pid = int(line)
+            self.running = self.cluster.running_tasks(pid)
+            os.kill(pid, signal.SIGKILL)
+            self.killed = pid
+        self.done.set()
+
+    def close(self) -> None:
+        """Releases the reader thread if no task ever came to the gate."""
+        if not self.done.is_set() and self.fifo.exists():
+            fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)
+            os.close(fd)
+        self.thread.join(timeout=30)
 
 
 def parquet_rows(out_dir: Path) -> list[dict]:
@@ -209,9 +246,10 @@ def parquet_rows(out_dir: Path) -> list[dict]:
 def test_exactly_once_across_executor_and_driver_kills(cluster, backend, recipe, tmp_path,
                                                        request):
     """This tests that JSON -> durablewal -> parquet on the cluster, deployed with a recipe
-    (a wheel or a zip in --py-files), with one executor JVM and then the driver SIGKILLed
-    mid-batch and restarted, holds every row exactly once in the WAL and in the parquet
-    output, and that the package came from the shipped file."""
+    (a wheel or a zip in --py-files), with one executor JVM killed while its sink task is
+    held inside a micro-batch, and then the driver SIGKILLed and restarted, holds every
+    row exactly once in the WAL and in the parquet output, and that the package came from
+    the shipped file."""
     package = request.getfixturevalue(recipe)
     broker = request.getfixturevalue("kafka_broker") if backend == "kafka" else None
     server = request.getfixturevalue("s3_server") if backend == "s3" else None
@@ -220,31 +258,29 @@ def test_exactly_once_across_executor_and_driver_kills(cluster, backend, recipe,
     wal, config = wal_options(backend, tmp_path, broker, server)
     ship = {"py_files": [package], "conf": {"spark.executorEnv.PYTHONPATH": str(package)}}
 
-    # run 1: kill an executor mid-batch, let the query go on, then kill the driver
-    job = Job(cluster, "stream", wal, tmp_path, run="run1", **ship)
+    # run 1: kill the executor of the held sink task, let the query go on, then kill the driver
+    gate = Gate(cluster, tmp_path, EXECUTOR_KILL_FILE * KILL_ROWS)
+    job = Job(cluster, "stream", wal, tmp_path, run="run1", gate=gate.arg, **ship)
     sink_batches = 0
-    executor_killed = driver_killed = killed_at = None
-    killed_in_task: set[int] = set()
-    for line in job:
-        if not line.startswith("BATCH "):
-            continue
-        if line.startswith("BATCH sink ") and int(line.split()[3]) > 0:
+    driver_killed = killed_at = None
+    try:
+        for line in job:
+            if not line.startswith("BATCH sink ") or int(line.split()[3]) == 0:
+                continue
             sink_batches += 1
-        if executor_killed is None and sink_batches >= EXECUTOR_KILL_AT:
-            time.sleep(rng.uniform(0.0, 0.3))  # land inside the next micro-batch
-            busy = {pid: cluster.running_tasks(pid) for pid in cluster.executor_pids()}
-            busy = {pid: tids for pid, tids in busy.items() if tids}
-            if busy:  # else: try again after the next micro-batch
-                executor_killed = rng.choice(sorted(busy))
-                os.kill(executor_killed, signal.SIGKILL)
-                killed_in_task = busy[executor_killed]  # a task was running on it
+            if killed_at is None and gate.done.is_set():
                 killed_at = sink_batches
-        elif executor_killed is not None and sink_batches >= killed_at + DRIVER_KILL_AFTER:
-            time.sleep(rng.uniform(0.0, 0.5))
-            job.kill_group()
-            driver_killed = sink_batches
-            break
-    rc = job.finish()
+            elif killed_at is not None and sink_batches >= killed_at + DRIVER_KILL_AFTER:
+                time.sleep(rng.uniform(0.0, 0.5))  # land anywhere in the next micro-batch
+                job.kill_group()
+                driver_killed = sink_batches
+                break
+        rc = job.finish()
+    finally:
+        gate.close()
+    executor_killed, killed_in_task = gate.killed, gate.running
+    assert executor_killed, f"no sink task came to the gate\n{job.lines}\n{job.stderr()[-5000:]}"
+    assert killed_in_task, "the held task's executor showed no running task"
     assert driver_killed, f"run 1 ended (exit {rc}) before the driver kill\n{job.lines}\n" \
                           f"{job.stderr()[-5000:]}"
     app = job.value("APP")

@@ -321,14 +321,16 @@ class KafkaPythonSender:
         self._renew = False
         self.producer = self._build()
 
-    def _build(self) -> KafkaProducer:
-        with translated("connecting the producer", self.address, self.principal, namespace=self.namespace):
+    def _build(self, where: Mapping[str, Any] | None = None) -> KafkaProducer:
+        """A new producer; ``where`` (the send's namespace and log) names what waits on it."""
+        with translated("connecting the producer", self.address, self.principal,
+                        **(where or {"namespace": self.namespace})):
             return no_auto_create(KafkaProducer(**self.settings.clients["producer"]))
 
-    def _current(self) -> KafkaProducer:
+    def _current(self, where: Mapping[str, Any]) -> KafkaProducer:
         with self._lock:
             if self._renew:
-                old, self.producer = self.producer, self._build()
+                old, self.producer = self.producer, self._build(where)
                 self._renew = False
                 _close_quietly(old, timeout=0)
             return self.producer
@@ -342,7 +344,7 @@ class KafkaPythonSender:
                 self._renew = True
             failed(as_typed(exc, "append", self.address, self.principal, **where))
 
-        producer = self._current()
+        producer = self._current(where)
         with translated("append", self.address, self.principal, **where):
             send = producer.send
             for i, r in enumerate(records):

@@ -387,7 +387,8 @@ def test_no_cli_command_prints_a_secret_at_any_verbosity(cluster, shop, short_pa
         if len(runs) == CLI_PARALLEL or command is None:  # a few at a time: 2 cores
             for name, done, proc in runs:
                 out, err = proc.communicate(timeout=120)
-                assert proc.returncode == 0, (name, done, err[-3000:])
+                errors = [ln for ln in err.splitlines() if ln.startswith("durablewal: error")]
+                assert proc.returncode == 0, (name, done, errors, err[-3000:])
                 outputs.append(out + err)
                 for secret in [*secrets_of(cluster), SHORT_PASSWORD]:
                     assert secret not in out + err, f"a secret shows in durablewal {done} ({name})"

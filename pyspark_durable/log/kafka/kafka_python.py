@@ -319,20 +319,20 @@ class KafkaPythonSender:
         self.namespace = namespace
         self._lock = threading.Lock()
         self._renew = False
-        self.producer = self._build()
+        self.producer: KafkaProducer | None = None  # made by the first send
 
-    def _build(self, where: Mapping[str, Any] | None = None) -> KafkaProducer:
-        """A new producer; ``where`` (the send's namespace and log) names what waits on it."""
-        with translated("connecting the producer", self.address, self.principal,
-                        **(where or {"namespace": self.namespace})):
+    def _build(self, where: Mapping[str, Any]) -> KafkaProducer:
+        """A new producer, made by a send: its error names the send's namespace and log."""
+        with translated("connecting the producer", self.address, self.principal, **where):
             return no_auto_create(KafkaProducer(**self.settings.clients["producer"]))
 
     def _current(self, where: Mapping[str, Any]) -> KafkaProducer:
         with self._lock:
-            if self._renew:
+            if self.producer is None or self._renew:
                 old, self.producer = self.producer, self._build(where)
                 self._renew = False
-                _close_quietly(old, timeout=0)
+                if old is not None:
+                    _close_quietly(old, timeout=0)
             return self.producer
 
     def send(self, topic: str, records: Sequence[Record], acked: Callable[[int, int], None],
@@ -375,7 +375,8 @@ class KafkaPythonSender:
     def close(self, timeout_s: float) -> None:
         with self._lock:
             producer = self.producer
-        _close_quietly(producer, timeout=timeout_s)
+        if producer is not None:
+            _close_quietly(producer, timeout=timeout_s)
 
 
 def _close_quietly(client: Any, **kwargs: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -183,6 +184,32 @@ class FileLogStore(LogStore):
         """The files of one version: version 0 may be an older release's unversioned one."""
         path = self._snapshot_path(name, version)
         return [path, path.parent / name] if version == UNVERSIONED else [path]
+
+    def access_warnings(self) -> list[str]:
+        """The folders and files below the namespace's folder with a permission bit its
+        access does not give (others', or the group's of a private WAL), in one warning
+        naming the first few with their modes and the ``chmod`` that tightens them all."""
+        wide: list[tuple[Path, int]] = []
+        for folder, dirs, files in os.walk(self.folder):
+            dirs.sort()
+            for path in [Path(folder)] + [Path(folder) / f for f in sorted(files)]:
+                try:
+                    mode = path.lstat().st_mode
+                except FileNotFoundError:
+                    continue  # deleted by a cleaner meanwhile
+                if not stat.S_ISLNK(mode) and stat.S_IMODE(mode) & 0o077 & ~self.access.allowed:
+                    wide.append((path, stat.S_IMODE(mode)))
+        if not wide:
+            return []
+        who = "other users" if any(m & 0o007 for _, m in wide) else "its group"
+        shown = ", ".join(f"{p} (mode {m:04o})" for p, m in wide[:5])
+        more = f" and {len(wide) - 5} more" if len(wide) > 5 else ""
+        keep = (" (or open it with access=group if its group is meant to read it)"
+                if self.access is PRIVATE else "")
+        return [f"{who} can read this WAL's rows: {len(wide)} folder(s) and file(s) are "
+                f"wider than access={self.access.name} ({self.access.folder:04o} folders, "
+                f"{self.access.file:04o} files) allows: {shown}{more}; tighten them with "
+                f"`{self.access.tighten_command(self.folder)}`{keep}"]
 
     def _make_reserve(self) -> None:
         path = self.folder / RESERVE_FILE

@@ -117,6 +117,10 @@ def _backend_options() -> argparse.ArgumentParser:
     g.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a Kafka client option passed through (repeatable; overrides "
                         "--kafka-config; not for secrets)")
+    g.add_argument("--file-access", choices=("private", "group"),
+                   help="file backend: the mode of the folders and files a command makes "
+                        "(lock files, a clean's snapshot): private, 0700/0600 (the "
+                        "default), or group, 0750/0640; check warns about wider ones")
     g.add_argument("--timeout-ms", type=_positive, default=DEFAULT_TIMEOUT_MS,
                    help="give up on an unreachable broker after this long "
                         "(connect_timeout_ms; default %(default)s)")

@@ -30,13 +30,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     finally:
         store.close()
     where = f"namespace {args.namespace!r}"
+    warnings = [styled("WARNING", "bold yellow") + f": {w}" for w in report.warnings]
     if report.ok:
         output(args, report.to_json(),
-                styled("OK", "bold green") + f": {where}: {report.summary()}")
+               styled("OK", "bold green") + f": {where}: {report.summary()}", *warnings)
     else:
         head = styled("FAILED", "bold red") + (f": {where}: {len(report.problems)} problem(s) "
                                                f"(checked {report.summary()}):")
-        output(args, report.to_json(), head, *(f"  {p.text()}" for p in report.problems))
+        output(args, report.to_json(), head, *(f"  {p.text()}" for p in report.problems),
+               *warnings)
     return 0 if report.ok else 1
 
 

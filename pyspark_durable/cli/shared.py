@@ -105,6 +105,8 @@ def endpoint_config(args: argparse.Namespace) -> EndpointConfig:
         if paths:
             raise CliError("give either a WAL folder (file backend) or --bootstrap-servers "
                            "(kafka backend), not both")
+        if getattr(args, "file_access", None) is not None:
+            raise CliError("--file-access is for a WAL folder (the file backend)")
         return _kafka_config(args, namespace)
     if args.kafka_option:
         raise CliError("--kafka-option needs --bootstrap-servers")
@@ -113,6 +115,9 @@ def endpoint_config(args: argparse.Namespace) -> EndpointConfig:
                        "backend, s3://bucket/prefix for S3, or --bootstrap-servers "
                        "HOST:PORT for Kafka")
     backend = resolved_backend("file", {"path": paths[0]})
+    access = getattr(args, "file_access", None)
+    if access is not None and backend != "file":
+        raise CliError("--file-access is for a WAL folder (the file backend)")
     endpoint_url = getattr(args, "endpoint_url", None)
     if backend == "s3":
         options = {"path": paths[0]}
@@ -129,7 +134,8 @@ def endpoint_config(args: argparse.Namespace) -> EndpointConfig:
     mistake = layout.checkpoint_given(root)
     if mistake is not None:
         raise mistake
-    return EndpointConfig("file", namespace, None, {"path": str(root)})
+    options = {"path": str(root)} if access is None else {"path": str(root), "access": access}
+    return EndpointConfig("file", namespace, None, options)
 
 
 def where(cfg: EndpointConfig) -> str:

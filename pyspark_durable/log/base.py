@@ -325,6 +325,12 @@ class LogStore(ABC):
         records by itself (Kafka: a topic's broker-side retention); [] when none can."""
         return []
 
+    def access_warnings(self) -> list[str]:
+        """What of the namespace's storage users it was not meant for can read, each with
+        the command that tightens it; [] when the storage has no such modes (a broker's
+        or a bucket's rights are granted outside the WAL)."""
+        return []
+
     def release_reserve(self) -> bool:
         """Free the room kept for the records that free space, for a writer of those that
         got :class:`DiskFull`; whether any room was freed (False: none was kept)."""

@@ -71,6 +71,16 @@ OPTION_TABLE: tuple[Opt, ...] = (
         passthrough=True,
     ),
     Opt(
+        "file.access",
+        "`private`",
+        "file backend: who may read the folders and files the WAL makes: `private` (folders "
+        "0700, files 0600: the owner only) or `group` (0750 and 0640: the group may read). "
+        "Set on creation whatever the umask; existing ones keep their mode, and "
+        "`durablewal check` warns about wider ones ([docs/operations.md]"
+        "(docs/operations.md#a-wal-in-a-folder-the-file-log))",
+        passthrough=True,
+    ),
+    Opt(
         "backend",
         "`file`",
         "`file` \\| `kafka` \\| `s3` (an `s3://` path sets it; `memory` is refused in Spark: it "

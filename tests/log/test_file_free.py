@@ -12,6 +12,7 @@ import pytest
 from pyspark_durable.errors import CorruptEntryError
 from pyspark_durable.log import Record
 from pyspark_durable.log.file import FileLogStore
+from pyspark_durable.log.file.disk import PRIVATE
 from pyspark_durable.log.file.freed import FREED_FILE, FREED_RECORD, FreedFrames, append_freed
 
 BIG = 64 * 1024
@@ -87,7 +88,7 @@ def test_a_cut_freed_file_is_reported_and_a_record_without_its_hole_is_harmless(
     pos = [0]
     for _ in range(40):  # the frames' byte positions, as the log indexed them
         pos.append(pos[-1] + 8 + 20 + 8 + BIG)
-    append_freed(folder, [FreedFrames(0, 5, 8, pos[5], pos[8])], 0)  # no hole punched
+    append_freed(folder, [FreedFrames(0, 5, 8, pos[5], pos[8])], 0, PRIVATE)  # no hole punched
     fresh = store(tmp_path).open_region(0, create=False)
     assert fresh.freed_ranges() == [(5, 8)]
     assert [e.offset for e in fresh.read(0, 10)] == [0, 1, 2, 3, 4, 8, 9]

@@ -144,6 +144,7 @@ def test_older_and_damaged_marks_are_told_apart(tmp_path):
     (tmp_path / LOW_FILE).write_bytes(lost)
     assert read_low(tmp_path, 0, notes.append) == 0 and "damaged" in notes[-1]
 
+    from pyspark_durable.log.file.disk import PRIVATE
     from pyspark_durable.log.file.marks import ACK_BODY, ACK_SLOT_PADDED, write_acked
 
     def padded(seq: int, nxt: int) -> bytes:
@@ -151,10 +152,10 @@ def test_older_and_damaged_marks_are_told_apart(tmp_path):
     (tmp_path / ACK_FILE).write_bytes(padded(6, 70) + padded(5, 60))
     notes.clear()
     assert read_acked(tmp_path, notes.append) == (6, 70, True) and not notes
-    write_acked(tmp_path, 7, 80)
+    write_acked(tmp_path, 7, 80, PRIVATE)
     assert (tmp_path / ACK_FILE).stat().st_size == 2 * ACK_SLOT.size
     assert read_acked(tmp_path, notes.append) == (7, 80, True) and not notes
-    write_acked(tmp_path, 8, 90)
+    write_acked(tmp_path, 8, 90, PRIVATE)
     assert read_acked(tmp_path, notes.append) == (8, 90, True) and not notes
 
 

@@ -13,6 +13,10 @@ Implementation notes (why):
   namespace keeps a preallocated file (1/:data:`DISK_SHARE` of the disk, at most
   :data:`RESERVE_BYTES_MAX`) that those writers release on ``ENOSPC``; the cleaner
   re-creates it once it freed space (:mod:`pyspark_durable.wal.reserve`).
+* **Private by default.** Every row of a WAL is in its files, so its folders are made
+  0700 and its files 0600 (:data:`PRIVATE`; :data:`GROUP`: 0750 and 0640), as etcd does
+  with its WAL. The mode is set on the new descriptor or folder, never left to the
+  umask: a umask of 000 would widen it, one of 077 would take the group's access away.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark_durable.errors import BackendUnavailable, DiskFull, LogNotFound
+from pyspark_durable.errors import BackendUnavailable, ConfigError, DiskFull, LogNotFound
 
 IOV_MAX = 1024  # buffers per writev(2) (Linux' UIO_MAXIOV)
 DISK_SHARE = 64  # a default segment, and the reserve, are this fraction of the disk
@@ -34,6 +39,61 @@ SEGMENT_BYTES_MIN = 1024
 SEGMENT_BYTES_MAX = 64 << 20
 RESERVE_BYTES_MAX = 1 << 20  # a few records, low watermarks and a snapshot fit
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who besides the owner may read a WAL: the mode of the folders and files it makes."""
+
+    name: str
+    folder: int
+    file: int
+
+    @property
+    def allowed(self) -> int:
+        """The permission bits a folder or file of this access may have (the folders')."""
+        return self.folder
+
+    def tighten_command(self, path: Path) -> str:
+        """The shell command that takes every wider bit away below ``path``."""
+        bits = "go-rwx" if self is PRIVATE else "g-w,o-rwx"
+        return f"chmod -R {bits} {path}"
+
+
+PRIVATE = Access("private", 0o700, 0o600)  # the owner only (the default)
+GROUP = Access("group", 0o750, 0o640)  # and the file's group may read
+ACCESSES = {a.name: a for a in (PRIVATE, GROUP)}
+
+
+def access_named(name: str | Access) -> Access:
+    """The :class:`Access` named ``name`` (``private`` or ``group``, any case)."""
+    if isinstance(name, Access):
+        return name
+    found = ACCESSES.get(str(name).strip().lower())
+    if found is None:
+        raise ConfigError(f"access={name!r} is not one of {', '.join(ACCESSES)}: `private` "
+                          "makes the WAL's folders 0700 and files 0600, `group` 0750 and 0640")
+    return found
+
+
+def create_file(path: Path, access: Access, flags: int = os.O_WRONLY) -> int:
+    """Open ``path`` with ``flags``, creating it with the mode of ``access`` (exactly: the
+    umask neither widens nor narrows it); an existing file keeps its mode."""
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, access.file)
+    except FileExistsError:
+        return os.open(path, flags)
+    try:
+        os.fchmod(fd, access.file)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def create_empty(path: Path, access: Access) -> None:
+    """Create the empty file ``path`` (or keep it, as ``touch`` does) with ``access``."""
+    os.close(create_file(path, access))
 
 
 def fsync_dir(path: Path) -> None:
@@ -45,14 +105,15 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _replace_atomic(path: Path, fill: Callable[[int], None]) -> None:
+def _replace_atomic(path: Path, fill: Callable[[int], None], access: Access) -> None:
     """Replace ``path`` with a file ``fill`` writes to a descriptor, so that a crash
     leaves the old or the new file; a failure (disk full, read-only) leaves no
     temporary file behind."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, access.file)
         try:
+            os.fchmod(fd, access.file)  # the umask's part, and a stale file's mode
             fill(fd)
             os.fsync(fd)
         finally:
@@ -64,18 +125,18 @@ def _replace_atomic(path: Path, fill: Callable[[int], None]) -> None:
     fsync_dir(path.parent)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, access: Access) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves the old or the new file."""
-    _replace_atomic(path, lambda fd: write_all(fd, [data]))
+    _replace_atomic(path, lambda fd: write_all(fd, [data]), access)
 
 
-def preallocate_atomic(path: Path, size_bytes: int) -> None:
+def preallocate_atomic(path: Path, size_bytes: int, access: Access) -> None:
     """Create ``path`` holding ``size_bytes`` allocated (not written) bytes, whole or not
     at all: a reserve that fits only in part would promise room it does not hold.
 
     On a file system that cannot allocate without writing (ZFS) it may hold no room.
     """
-    _replace_atomic(path, lambda fd: os.posix_fallocate(fd, 0, size_bytes))
+    _replace_atomic(path, lambda fd: os.posix_fallocate(fd, 0, size_bytes), access)
 
 
 def disk_bytes(path: Path) -> int:
@@ -105,15 +166,21 @@ def reserve_bytes(disk: int) -> int:
     return max(16 << 10, _disk_share(disk, RESERVE_BYTES_MAX))
 
 
-def make_dirs(path: Path) -> None:
-    """Create folders and fsync each parent, so a crash cannot forget them."""
+def make_dirs(path: Path, access: Access) -> None:
+    """Create folders with the mode of ``access`` and fsync each parent, so a crash
+    cannot forget them; folders that exist keep their mode."""
     missing = []
     p = path
     while not p.exists():
         missing.append(p)
         p = p.parent
     for folder in reversed(missing):
-        folder.mkdir(exist_ok=True)
+        try:
+            folder.mkdir(mode=access.folder)
+        except FileExistsError:
+            pass  # another process made it: its mode is that process's
+        else:
+            os.chmod(folder, access.folder)  # mkdir's mode passes through the umask
         fsync_dir(folder.parent)
 
 
@@ -152,13 +219,13 @@ def write_all(fd: int, buffers: list) -> None:
 class FileLock:
     """``with`` wrapper over flock(2) on a fresh open file description."""
 
-    def __init__(self, path: Path, mode: int, **where: Any) -> None:
-        self.path, self.mode, self.where = path, mode, where
+    def __init__(self, path: Path, mode: int, access: Access, **where: Any) -> None:
+        self.path, self.mode, self.access, self.where = path, mode, access, where
 
     def __enter__(self) -> None:
         self.fd: int | None = None
         try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self.fd = create_file(self.path, self.access, os.O_RDWR)
         except FileNotFoundError:
             raise LogNotFound("log folder is gone", **self.where) from None
         except OSError as exc:

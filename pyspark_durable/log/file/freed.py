@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark_durable.log.file.disk import fsync_dir, write_all, write_atomic
+from pyspark_durable.log.file.disk import Access, create_file, fsync_dir, write_all, write_atomic
 from pyspark_durable.log.file.frames import FRAME_HEAD
 
 FREED_FILE = "freed"
@@ -97,12 +97,13 @@ def read_freed(folder: Path, note: Callable[[str], None]) -> tuple[list[FreedFra
     return found, whole
 
 
-def append_freed(folder: Path, records: Sequence[FreedFrames], whole: int) -> None:
+def append_freed(folder: Path, records: Sequence[FreedFrames], whole: int,
+                 access: Access) -> None:
     """Append ``records`` durably after the whole records (``whole`` bytes; a partial
     last record is cut off first). The caller holds the log's exclusive lock."""
     path = folder / FREED_FILE
     created = not path.exists()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    fd = create_file(path, access)
     try:
         os.ftruncate(fd, whole)
         os.lseek(fd, whole, os.SEEK_SET)
@@ -123,9 +124,9 @@ def append_freed(folder: Path, records: Sequence[FreedFrames], whole: int) -> No
         fsync_dir(folder)
 
 
-def rewrite_freed(folder: Path, records: Sequence[FreedFrames]) -> None:
+def rewrite_freed(folder: Path, records: Sequence[FreedFrames], access: Access) -> None:
     """Replace ``freed`` with ``records`` (those of deleted segments dropped), atomically."""
-    write_atomic(folder / FREED_FILE, b"".join(r.encode() for r in records))
+    write_atomic(folder / FREED_FILE, b"".join(r.encode() for r in records), access)
 
 
 _libc: ctypes.CDLL | None = None

@@ -47,7 +47,15 @@ from pyspark_durable.errors import (
     OffsetOutOfRange,
 )
 from pyspark_durable.log.base import Entry, Log, Record, is_decimal, merge_ranges
-from pyspark_durable.log.file.disk import FileLock, fsync_dir, storage_errors, write_all
+from pyspark_durable.log.file.disk import (
+    PRIVATE,
+    Access,
+    FileLock,
+    create_empty,
+    fsync_dir,
+    storage_errors,
+    write_all,
+)
 from pyspark_durable.log.file.frames import FRAME_HEAD, frame_parts, frame_size, read_body
 from pyspark_durable.log.file.freed import (
     FREED_FILE,
@@ -86,9 +94,11 @@ class FileLog(Log):
         path: Path,
         segment_size_bytes: int,
         group_commit_interval_ms: float,
+        access: Access = PRIVATE,
     ) -> None:
         super().__init__(namespace, name)
         self.path = path
+        self.access = access  # the mode of every file it makes (disk.Access)
         self.segment_size_bytes = segment_size_bytes
         self.group_commit_interval_ms = group_commit_interval_ms
         self._segments: list[Segment] = []
@@ -114,7 +124,8 @@ class FileLog(Log):
     # -- locking and catching up ------------------------------------------------
 
     def _locked(self, mode: int) -> FileLock:
-        return FileLock(self.path / "lock", mode, namespace=self.namespace, log=self.name)
+        return FileLock(self.path / "lock", mode, self.access, namespace=self.namespace,
+                        log=self.name)
 
     def _note(self, problem: str) -> None:
         if problem not in self.repairs:
@@ -144,7 +155,7 @@ class FileLog(Log):
                                        inode=segments[-1].inode)
             if not segments:
                 first = self.path / segment_name(low)
-                first.touch()
+                create_empty(first, self.access)
                 fsync_dir(self.path)
                 segments = [Segment(low, self.path, inode=first.stat().st_ino)]
                 if self._acked is None:  # a new log: its mark exists before any frame
@@ -312,12 +323,12 @@ class FileLog(Log):
 
     def _write_mark(self, next_offset: int) -> None:
         self._ack_seq += 1
-        write_acked(self.path, self._ack_seq, next_offset)
+        write_acked(self.path, self._ack_seq, next_offset, self.access)
         self._acked = next_offset
 
     def _roll(self, base: int) -> Segment:
         path = self.path / segment_name(base)
-        path.touch()
+        create_empty(path, self.access)
         fsync_dir(self.path)
         seg = Segment(base, self.path, scanned=True, inode=path.stat().st_ino)
         with self._state:
@@ -425,7 +436,7 @@ class FileLog(Log):
                 records = self._freeable(merge_ranges(ranges))
                 if not records:
                     return
-                append_freed(self.path, records, self._freed_whole)
+                append_freed(self.path, records, self._freed_whole, self.access)
                 self._freed_key = None  # re-read: the records are ours now
                 with self._state:
                     self._load_claims(self._segments)
@@ -532,7 +543,7 @@ class FileLog(Log):
                 self._roll(last.base + last.count)
             with self._state:
                 doomed = [s for s, nxt in itertools.pairwise(self._segments) if nxt.base <= target]
-            write_low(self.path, target)
+            write_low(self.path, target, self.access)
             for seg in doomed:
                 seg.path.unlink(missing_ok=True)
             if doomed:
@@ -541,7 +552,7 @@ class FileLog(Log):
                 if any(r.base in gone_bases for r in self._freed):
                     # records of deleted segments: dropped, so the file follows what is kept
                     rewrite_freed(self.path, [r for r in self._freed
-                                              if r.base not in gone_bases])
+                                              if r.base not in gone_bases], self.access)
                     self._freed_key = None
             gone = {id(s) for s in doomed}
             with self._state:

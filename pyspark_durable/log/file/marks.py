@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pyspark_durable.log.base import is_decimal
-from pyspark_durable.log.file.disk import fsync_dir, write_atomic
+from pyspark_durable.log.file.disk import Access, create_file, fsync_dir, write_atomic
 
 ACK_SLOT = struct.Struct(">QQI")
 ACK_SLOT_PADDED = struct.Struct(">QQI4x")  # commits 426c954-2dfc380: a 48-byte file
@@ -71,7 +71,7 @@ def read_acked(folder: Path, note: Callable[[str], None]) -> tuple[int, int, boo
     return best[0], best[1], trusted and bool(raw)
 
 
-def write_acked(folder: Path, seq: int, next_offset: int) -> None:
+def write_acked(folder: Path, seq: int, next_offset: int, access: Access) -> None:
     """Durably record, in slot ``seq % 2``, that every offset below ``next_offset`` is
     acknowledged (a torn slot write leaves the other, still valid one). Creating the
     file fsyncs its folder, so a crash cannot forget the mark."""
@@ -81,11 +81,11 @@ def write_acked(folder: Path, seq: int, next_offset: int) -> None:
         created = False
         if path.stat().st_size == 2 * ACK_SLOT_PADDED.size:
             # the padded form: replaced whole (atomically) by today's, the other slot unwritten
-            write_atomic(path, bytes(ACK_SLOT.size) + slot if seq % 2 else slot)
+            write_atomic(path, bytes(ACK_SLOT.size) + slot if seq % 2 else slot, access)
             return
     except FileNotFoundError:
         created = True
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    fd = create_file(path, access)
     try:
         os.pwrite(fd, slot, (seq % 2) * ACK_SLOT.size)
         os.fdatasync(fd)
@@ -117,6 +117,6 @@ def _lost_space(text: str) -> bool:
     return len(text) > 9 and text[-8:] == f"{zlib.crc32(text[:-9].encode()):08x}"
 
 
-def write_low(folder: Path, offset: int) -> None:
+def write_low(folder: Path, offset: int, access: Access) -> None:
     text = str(offset).encode()
-    write_atomic(folder / LOW_FILE, text + f" {zlib.crc32(text):08x}".encode())
+    write_atomic(folder / LOW_FILE, text + f" {zlib.crc32(text):08x}".encode(), access)

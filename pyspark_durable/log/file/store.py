@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,7 +23,10 @@ from pyspark_durable.log.base import (
     is_decimal,
 )
 from pyspark_durable.log.file.disk import (
+    PRIVATE,
     SEGMENT_BYTES_MIN,
+    Access,
+    access_named,
     default_segment_bytes,
     disk_bytes,
     fsync_dir,
@@ -47,7 +51,7 @@ class FileLogStore(LogStore):
     """The logs of one namespace below ``{root}/{namespace}/``."""
 
     type_name = "file"
-    OPTIONS = ("path", "segment_size_bytes", "group_commit_interval_ms")
+    OPTIONS = ("path", "segment_size_bytes", "group_commit_interval_ms", "access")
 
     def __init__(
         self,
@@ -55,6 +59,7 @@ class FileLogStore(LogStore):
         path: str | os.PathLike[str] | None = None,
         segment_size_bytes: int | None = None,
         group_commit_interval_ms: float = 10.0,
+        access: str | Access = PRIVATE,
         **unknown: Any,
     ) -> None:
         super().__init__(namespace)
@@ -68,6 +73,7 @@ class FileLogStore(LogStore):
             raise ConfigError(f"path {str(path)!r} is an S3 location, not a folder: open it "
                               "with the s3 backend", namespace=namespace)
         self.root = Path(path)
+        self.access = access_named(access)  # the mode of every folder and file made
         if self.root.exists() and not self.root.is_dir():
             raise ConfigError(f"path {str(self.root)!r} is a file, not a folder: the file "
                               "backend keeps a folder per namespace below it")
@@ -122,14 +128,15 @@ class FileLogStore(LogStore):
             with storage_errors("opening the log", path, namespace=self.namespace, log=name):
                 if not path.is_dir():
                     new_namespace = not self.folder.is_dir()
-                    make_dirs(path)
+                    make_dirs(path, self.access)
                     if new_namespace:  # before its first record: a full disk fails here
                         self._make_reserve()
                 # a log that is not a region holds small records that an open scans
                 # (the tail segment): its segments stay small whatever regions use
                 size = self.segment_size_bytes if name.startswith(REGION_PREFIX) else \
                     min(self.segment_size_bytes, NAMED_SEGMENT_BYTES)
-                log_ = FileLog(self.namespace, name, path, size, self.group_commit_interval_ms)
+                log_ = FileLog(self.namespace, name, path, size, self.group_commit_interval_ms,
+                               self.access)
             self._logs[name] = log_
             return log_
 
@@ -141,8 +148,8 @@ class FileLogStore(LogStore):
         path = self._snapshot_path(name, version)
         with storage_errors("writing a snapshot", path, namespace=self.namespace):
             if not path.parent.is_dir():
-                make_dirs(path.parent)
-            write_atomic(path, data)
+                make_dirs(path.parent, self.access)
+            write_atomic(path, data, self.access)
 
     def snapshot_versions(self, name: str) -> list[int]:
         """The stored versions; a release before commit ee5e358 kept one unversioned file,
@@ -178,10 +185,36 @@ class FileLogStore(LogStore):
         path = self._snapshot_path(name, version)
         return [path, path.parent / name] if version == UNVERSIONED else [path]
 
+    def access_warnings(self) -> list[str]:
+        """The folders and files below the namespace's folder with a permission bit its
+        access does not give (others', or the group's of a private WAL), in one warning
+        naming the first few with their modes and the ``chmod`` that tightens them all."""
+        wide: list[tuple[Path, int]] = []
+        for folder, dirs, files in os.walk(self.folder):
+            dirs.sort()
+            for path in [Path(folder)] + [Path(folder) / f for f in sorted(files)]:
+                try:
+                    mode = path.lstat().st_mode
+                except FileNotFoundError:
+                    continue  # deleted by a cleaner meanwhile
+                if not stat.S_ISLNK(mode) and stat.S_IMODE(mode) & 0o077 & ~self.access.allowed:
+                    wide.append((path, stat.S_IMODE(mode)))
+        if not wide:
+            return []
+        who = "other users" if any(m & 0o007 for _, m in wide) else "its group"
+        shown = ", ".join(f"{p} (mode {m:04o})" for p, m in wide[:5])
+        more = f" and {len(wide) - 5} more" if len(wide) > 5 else ""
+        keep = (" (or open it with access=group if its group is meant to read it)"
+                if self.access is PRIVATE else "")
+        return [f"{who} can read this WAL's rows: {len(wide)} folder(s) and file(s) are "
+                f"wider than access={self.access.name} ({self.access.folder:04o} folders, "
+                f"{self.access.file:04o} files) allows: {shown}{more}; tighten them with "
+                f"`{self.access.tighten_command(self.folder)}`{keep}"]
+
     def _make_reserve(self) -> None:
         path = self.folder / RESERVE_FILE
         with storage_errors("creating the reserve", path, namespace=self.namespace):
-            preallocate_atomic(path, self.reserve_bytes)
+            preallocate_atomic(path, self.reserve_bytes, self.access)
 
     def release_reserve(self) -> bool:
         path = self.folder / RESERVE_FILE

@@ -19,6 +19,10 @@ place. So this reads everything once and keeps going where it can:
    the attempts the commit names, of the table it says, as many entries and rows as
    it says (payloads decoded).
 
+Before those, the storage says who besides its owner can read it (a file WAL with
+folders or files wider than its ``access``): a warning, not a problem, since nothing is
+damaged, given once with the command that tightens it.
+
 A region read that fails stops that region (the backend cannot skip past a frame it
 cannot trust); what lies after it is reported as not verified.
 """
@@ -96,6 +100,8 @@ class Checker:
     def run(self) -> CheckReport:
         for log_name, problem in self.store.settings_problems():
             self.problem(problem, log=log_name)
+        # once per check: a readable WAL is not damage, but every row is in its files
+        self.report.warnings.extend(self.store.access_warnings())
         commits = self._check_commits_log()
         self._check_snapshot_copies()
         if commits is not None:

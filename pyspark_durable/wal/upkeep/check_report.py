@@ -27,6 +27,7 @@ class Problem:
 class CheckReport:
     namespace: str
     problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # not damage: e.g. who can read it
     commit_records: int = 0
     regions: int = 0
     entries: int = 0
@@ -66,6 +67,7 @@ class CheckReport:
         return {
             "namespace": self.namespace, "ok": self.ok,
             "problems": [p.to_json() for p in self.problems],
+            "warnings": list(self.warnings),
             "verified": {"commit_records": self.commit_records, "regions": self.regions,
                          "entries": self.entries, "steps": self.steps, "runs": self.runs,
                          "tables": self.tables, "snapshot_at": self.snapshot_at,

@@ -161,3 +161,22 @@ def test_both_snapshots_damaged_before_any_trim_recover_from_the_log_and_a_pass_
     assert run_check(make_store()).ok
     flip(store, max(copies.good))
     assert_every_step_reads_back(make_store())
+
+
+@pytest.mark.backends("file")
+def test_the_cli_names_the_damage_and_clean_replaces_it(make_store, store_config, capsys):
+    """This tests the runbook on the command line: `durablewal check` exits 1 with one line
+    naming the damaged snapshot and `durablewal clean`; `clean` says which snapshot it
+    replaced; `check` then exits 0."""
+    from pyspark_durable.cli import main
+
+    store, _, newest = written_and_cleaned(make_store)
+    flip(store, newest)
+    args = [store_config[1]["path"], "--namespace", store.namespace]
+    assert main(["check", *args]) == 1
+    out = capsys.readouterr().out
+    named = [line for line in out.splitlines() if f"version={newest}" in line]
+    assert len(named) == 1 and "durablewal clean" in named[0], out
+    assert main(["clean", *args]) == 0
+    assert f"damaged snapshot(s) {newest} replaced by snapshot" in capsys.readouterr().out
+    assert main(["check", *args]) == 0

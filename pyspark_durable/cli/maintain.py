@@ -55,7 +55,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
            "commits_low": {"before": report.commits_low[0], "after": report.commits_low[1]},
            "expired_before": {"before": report.expired_before[0],
                               "after": report.expired_before[1]},
-           "reserve": report.reserve.value}
+           "reserve": report.reserve.value, "replaced_snapshots": report.replaced}
     lines: list[Part] = [
         f"cleaned namespace {args.namespace!r} (grace {args.grace_ms} ms): "
         f"{report.freed_entries} region entries freed",
@@ -65,6 +65,9 @@ def cmd_clean(args: argparse.Namespace) -> int:
         f"{report.first_retained_step}",
         f"commits log low watermark: {report.commits_low[0]} -> {report.commits_low[1]}",
     ]
+    if report.replaced:
+        lines.append(f"damaged snapshot(s) {', '.join(map(str, report.replaced))} replaced by "
+                     f"snapshot {report.snapshot_at}")
     if report.reserve is not Reserve.NONE:
         lines.append(f"room kept for cleaning a full disk: {RESERVE_TEXT[report.reserve]}")
     if regions:

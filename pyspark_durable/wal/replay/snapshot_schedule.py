@@ -15,10 +15,13 @@ cleaners keep (docs/protocol.md, "Snapshots"):
 - no version below the newest one seen is written, and readers take the highest
   version, so snapshots never go backwards;
 - only cleaners trim the commits log, below the older of the two newest snapshots:
-  a committer's snapshot never deletes a record, and pruning keeps two.
+  a committer's snapshot never deletes a record, and pruning keeps two *good* ones
+  (:func:`prune`: a snapshot that fails its check never counts, so pruning never
+  deletes a good snapshot while it keeps a damaged one).
 
 The cost is amortized: a listing every ``SNAPSHOT_EVERY_RECORDS`` records at most, and a
-snapshot write (one fold of the tail into chunks, one stored file) per that many.
+snapshot write (one fold of the tail into chunks, one stored file) and a read of the
+stored versions (two, three while one is damaged) per that many.
 A failed write is logged with its typed error and tried again at the next commit:
 the step it follows is committed either way.
 """
@@ -26,8 +29,9 @@ the step it follows is committed either way.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
-from pyspark_durable.errors import DurableWalError, StepsTrimmed
+from pyspark_durable.errors import DecodeError, DurableWalError, NewerVersion, StepsTrimmed
 from pyspark_durable.log import LogStore
 from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME
 from pyspark_durable.wal.replay.state import NamespaceState
@@ -41,6 +45,69 @@ SNAPSHOTS_KEPT = 2  # the newest, and one before it while a reader may still loa
 def every_records(store: LogStore) -> int:
     """Records between two snapshots: the store's preference, else this module's."""
     return store.snapshot_every_records or SNAPSHOT_EVERY_RECORDS
+
+
+@dataclass
+class SnapshotCopies:
+    """The stored snapshot versions as read back: which ones recovery can start from.
+
+    A version is *good* when it decodes whole, as recovery decodes it (CRC, envelope,
+    document, blocks), and *damaged* when it does not: recovery skips it, so it never
+    counts as a copy. A newer release's snapshot is neither: never counted, never deleted.
+    """
+
+    good: dict[int, int] = field(default_factory=dict)  # version -> its keep_from, ascending
+    damaged: dict[int, DecodeError] = field(default_factory=dict)  # version -> why
+    newer: dict[int, NewerVersion] = field(default_factory=dict)
+    vanished: bool = False  # a listed version was deleted while read (a racing pruner)
+
+    def kept(self) -> list[int]:
+        """The newest :data:`SNAPSHOTS_KEPT` good versions: the copies pruning keeps."""
+        return sorted(self.good)[-SNAPSHOTS_KEPT:]
+
+    def short(self) -> bool:
+        """Whether damage left fewer than :data:`SNAPSHOTS_KEPT` good copies (a repair is
+        due: a fresh snapshot, then the damaged ones go)."""
+        return bool(self.damaged) and len(self.good) < SNAPSHOTS_KEPT
+
+    def doomed(self) -> list[int]:
+        """What pruning deletes: good versions older than the kept ones, and damaged ones
+        once :data:`SNAPSHOTS_KEPT` good ones exist (never the last good copy, and a
+        damaged one stays until its replacement is stored: ``check`` names it till then)."""
+        kept = self.kept()
+        old = [v for v in sorted(self.good) if v < kept[0]] if kept else []
+        return sorted(old + (list(self.damaged) if len(kept) >= SNAPSHOTS_KEPT else []))
+
+
+def read_copies(store: LogStore, namespace: str | None = None) -> SnapshotCopies:
+    """Read and decode every stored snapshot version (each is small: the state as of its
+    version, not the steps it covers); a backend error propagates."""
+    copies = SnapshotCopies()
+    name = store.namespace if namespace is None else namespace
+    for version in store.snapshot_versions(SNAPSHOT_NAME):
+        raw = store.read_snapshot_version(SNAPSHOT_NAME, version)
+        if raw is None:
+            copies.vanished = True
+            continue
+        try:
+            NamespaceState.from_snapshot(name, raw, version)
+            copies.good[version] = NamespaceState.snapshot_keep_from(name, raw, version)
+        except NewerVersion as exc:
+            copies.newer[version] = exc
+        except DecodeError as exc:
+            copies.damaged[version] = exc
+    return copies
+
+
+def prune(store: LogStore, copies: SnapshotCopies) -> list[int]:
+    """Delete what :meth:`SnapshotCopies.doomed` names; the versions deleted."""
+    doomed = copies.doomed()
+    for version in doomed:
+        store.delete_snapshot(SNAPSHOT_NAME, version)
+    for version in doomed:
+        copies.good.pop(version, None)
+        copies.damaged.pop(version, None)
+    return doomed
 
 
 class SnapshotSchedule:
@@ -74,7 +141,7 @@ class SnapshotSchedule:
                 return None
             self.store.write_snapshot(SNAPSHOT_NAME, at, raw)
             self.newest = at
-            self.store.prune_snapshots(SNAPSHOT_NAME, SNAPSHOTS_KEPT)
+            prune(self.store, read_copies(self.store))
         except StepsTrimmed:
             raise  # the caller heals and asks again
         except DurableWalError as exc:

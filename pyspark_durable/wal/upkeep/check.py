@@ -43,6 +43,7 @@ from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME
 from pyspark_durable.wal.namespace import COMMITS_LOG
 from pyspark_durable.wal.progress import Progress, Silent
 from pyspark_durable.wal.reading import foreign_attempt, foreign_table, table_name
+from pyspark_durable.wal.replay.snapshot_schedule import SnapshotCopies, read_copies
 from pyspark_durable.wal.replay.state import NamespaceState
 from pyspark_durable.wal.upkeep.check_report import CheckReport, Problem
 
@@ -73,6 +74,7 @@ class Checker:
         self._full_replay: NamespaceState | None = None  # set while the log is whole
         self._regions_seen: set[int] = set()
         self._steps_of: dict[int, list[StepCommit]] = {}
+        self._copies: SnapshotCopies | None = None  # the stored snapshots, read once
 
     def _steps(self, state: NamespaceState) -> list[StepCommit]:
         """The state's indexed steps, read back from the commits log once for all checks."""
@@ -122,19 +124,22 @@ class Checker:
         return self.report
 
     def _check_snapshot_copies(self) -> None:
-        """Every stored snapshot version decodes (the older one is the redundant copy)."""
+        """Every stored snapshot version decodes (the older one is the redundant copy):
+        one problem per damaged version, saying what recovery and the cleaner do with it.
+        The newest good version is the one :meth:`_check_snapshot` compares."""
         try:
-            versions = self.store.snapshot_versions(SNAPSHOT_NAME)
+            self._copies = read_copies(self.store)
         except DurableWalError as exc:
             self.problem_from(exc, snapshot=SNAPSHOT_NAME)
             return
-        for version in versions:
-            try:
-                raw = self.store.read_snapshot_version(SNAPSHOT_NAME, version)
-                if raw is not None:
-                    NamespaceState.from_snapshot(self.store.namespace, raw, version)
-            except DurableWalError as exc:
-                self.problem_from(exc)
+        for exc in self._copies.newer.values():
+            self.problem_from(exc)
+        good = bool(self._copies.good)
+        for version, exc in sorted(self._copies.damaged.items()):
+            then = ("recovery skips it, and the next cleaner pass (durablewal clean) writes "
+                    "a good snapshot in its place and deletes it") if good else \
+                "no stored snapshot is good: recovery replays the commits log from its start"
+            self.problem(f"{exc.reason}; {then}", snapshot=SNAPSHOT_NAME, version=version)
 
     def _report_repairs(self) -> None:
         """Damage the logs tolerated while being read (their files, named in the text)."""
@@ -182,30 +187,38 @@ class Checker:
         return commits
 
     def _check_snapshot(self, commits: Log) -> NamespaceState | None:
-        """Snapshot vs commits log: recoverable, and equal to a full replay if possible."""
+        """Snapshot vs commits log: recoverable, and equal to a full replay if possible.
+        The snapshot compared is the newest good one, the one recovery starts from (a
+        damaged one was named once by :meth:`_check_snapshot_copies`)."""
         low, high = commits.low_watermark(), commits.high_watermark()
-        found = self.store.read_snapshot(SNAPSHOT_NAME)
-        raw = None if found is None else found[1]
+        copies = self._copies
+        damaged = bool(copies and (copies.damaged or copies.newer))
+        raw = None
+        if copies is not None and copies.good:
+            version = max(copies.good)
+            raw = self.store.read_snapshot_version(SNAPSHOT_NAME, version)
         reported = False
         if raw is None:
             if low > 0:
-                self.problem(f"the commits log was cleaned below offset {low} but there is no "
-                             "snapshot: the namespace cannot be recovered", log=COMMITS_LOG)
+                what = "no good snapshot (the damaged ones are named above)" if damaged else \
+                    "there is no snapshot"
+                self.problem(f"the commits log was cleaned below offset {low} but {what}: "
+                             "the namespace cannot be recovered", log=COMMITS_LOG)
                 reported = True
         else:
             try:
-                snap = NamespaceState.from_snapshot(self.store.namespace, raw)
+                snap = NamespaceState.from_snapshot(self.store.namespace, raw, version)
                 at = snap.snapshot_offset
                 self.report.snapshot_at = at
                 if at < low:
                     self.problem(f"snapshot describes commits offset {at}, below the commits "
                                  f"log's low watermark {low}: records in between are lost",
-                                 log=COMMITS_LOG, snapshot=SNAPSHOT_NAME)
+                                 log=COMMITS_LOG, snapshot=SNAPSHOT_NAME, version=version)
                     reported = True
                 elif at > high:
                     self.problem(f"snapshot describes commits offset {at}, past the commits "
                                  f"log's high watermark {high}", log=COMMITS_LOG,
-                                 snapshot=SNAPSHOT_NAME)
+                                 snapshot=SNAPSHOT_NAME, version=version)
             except DurableWalError as exc:
                 self.problem_from(exc, snapshot=SNAPSHOT_NAME)
                 reported = True

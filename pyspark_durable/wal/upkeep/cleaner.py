@@ -14,11 +14,13 @@ A pass, in this order (rules 5-8 of the protocol in :mod:`pyspark_durable.wal.na
    ``min(bound, first offset a needed step refers to)``, and free the entries between
    that point and the bound that no indexed step of this replay refers to (dead
    attempts: docs/protocol.md, "Dead attempts, freed after the grace");
-5. write a snapshot versioned by its commits-log offset (when retention moved, or
-   :data:`SNAPSHOT_EVERY_RECORDS` records came since the newest), then delete the commits
-   log below the *older* of the two newest snapshots (so a damaged newest snapshot
-   is repaired by replaying from the one before it), then prune all but the newest
-   :data:`SNAPSHOTS_KEPT` snapshots.
+5. read every stored snapshot back (:func:`.read_copies`: a damaged one never counts),
+   write a snapshot versioned by its commits-log offset (when retention moved,
+   :data:`SNAPSHOT_EVERY_RECORDS` records came since the newest, or damage left fewer
+   than :data:`SNAPSHOTS_KEPT` good ones: a repair), then delete the commits log below
+   the *older* of the two newest good snapshots (so a damaged newest snapshot is
+   repaired by replaying from the one before it), then prune all but the newest
+   :data:`SNAPSHOTS_KEPT` good snapshots, and the damaged ones once those exist.
 
 On a full disk (:class:`DiskFull`) a pass releases the store's reserve and runs again
 (:mod:`.reserve`); every pass ends by taking the reserve back if it was released.
@@ -40,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 
 import pyspark_durable.wal.failpoints as failpoints  # the module: tests swap its hooks
-from pyspark_durable.errors import CorruptEntryError, DecodeError, OffsetOutOfRange
+from pyspark_durable.errors import CorruptEntryError, OffsetOutOfRange
 from pyspark_durable.log import Log
 from pyspark_durable.log.base import Reserve
 from pyspark_durable.wal.format.records import CleanRecord, ClocksRecord, DedupRecord, OneOffsRecord
@@ -54,7 +56,13 @@ from pyspark_durable.wal.replay.clocks import (
     grace_reference_ms,
 )
 from pyspark_durable.wal.replay.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
-from pyspark_durable.wal.replay.snapshot_schedule import SNAPSHOT_EVERY_RECORDS, SNAPSHOTS_KEPT
+from pyspark_durable.wal.replay.snapshot_schedule import (
+    SNAPSHOT_EVERY_RECORDS,
+    SNAPSHOTS_KEPT,
+    SnapshotCopies,
+    prune,
+    read_copies,
+)
 from pyspark_durable.wal.replay.state import NamespaceState
 from pyspark_durable.wal.reserve import using_reserve
 
@@ -70,6 +78,7 @@ class CleanReport:
 
     snapshot_at: int
     first_retained_step: int
+    replaced: list[int] = field(default_factory=list)  # damaged snapshot versions deleted
     regions: dict[int, tuple[int, int]] = field(default_factory=dict)  # region -> (before, after)
     commits_low: tuple[int, int] = (0, 0)
     expired_before: tuple[int, int] = (0, 0)  # by the retention policy: (before, after)
@@ -135,24 +144,16 @@ def _without(ranges: list[tuple[int, int]], gone: list[tuple[int, int]]) -> list
     return out
 
 
-def _commits_needed_from(ns: Namespace, versions: list[int], low: int) -> int:
-    """Where the commits log must start: the older of the kept snapshots is replayed from
-    its offset if the newest is damaged (the redundant copy), and each kept snapshot
-    reads its steps back from its ``keep_from`` on. Nothing is trimmed while a kept
-    snapshot cannot be read (``low``)."""
-    kept = versions[-SNAPSHOTS_KEPT:]
-    if len(kept) < SNAPSHOTS_KEPT:
+def _commits_needed_from(copies: SnapshotCopies, low: int) -> int:
+    """Where the commits log must start: the older of the kept good snapshots is replayed
+    from its offset if the newest is damaged (the redundant copy), and each kept snapshot
+    reads its steps back from its ``keep_from`` on. Nothing is trimmed while fewer than
+    :data:`SNAPSHOTS_KEPT` good ones exist or a listed one vanished meanwhile (another
+    cleaner pruned: its successor decides) (``low``)."""
+    kept = copies.kept()
+    if len(kept) < SNAPSHOTS_KEPT or copies.vanished:
         return low
-    upto = kept[0]
-    for version in kept:
-        raw = ns.store.read_snapshot_version(SNAPSHOT_NAME, version)
-        if raw is None:
-            return low  # pruned meanwhile by another cleaner: its successor decides
-        try:
-            upto = min(upto, NamespaceState.snapshot_keep_from(ns.name, raw, version))
-        except DecodeError:
-            return low
-    return upto
+    return min(kept[0], *(copies.good[v] for v in kept))
 
 
 class _Watch:
@@ -325,13 +326,14 @@ class Cleaner:
 
     def _snapshot_and_trim(self, state: NamespaceState, first_step: int, expired: int,
                            report: CleanReport) -> None:
-        """Step 5 of a pass: a snapshot when due, then the commits log trimmed below the
-        older of the two newest snapshots, then old snapshots pruned."""
+        """Step 5 of a pass: a snapshot when due or when damage left fewer than
+        :data:`SNAPSHOTS_KEPT` good ones, then the commits log trimmed below the older of
+        the two newest good snapshots, then old and damaged snapshots pruned."""
         ns = self.ns
         at, raw = state.snapshot(first_step)  # folds the index: the handle holds chunks
-        report.snapshot_at = at
         failpoints.reached("clean.snapshot")
-        versions = ns.store.snapshot_versions(SNAPSHOT_NAME)
+        copies = read_copies(ns.store, ns.name)
+        versions = sorted([*copies.good, *copies.damaged, *copies.newer])
         # a snapshot when the replay after the newest one grew, or retention moved:
         # not every pass (each is a stored copy of the state; on Kafka a record of
         # the compacted snapshots topic that every open reads until compaction)
@@ -340,17 +342,30 @@ class Cleaner:
                 moved or at - versions[-1] >= (ns.store.snapshot_every_records
                                                or SNAPSHOT_EVERY_RECORDS))):
             ns.store.write_snapshot(SNAPSHOT_NAME, at, raw)
-            versions.append(at)
-        if versions:
-            ns.snapshots.newest = max(ns.snapshots.newest, versions[-1])
+            copies.good[at] = state.snapshot_keep_from(ns.name, raw, at)
+        while copies.short():
+            # a repair: a fresh copy, at a version past every stored one (a record with
+            # this pass's time moves the log's end when a stored snapshot already sits there)
+            if at <= max(versions + list(copies.good)):
+                ns.append_record(CleanRecord(int(time.time() * 1000), {}))
+                state = ns._refreshed()
+                at, raw = state.snapshot(first_step)
+            ns.store.write_snapshot(SNAPSHOT_NAME, at, raw)
+            copies.good[at] = state.snapshot_keep_from(ns.name, raw, at)
+            log.warning("namespace=%s: wrote snapshot %d in place of damaged snapshot(s) %s",
+                        ns.name, at, sorted(copies.damaged))
+        report.snapshot_at = at
+        if copies.good or versions:
+            ns.snapshots.newest = max(ns.snapshots.newest, *copies.good, *versions)
         failpoints.reached("clean.snapshotted")
         commits = ns.store.open_log(COMMITS_LOG)
         before = commits.low_watermark()
-        upto = _commits_needed_from(ns, versions, before)
+        upto = _commits_needed_from(copies, before)
         if upto > before:
             commits.delete_before(upto)
         report.commits_low = (before, max(before, upto))
-        ns.store.prune_snapshots(SNAPSHOT_NAME, SNAPSHOTS_KEPT)
+        damaged = set(copies.damaged)
+        report.replaced = [v for v in prune(ns.store, copies) if v in damaged]
 
     def start(self, interval_s: float = 60.0) -> None:
         """Run a pass every ``interval_s`` in a daemon thread until :meth:`stop`."""

@@ -18,7 +18,7 @@ FORBIDDEN = {
     "spark": {"log", "cli"},
 }
 LAYERS = {"codec", "log", "wal", "endpoint", "spark", "cli"}
-BASE_MODULES = ("errors", "times", "secrets")  # below every layer: they import none
+BASE_MODULES = ("errors", "times", "secrets", "config_files")  # below every layer: they import none
 
 
 def modules() -> dict[str, Path]:

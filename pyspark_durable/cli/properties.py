@@ -3,8 +3,7 @@ of ``durablewal --kafka-config FILE``."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from pyspark_durable.config_files import read_config_text
 from pyspark_durable.errors import ConfigError
 
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
@@ -63,9 +62,4 @@ def read_properties(text: str, source: str = "properties") -> dict[str, str]:
 
 def kafka_config_file(path: str) -> dict[str, str]:
     """The client settings of ``--kafka-config FILE``."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read --kafka-config {path}: "
-                       f"{getattr(exc, 'strerror', None) or exc}") from None
-    return read_properties(text, f"--kafka-config {path}")
+    return read_properties(read_config_text(path, "--kafka-config"), f"--kafka-config {path}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pyspark_durable.config_files import read_config_text
 from pyspark_durable.errors import ConfigError, DurableWalError, NotAWal, UnknownNamespace
 from pyspark_durable.log import LogStore, open_store, resolved_backend, store_class
 from pyspark_durable.log.base import is_decimal
@@ -82,9 +83,10 @@ def load_config(path: str | Path) -> EndpointConfig:
     """Load an endpoint config from a YAML file."""
     import yaml
 
+    text = read_config_text(path, "endpoint config")
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
         raise ConfigError(f"cannot load endpoint config {path}: {exc}") from exc
     if not isinstance(data, Mapping):
         raise ConfigError(f"endpoint config {path} is not a mapping")

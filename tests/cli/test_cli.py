@@ -821,3 +821,32 @@ def test_steps_shows_the_newest_by_default_and_all_on_request(tmp_path, capsys):
     assert [s["step"] for s in doc["steps"]] == list(range(5, STEPS_SHOWN + 5))
     every = cli_json(capsys, "steps", tmp_path / "w", "--namespace", NS, "--all")
     assert [s["step"] for s in every["steps"]] == list(range(STEPS_SHOWN + 5))
+
+
+def test_a_config_file_that_is_not_a_small_regular_file_is_refused_at_once(tmp_path, capsys):
+    """This tests that --kafka-config naming /dev/zero (endless), a FIFO with no writer,
+    a folder, a file over 1 MiB or one that is not UTF-8 fails at once with one line
+    naming the path and what it is, reading none of it (before, /dev/zero grew the
+    process by gigabytes and a FIFO waited forever); the two that used to hang run as
+    their own processes, so a hang fails the test instead of stopping the suite."""
+    fifo = tmp_path / "client.fifo"
+    os.mkfifo(fifo)
+    run = [sys.executable, "-m", "pyspark_durable", "namespaces", "--bootstrap-servers",
+           "127.0.0.1:9", "--kafka-config"]
+    for path, kind in (("/dev/zero", "a character device"), (str(fifo), "a FIFO (named pipe)")):
+        done = subprocess.run([*run, path], capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+        assert done.returncode == 2 and done.stdout == "", done.stderr
+        assert done.stderr == (f"durablewal: error: cannot read --kafka-config {path}: it is "
+                               f"{kind}, not a regular file\n")
+    big = tmp_path / "big.properties"
+    big.write_bytes(b"# " + b"x" * (1 << 20) + b"\n")
+    latin = tmp_path / "latin.properties"
+    latin.write_bytes("sasl.username=j\xfcrgen\n".encode("latin-1"))
+    for path, needle in ((tmp_path, "it is a folder, not a regular file"),
+                         (big, "1,048,579 bytes, more than a configuration file's 1,048,576"),
+                         (latin, "not UTF-8 text (byte 15)"),
+                         (tmp_path / "missing", "No such file or directory")):
+        assert_one_line_error(*cli(capsys, "namespaces", "--bootstrap-servers", "127.0.0.1:9",
+                                   "--kafka-config", path),
+                              f"cannot read --kafka-config {path}: {needle}")

@@ -22,6 +22,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pyspark_durable.codec.arrays import scalar_of
+
 Columnar = pa.Table | pa.RecordBatch
 ArrayLike = pa.Array | pa.ChunkedArray
 
@@ -69,7 +71,7 @@ def offsets_from_zero(arr: pa.Array) -> tuple[pa.Array, int, int]:
     its values array: what rebuilding it (or a slice of it) takes, as pyarrow builds no
     list with a null mask from a slice of offsets."""
     start, end = arr.offsets[0].as_py(), arr.offsets[-1].as_py()
-    return pc.subtract(arr.offsets, pa.scalar(start, arr.offsets.type)), start, end - start
+    return pc.subtract(arr.offsets, scalar_of(start, arr.offsets.type)), start, end - start
 
 
 def _fragile(t: pa.DataType, in_list: bool = False) -> bool:

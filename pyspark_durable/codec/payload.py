@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from pyspark_durable.codec.arrays import bytes_array
 from pyspark_durable.codec.casts import cast
 from pyspark_durable.codec.keys import VALUE_PREFIX, encode_value
 from pyspark_durable.errors import ConfigError, DecodeError
@@ -114,7 +115,7 @@ class RawCodec(PayloadCodec):
             raise DecodeError(f"raw payload is truncated or garbage: {exc}") from exc
         if pos != len(view):
             raise DecodeError(f"raw payload has {len(view) - pos} trailing bytes")
-        return [pa.RecordBatch.from_arrays([pa.array(values, pa.binary())], schema=self.SCHEMA)]
+        return [pa.RecordBatch.from_arrays([bytes_array(values)], schema=self.SCHEMA)]
 
 
 def _escape(name: str) -> str:

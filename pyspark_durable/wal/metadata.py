@@ -35,7 +35,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from pyspark_durable.codec.arrays import int_array, scalar_of
 
 if TYPE_CHECKING:
     from pyspark_durable.wal.reading import StepBatch
@@ -70,7 +71,7 @@ def metadata_columns(sb: StepBatch, table_name: str, rows: int, first_row: int =
     build: dict[str, Callable[[], pa.Array]] = {
         "_region": lambda: _constant("_region", sb.region_id, rows),
         "_table": lambda: _constant("_table", table_name, rows),
-        "_sequence": lambda: pa.repeat(pa.scalar(sb.sequence_num, pa.int64()), rows),
+        "_sequence": lambda: pa.repeat(scalar_of(sb.sequence_num, pa.int64()), rows),
         "_step": lambda: _constant("_step", sb.step, rows),
         "_commit_timestamp": lambda: _constant("_commit_timestamp",
                                                sb.commit_timestamp_ms * 1000, rows),
@@ -81,8 +82,8 @@ def metadata_columns(sb: StepBatch, table_name: str, rows: int, first_row: int =
     return [build[name]() for name in names]
 
 
-# 0, 1, 2, ...: sliced, never copied. Started empty by nulls(): pa.array() would import
-# pandas (pyarrow asks it about the input), ~0.4 s at import of every CLI command
+# 0, 1, 2, ...: sliced, never copied (its values are made from buffers: see
+# wal/format/columns.py on why not from Python values)
 _POSITIONS: list[pa.Array] = [pa.nulls(0, pa.int64())]
 
 
@@ -91,7 +92,7 @@ def _positions(first: int, rows: int) -> pa.Array:
     cached = _POSITIONS[0]
     if first + rows > len(cached):  # grown by doubling; a racing thread builds the same
         n = max(first + rows, 2 * len(cached), 1 << 16)
-        cached = pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), n), start=-1)
+        cached = int_array(range(n))
         _POSITIONS[0] = cached
     return cached.slice(first, rows)
 
@@ -117,7 +118,7 @@ def _constant(column: str, value: object, rows: int) -> pa.Array:
         if cached is not None and len(cached) >= rows:
             _CONSTANTS.move_to_end(key)
             return cached.slice(0, rows)
-    filled = pa.repeat(pa.scalar(value, _TYPES[column]),
+    filled = pa.repeat(scalar_of(value, _TYPES[column]),
                        max(rows, 2 * len(cached) if cached is not None else 0))
     if filled.nbytes <= CONSTANTS_MAX_BYTES:
         with _CONSTANTS_LOCK:

@@ -12,10 +12,10 @@ import io
 
 import pyarrow as pa
 
+from pyspark_durable.codec.arrays import int_array
 from pyspark_durable.errors import DecodeError
 
 Blocks = dict[str, list[int]]  # block name -> [position, length] in the blocks area
-
 
 def encode_blocks(tables: dict[str, pa.Table]) -> tuple[bytes, Blocks]:
     """The tables as consecutive Arrow IPC streams, and where each one lies."""
@@ -76,7 +76,7 @@ class StringColumn:
             else column
         self._n = 0 if isinstance(arr, pa.ChunkedArray) else len(arr)
         if self._n == 0:
-            self._offsets, self._data = Int64Column(pa.array([], pa.int32())), memoryview(b"")
+            self._offsets, self._data = Int64Column(int_array([], pa.int32())), memoryview(b"")
             return
         if arr.null_count:
             raise DecodeError(f"column of {len(arr)} strings holds {arr.null_count} nulls")

@@ -18,6 +18,7 @@ from typing import Any, overload
 
 import pyarrow as pa
 
+from pyspark_durable.codec.arrays import int_array, int_list_array, table_of
 from pyspark_durable.wal.format.columns import Int64Column
 from pyspark_durable.wal.format.records import StepCommit
 
@@ -187,7 +188,8 @@ def chunks_table(chunks: Iterable[Chunk]) -> pa.Table:
         for name in _WIDTHS:
             tuples = getattr(c, name)
             cols[name].append(None if tuples is None else [n for t in tuples for n in t])
-    return pa.Table.from_pydict(cols, schema=CHUNK_SCHEMA)
+    return table_of({name: int_array(cols[name]) if CHUNK_SCHEMA.field(name).type == pa.int64()
+                     else int_list_array(cols[name]) for name in cols}, CHUNK_SCHEMA)
 
 
 def _group(flat: list[int] | None, width: int, name: str) -> tuple[tuple[int, ...], ...] | None:

@@ -52,6 +52,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from pyspark_durable.codec.arrays import int_array, string_array, table_of
 from pyspark_durable.wal.replay.oneoff_block import ONE_OFF_COLUMNS, OneOffBlock
 
 DEDUP_WINDOW_MS = 7 * 24 * 3600 * 1000  # Kafka's transactional.id.expiration.ms default
@@ -333,9 +334,10 @@ class Dedup:
             [(wstep, step)] = w.pairs.items()
             for col, value in zip(cols, (w.started_ms, writer_id, wstep, step), strict=True):
                 col.append(value)
-        rows = pa.Table.from_arrays([pa.array(c, f.type) for c, f in
-                                     zip(cols, ONE_OFF_COLUMNS, strict=True)],
-                                    schema=ONE_OFF_COLUMNS)
+        starts, writers, wsteps, steps = cols
+        rows = table_of({"start": int_array(starts), "writer": string_array(writers),
+                         "writer_step": int_array(wsteps), "step": int_array(steps)},
+                        ONE_OFF_COLUMNS)
         if self._base is not None:
             rows = pa.concat_tables([self._base.remaining(), rows])
         self._base = OneOffBlock.of(rows)

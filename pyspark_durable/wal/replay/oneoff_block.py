@@ -23,6 +23,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pyspark_durable.codec.arrays import int_array
 from pyspark_durable.wal.format.columns import Int64Column, StringColumn
 
 ONE_OFF_COLUMNS = pa.schema([("start", pa.int64()), ("writer", pa.string()),
@@ -102,4 +103,4 @@ class OneOffBlock:
         rows = self.table.select(ONE_OFF_COLUMNS.names)
         if not self._dead:
             return rows.slice(self.lo)
-        return rows.take(pa.array(list(self.live_rows()), pa.int64()))
+        return rows.take(int_array(list(self.live_rows())))

@@ -43,6 +43,7 @@ from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME
 from pyspark_durable.wal.namespace import COMMITS_LOG
 from pyspark_durable.wal.progress import Progress, Silent
 from pyspark_durable.wal.reading import foreign_attempt, foreign_table, table_name
+from pyspark_durable.wal.replay.copies import CommitsReader, Lost, Saved
 from pyspark_durable.wal.replay.snapshot_schedule import SnapshotCopies, read_copies
 from pyspark_durable.wal.replay.state import NamespaceState
 from pyspark_durable.wal.upkeep.check_report import CheckReport, Problem
@@ -160,29 +161,42 @@ class Checker:
             self.problem_from(exc, log=COMMITS_LOG)
             return None
         full = NamespaceState(self.store.namespace) if low == 0 else None
-        offset = low
         task = self.progress.task("check: commits log", high - low, "records")
+        reader: CommitsReader | None = None
         try:
-            for entry in commits.read(low, high):
-                offset = entry.offset + 1
+            reader = CommitsReader(commits, low, high)
+            done = low
+            for item in reader.items():
+                self.progress.advance(task, reader.position - done)
+                done = reader.position
+                if isinstance(item, Saved):  # a copy made up for it: a warning, read on
+                    self.report.warnings.append(
+                        Problem({"log": COMMITS_LOG, "offset": item.damaged}, item.text()).text())
+                    continue
+                if isinstance(item, Lost):
+                    self.problem_from(item.error, log=COMMITS_LOG)
+                    full = None
+                    continue
+                offset, entry = item
                 self.report.commit_records += 1
-                self.progress.advance(task)
                 try:
                     record, _ = decode_record(entry.value, namespace=self.store.namespace,
-                                              offset=entry.offset)
+                                              offset=offset)
                     if full is not None:
-                        full.apply(record, entry.offset)
-                        full.next_offset = entry.offset + 1
+                        full.apply(record, offset)
                 except DurableWalError as exc:
                     self.problem_from(exc, log=COMMITS_LOG)
                     full = None
                 except (KeyError, TypeError, ValueError) as exc:
                     self.problem(f"commit-log record is malformed: {exc!r}", log=COMMITS_LOG,
-                                 offset=entry.offset)
+                                 offset=offset)
                     full = None
         except DurableWalError as exc:
-            self.problem_from(exc, log=COMMITS_LOG, offset=offset)
+            at = low if reader is None else reader.position
+            self.problem_from(exc, log=COMMITS_LOG, offset=at)
             return None
+        if full is not None:
+            full.next_offset = reader.position
         self._full_replay = full
         return commits
 

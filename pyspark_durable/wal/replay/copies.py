@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from pyspark_durable.errors import CorruptEntryError, OffsetOutOfRange
@@ -85,11 +85,13 @@ class CommitsReader:
     error (``OffsetOutOfRange``) raises from the constructor.
     """
 
-    def __init__(self, commits: Log, start: int, end: int | None = None) -> None:
+    def __init__(self, commits: Log, start: int, end: int | None = None,
+                 read: Callable[..., Iterator[Entry]] | None = None) -> None:
         self._log, self._start, self._end = commits, start, end
+        self._read = read or commits.read  # (a loader reads through the method it was given)
         self.position = start
         self.saved: list[Saved] = []
-        self._raw = read_around_damage(commits.read, start, end)
+        self._raw = read_around_damage(self._read, start, end)
         self._back: list[Entry | Damaged] = []  # an entry looked at ahead, not consumed
 
     def __iter__(self) -> Iterator[tuple[int, Entry]]:
@@ -144,7 +146,9 @@ class CommitsReader:
                 continue
             if isinstance(after, Damaged) and after.offset == at + 1:
                 self.position = at + 2
-                why = f"the entry after it, its copy if it has one, is damaged too ({after.error.reason})"
+                why = "the entry after it, its copy if it has one, is damaged too"
+                if after.error.reason != item.error.reason:
+                    why += f" ({after.error.reason})"
             else:
                 if after is not None:
                     self._back.append(after)
@@ -167,7 +171,7 @@ class CommitsReader:
         if found is not None or past_end is None or self._end is None or past_end != self._end:
             return found
         try:
-            return next(read_around_damage(self._log.read, past_end, past_end + 1), None)
+            return next(read_around_damage(self._read, past_end, past_end + 1), None)
         except OffsetOutOfRange:
             return None
 
@@ -176,6 +180,6 @@ class CommitsReader:
         if at != self._start or at == 0:
             return None
         try:
-            return next(read_around_damage(self._log.read, at - 1, at), None)
+            return next(read_around_damage(self._read, at - 1, at), None)
         except OffsetOutOfRange:
             return None

@@ -178,8 +178,10 @@ class NamespaceState:
         """Read the steps the snapshot's chunks cover from ``commits`` when asked."""
         def decode(value: bytes, offset: int) -> CommitRecord:
             return decode_record(value, namespace=self.namespace, offset=offset)[0]
-        self.index.attach(chunk_loader(lambda start, end: CommitsReader(commits, start, end),
-                                       decode, self.namespace))
+        read = commits.read  # the read of the log as attached, as each chunk load uses it
+        self.index.attach(chunk_loader(
+            lambda start, end: CommitsReader(commits, start, end, read=read),
+            decode, self.namespace))
 
     def replay(self, commits: Log) -> None:
         """Apply the records after ``next_offset``; OffsetOutOfRange if they were cleaned.

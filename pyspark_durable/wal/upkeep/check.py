@@ -91,10 +91,16 @@ class Checker:
             self._steps(state)
             return True
         except DurableWalError as exc:
-            if not any(p.where.get("offset") == exc.where.get("offset") and
-                       p.where.get("log") == COMMITS_LOG for p in self.report.errors):
-                self.problem_from(exc, log=COMMITS_LOG)
+            self._commits_problem(exc)
             return False
+
+    def _commits_problem(self, exc: DurableWalError) -> None:
+        """A commits-log error as a problem, unless the log pass named its offset."""
+        offset = exc.where.get("offset")
+        if offset is None or not any(p.where.get("offset") == offset and
+                                     p.where.get("log") == COMMITS_LOG
+                                     for p in self.report.errors):
+            self.problem_from(exc, log=COMMITS_LOG)
 
     # -- problems -----------------------------------------------------------------
 
@@ -254,7 +260,7 @@ class Checker:
             state = NamespaceState.recover(self.store, commits)
         except DurableWalError as exc:
             if not reported:
-                self.problem_from(exc, log=COMMITS_LOG)
+                self._commits_problem(exc)
             return None
         if self._full_replay is not None and raw is not None:
             self._compare(state, self._full_replay)

@@ -99,7 +99,7 @@ class Checker:
         offset = exc.where.get("offset")
         if offset is None or not any(p.where.get("offset") == offset and
                                      p.where.get("log") == COMMITS_LOG
-                                     for p in self.report.errors):
+                                     for p in self.report.problems):
             self.problem_from(exc, log=COMMITS_LOG)
 
     # -- problems -----------------------------------------------------------------

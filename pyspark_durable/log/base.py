@@ -41,13 +41,14 @@ from __future__ import annotations
 import enum
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pyspark_durable.errors import (
     ConfigError,
+    CorruptEntryError,
     DurableWalError,
     EntryFreed,
     FreeUnsupported,
@@ -128,6 +129,45 @@ class Entry:
             if key == name:
                 return value
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class Damaged:
+    """An offset :func:`read_around_damage` could not read, and why."""
+
+    offset: int
+    error: CorruptEntryError
+
+
+def read_around_damage(read: Callable[..., Iterator[Entry]], start: int,
+                       end: int | None = None) -> Iterator[Entry | Damaged]:
+    """The entries of ``read(start, end)``, and a :class:`Damaged` in place of each entry
+    the backend could not read: the read goes on at the next offset, so one damaged
+    entry costs that entry alone; the caller decides what it costs the reader.
+
+    ``read`` is called once before this returns, so a range error (``OffsetOutOfRange``)
+    raises here, not when the entries are iterated.
+    """
+    return _around(read, read(start, end), start, end)
+
+
+def _around(read: Callable[..., Iterator[Entry]], entries: Iterator[Entry],
+            start: int, end: int | None) -> Iterator[Entry | Damaged]:
+    while True:
+        try:
+            for entry in entries:
+                start = entry.offset + 1
+                yield entry
+            return
+        except CorruptEntryError as exc:
+            at = exc.where.get("offset")
+            if not isinstance(at, int) or at < start:
+                raise  # not one entry's damage: nothing to read around
+            yield Damaged(at, exc)
+            start = at + 1
+            if end is not None and start >= end:
+                return
+            entries = read(start, end)
 
 
 class Log(ABC):
@@ -262,6 +302,13 @@ class LogStore(ABC):
     # it to the reader; a store whose reads cost a request per record (S3: an object
     # each) asks for snapshots more often, which cost one write each
     snapshot_every_records: ClassVar[int | None] = None
+    # how many copies of each entry a caller that cannot lose one entry should write,
+    # adjacent and in one append: 2 where one damaged entry is the fault the store can
+    # meet and both copies share the append's one sync (file: a flipped byte on a local
+    # disk); 1 where the store already keeps copies or checks its own (Kafka's brokers
+    # replicate and CRC their batches; S3 keeps an append in one object, so a second
+    # copy inside it adds nothing)
+    record_copies: ClassVar[int] = 1
 
     def __init__(self, namespace: str) -> None:
         self.namespace = check_name("namespace", namespace)

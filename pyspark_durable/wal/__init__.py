@@ -25,6 +25,7 @@ module                             for
 ``format.snapshot_file``           the checked envelope a snapshot is stored in
 ``format.columns``                 a snapshot's Arrow blocks, read as columns row by row
 ``replay.state``                   the state replay rebuilds, and its snapshots
+``replay.copies``                  each commits record written twice, and read back once
 ``replay.step_index``              which commits record is step *n*, in chunks
 ``replay.chunk_table``             the step index's chunks as a snapshot stores them
 ``replay.dedup``                   which ``(writer, writer_step)`` pairs replay remembers

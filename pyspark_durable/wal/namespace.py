@@ -64,7 +64,7 @@ from pyspark_durable.errors import (
     StepNotCommitted,
     WriterStepExpired,
 )
-from pyspark_durable.log import LogStore, Record
+from pyspark_durable.log import LogStore
 from pyspark_durable.times import iso
 from pyspark_durable.wal.attempt import Attempt
 from pyspark_durable.wal.format.receipts import AttemptReceipt, build_runs, event_time_span
@@ -85,6 +85,7 @@ from pyspark_durable.wal.format.records import (
 from pyspark_durable.wal.queries import NamespaceQueries, handed_out
 from pyspark_durable.wal.reading import NamespaceReads
 from pyspark_durable.wal.replay.clocks import CLOCK_STEP_MS
+from pyspark_durable.wal.replay.copies import commit_entries
 from pyspark_durable.wal.replay.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.replay.retention import RetentionPolicy
 from pyspark_durable.wal.replay.snapshot_schedule import SnapshotSchedule
@@ -231,7 +232,10 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
     def _append_metas(self, records: list[dict]) -> list[int]:
         """Append records' JSON in order as one append, each tagged with the incarnation."""
         tag = {} if self._state.incarnation is None else {"i": self._state.incarnation}
-        return self._commits.append([Record(b"", encode_meta({**r, **tag})) for r in records])
+        copies = self.store.record_copies  # one append: the copies share its one sync
+        offsets = self._commits.append(commit_entries(
+            [encode_meta({**r, **tag}) for r in records], copies))
+        return offsets[::copies]  # a record's offset is its original's
 
     # -- writing --------------------------------------------------------------
 

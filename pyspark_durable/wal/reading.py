@@ -21,6 +21,7 @@ from pyspark_durable.codec import codec_for, decode_key, decode_value
 from pyspark_durable.codec.payload import PayloadCodec
 from pyspark_durable.errors import ContentMismatch, CorruptEntryError, OffsetOutOfRange
 from pyspark_durable.log import Entry, Log
+from pyspark_durable.log.base import Damaged, read_around_damage
 from pyspark_durable.wal.format.records import StepCommit, TableInfo
 from pyspark_durable.wal.format.runs import DIGEST_HEX, Run, entry_digest
 from pyspark_durable.wal.format.schemas import conform
@@ -203,24 +204,22 @@ class NamespaceReads:
         step of this read refers to it) is read around, and one inside a run is a
         :class:`CorruptEntryError` naming the step that lost it."""
         start, end = group[0].run.start, group[-1].run.end
-        while start < end:
-            try:
-                for entry in region.read_acknowledged(start, end):
-                    start = entry.offset + 1
-                    yield entry
-                return
-            except CorruptEntryError as exc:
-                at = exc.where.get("offset")
-                if not isinstance(at, int) or at < start:
-                    raise
-                owner = next((i for i in group if i.run.start <= at < i.run.end), None)
-                if owner is not None:
-                    raise CorruptEntryError(
-                        f"step {owner.commit.step} cannot be read: its entry at offset {at} "
-                        f"is damaged ({exc.reason})", namespace=self.name,
-                        region=owner.run.region_id, offset=at,
-                        step=owner.commit.step) from exc
-                start = at + 1
+        return self._around(read_around_damage(region.read_acknowledged, start, end), group)
+
+    def _around(self, items: Iterator[Entry | Damaged], group: list[_RunRead]) -> Iterator[Entry]:
+        """``items``' entries; a damaged one is skipped unless a run of ``group`` holds it."""
+        for item in items:
+            if not isinstance(item, Damaged):
+                yield item
+                continue
+            at, exc = item.offset, item.error
+            owner = next((i for i in group if i.run.start <= at < i.run.end), None)
+            if owner is not None:
+                raise CorruptEntryError(
+                    f"step {owner.commit.step} cannot be read: its entry at offset {at} "
+                    f"is damaged ({exc.reason})", namespace=self.name,
+                    region=owner.run.region_id, offset=at,
+                    step=owner.commit.step) from exc
 
     def _check_count(self, item: _RunRead, count: int) -> None:
         run = item.run

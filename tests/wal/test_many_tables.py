@@ -24,6 +24,7 @@ from pyspark_durable.errors import SchemaMismatch
 from pyspark_durable.wal import Namespace
 from pyspark_durable.wal.format.records import StepCommit, TablesRecord, decode_record
 from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.replay.copies import CommitsReader
 from pyspark_durable.wal.tables import table_id_for_name
 from pyspark_durable.wal.upkeep.check import Checker
 
@@ -39,9 +40,9 @@ def rows(i: int) -> pa.Table:
 
 def records_since(ns: Namespace, offset: int) -> list[tuple[object, int]]:
     """The decoded commits records from ``offset`` on, with the size of each as stored."""
-    entries = ns.store.open_log(COMMITS_LOG).read(offset)
-    return [(decode_record(e.value, namespace=ns.name, offset=e.offset)[0], len(e.value))
-            for e in entries]
+    records = CommitsReader(ns.store.open_log(COMMITS_LOG), offset)  # once each, not a copy
+    return [(decode_record(e.value, namespace=ns.name, offset=o)[0], len(e.value))
+            for o, e in records]
 
 
 @pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
@@ -190,7 +191,8 @@ def test_a_refused_batch_defines_nothing_and_one_table_stays_its_own_record(make
     kinds = [r.kind for r, _ in records_since(ns, start)]
     assert kinds == ["table", "table"]
     assert ns.define_tables([("old", ID), ("new", ID)]) == [ns.table("old"), info]
-    assert ns._refreshed().next_offset == start + 2  # tables that exist and fit append nothing
+    # tables that exist and fit append nothing (two records, each with its copies)
+    assert ns._refreshed().next_offset == start + 2 * ns.store.record_copies
 
 
 CHILD = """

@@ -19,6 +19,7 @@ from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy
 from pyspark_durable.wal.format.records import CleanRecord, Run, StepCommit
 from pyspark_durable.wal.namespace import COMMITS_LOG
 from pyspark_durable.wal.replay import step_index
+from pyspark_durable.wal.replay.copies import CommitsReader
 from pyspark_durable.wal.replay.state import NamespaceState
 from pyspark_durable.wal.replay.step_index import Chunk, chunk_loader
 from pyspark_durable.wal.upkeep import cleaner
@@ -191,7 +192,7 @@ def test_a_chunk_that_does_not_match_its_records_is_corrupt(make_store):
         from pyspark_durable.wal.format.records import decode_record
         return decode_record(value, namespace=ns.name, offset=offset)[0]
 
-    load = chunk_loader(commits.read, decode, ns.name)
+    load = chunk_loader(lambda start, end: CommitsReader(commits, start, end), decode, ns.name)
     assert len(load(chunk)) == chunk.steps
     for wrong in (Chunk(chunk.first_step, chunk.steps + 1, chunk.start, chunk.end, chunk.refused,
                         chunk.seqs, chunk.starts),

@@ -37,6 +37,7 @@ class KafkaLogStore(LogStore):
     """The logs of one namespace as topics ``{namespace}_{log}``; see the module docstring."""
 
     type_name = "kafka"
+    # record_copies stays 1: the brokers replicate every batch and CRC it
 
     def __init__(
         self,

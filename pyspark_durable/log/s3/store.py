@@ -54,6 +54,7 @@ class S3LogStore(LogStore):
     # each commit record is an object, read with a request of its own: an open replays
     # at most 100 of them past the newest snapshot (a snapshot is one PUT per 100 commits)
     snapshot_every_records = 100
+    # record_copies stays 1: an append is one object, so a copy would share its fate
 
     def __init__(self, namespace: str, **options: Any) -> None:
         super().__init__(namespace)

@@ -119,7 +119,9 @@ class SnapshotSchedule:
         self.newest = -1  # the newest version this handle knows of (-1: none known)
 
     def _every(self) -> int:
-        return every_records(self.store) if self.every_records is None else self.every_records
+        """Commits offsets between two snapshots: records, each with its copies."""
+        every = every_records(self.store) if self.every_records is None else self.every_records
+        return every * self.store.record_copies
 
     def due(self, state: NamespaceState) -> bool:
         """Whether ``state`` is far enough past the newest snapshot known (no I/O)."""

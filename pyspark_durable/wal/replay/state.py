@@ -61,6 +61,7 @@ from pyspark_durable.wal.format.records import (
 )
 from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME, open_snapshot, seal_snapshot
 from pyspark_durable.wal.replay.chunk_table import CHUNK_SCHEMA, ChunkList
+from pyspark_durable.wal.replay.copies import CommitsReader
 from pyspark_durable.wal.replay.dedup import Dedup
 from pyspark_durable.wal.replay.oneoff_block import ONE_OFF_SCHEMA
 from pyspark_durable.wal.replay.step_index import Chunk, StepIndex, chunk_loader
@@ -177,7 +178,10 @@ class NamespaceState:
         """Read the steps the snapshot's chunks cover from ``commits`` when asked."""
         def decode(value: bytes, offset: int) -> CommitRecord:
             return decode_record(value, namespace=self.namespace, offset=offset)[0]
-        self.index.attach(chunk_loader(commits.read, decode, self.namespace))
+        read = commits.read  # the read of the log as attached, as each chunk load uses it
+        self.index.attach(chunk_loader(
+            lambda start, end: CommitsReader(commits, start, end, read=read),
+            decode, self.namespace))
 
     def replay(self, commits: Log) -> None:
         """Apply the records after ``next_offset``; OffsetOutOfRange if they were cleaned.
@@ -187,7 +191,7 @@ class NamespaceState:
         """
         try:
             # one bounds check (on Kafka: broker round trips), not one here and one in read
-            entries = commits.read(self.next_offset)
+            records = CommitsReader(commits, self.next_offset)
         except OffsetOutOfRange:
             high = commits.high_watermark()
             if high < self.next_offset:
@@ -196,20 +200,20 @@ class NamespaceState:
                     f"to {self.next_offset}: the WAL was lost, recreated or restored from an "
                     "older copy", namespace=self.namespace, log="commits") from None
             raise
-        for entry in entries:
-            record, tag = decode_record(entry.value, namespace=self.namespace,
-                                        offset=entry.offset)
+        for offset, entry in records:
+            record, tag = decode_record(entry.value, namespace=self.namespace, offset=offset)
             # processes creating a namespace at once each append an `ns` record with
             # their own id; the first one wins and the others are ignored, not damage
             if tag is not None and self.incarnation is not None and tag != self.incarnation \
                     and not isinstance(record, NsRecord):
                 raise IncarnationMismatch(
-                    f"record at offset {entry.offset} belongs to incarnation {tag}, this "
+                    f"record at offset {offset} belongs to incarnation {tag}, this "
                     f"handle knows incarnation {self.incarnation}: the WAL was recreated",
-                    namespace=self.namespace, log="commits", offset=entry.offset)
-            self.apply(record, entry.offset)
-            self.next_offset = entry.offset + 1
+                    namespace=self.namespace, log="commits", offset=offset)
+            self.apply(record, offset)
+            self.next_offset = records.position
             self.replayed += 1
+        self.next_offset = records.position  # past a last record's copy, skipped unread
 
     def apply(self, record: CommitRecord, offset: int) -> None:
         """Apply one decoded record, read at commits-log ``offset``, by its kind."""

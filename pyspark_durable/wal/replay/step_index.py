@@ -343,9 +343,10 @@ def _counted(chunk: Chunk, watermarks: dict[int, tuple[int, int]]) -> dict[int, 
     return found
 
 
-def chunk_loader(read: Callable[[int, int], Any], decode: Callable[[bytes, int], Any],
-                 namespace: str) -> Loader:
-    """A loader reading a chunk's records from the commits log (``read(start, end)``)
+def chunk_loader(read: Callable[[int, int], Iterable[tuple[int, Any]]],
+                 decode: Callable[[bytes, int], Any], namespace: str) -> Loader:
+    """A loader reading a chunk's records from the commits log (``read(start, end)``
+    yields each record once with its offset, as :class:`~.copies.CommitsReader` does)
     and numbering its steps as replay did; a mismatch with the chunk's numbers is
     :class:`CorruptEntryError`."""
 
@@ -353,21 +354,21 @@ def chunk_loader(read: Callable[[int, int], Any], decode: Callable[[bytes, int],
         refused = set(chunk.refused)
         nxt = dict(chunk.first_seq)
         out: list[StepCommit] = []
-        for entry in read(chunk.start, chunk.end):
-            if entry.offset in refused:
+        for offset, entry in read(chunk.start, chunk.end):
+            if offset in refused:
                 continue
-            record = decode(entry.value, entry.offset)
+            record = decode(entry.value, offset)
             if not isinstance(record, StepCommit):
                 continue
-            record.step, record.commit_offset = chunk.first_step + len(out), entry.offset
+            record.step, record.commit_offset = chunk.first_step + len(out), offset
             for run in record.runs:
                 first = nxt.get(run.key)
                 if first is None:
                     raise CorruptEntryError(
-                        f"step record at commits offset {entry.offset} writes region "
+                        f"step record at commits offset {offset} writes region "
                         f"{run.region_id} table {run.table_id}, which the snapshot's step "
                         f"index for steps {chunk.first_step}..{chunk.next_step - 1} does not "
-                        "know", namespace=namespace, log="commits", offset=entry.offset)
+                        "know", namespace=namespace, log="commits", offset=offset)
                 record.first_sequences.setdefault(run.key, first)
                 nxt[run.key] = first + run.entries
             out.append(record)

@@ -43,6 +43,7 @@ from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME
 from pyspark_durable.wal.namespace import COMMITS_LOG
 from pyspark_durable.wal.progress import Progress, Silent
 from pyspark_durable.wal.reading import foreign_attempt, foreign_table, table_name
+from pyspark_durable.wal.replay.copies import CommitsReader, Lost, Saved
 from pyspark_durable.wal.replay.snapshot_schedule import SnapshotCopies, read_copies
 from pyspark_durable.wal.replay.state import NamespaceState
 from pyspark_durable.wal.upkeep.check_report import CheckReport, Problem
@@ -83,6 +84,24 @@ class Checker:
             steps = self._steps_of[id(state)] = list(state.index)
         return steps
 
+    def _steps_read(self, state: NamespaceState) -> bool:
+        """Whether the state's steps read back; a record lost under a snapshot's chunk is
+        named once here (the log pass named the damaged offset)."""
+        try:
+            self._steps(state)
+            return True
+        except DurableWalError as exc:
+            self._commits_problem(exc)
+            return False
+
+    def _commits_problem(self, exc: DurableWalError) -> None:
+        """A commits-log error as a problem, unless the log pass named its offset."""
+        offset = exc.where.get("offset")
+        if offset is None or not any(p.where.get("offset") == offset and
+                                     p.where.get("log") == COMMITS_LOG
+                                     for p in self.report.problems):
+            self.problem_from(exc, log=COMMITS_LOG)
+
     # -- problems -----------------------------------------------------------------
 
     def problem(self, message: str, **where: Any) -> None:
@@ -111,6 +130,8 @@ class Checker:
         # without a recovered state, a replay of the whole log still names every step;
         # without either, regions are still read for CRCs and keys
         state = self.state if self.state is not None else self._full_replay
+        if state is not None and not self._steps_read(state):
+            state = None  # its steps cannot be read back (named): regions checked alone
         if state is not None:
             self.report.tables = len(state.tables)
             self._check_sequences(state)
@@ -160,29 +181,42 @@ class Checker:
             self.problem_from(exc, log=COMMITS_LOG)
             return None
         full = NamespaceState(self.store.namespace) if low == 0 else None
-        offset = low
         task = self.progress.task("check: commits log", high - low, "records")
+        reader: CommitsReader | None = None
         try:
-            for entry in commits.read(low, high):
-                offset = entry.offset + 1
+            reader = CommitsReader(commits, low, high)
+            done = low
+            for item in reader.items():
+                self.progress.advance(task, reader.position - done)
+                done = reader.position
+                if isinstance(item, Saved):  # a copy made up for it: a warning, read on
+                    self.report.warnings.append(
+                        Problem({"log": COMMITS_LOG, "offset": item.damaged}, item.text()).text())
+                    continue
+                if isinstance(item, Lost):
+                    self.problem_from(item.error, log=COMMITS_LOG)
+                    full = None
+                    continue
+                offset, entry = item
                 self.report.commit_records += 1
-                self.progress.advance(task)
                 try:
                     record, _ = decode_record(entry.value, namespace=self.store.namespace,
-                                              offset=entry.offset)
+                                              offset=offset)
                     if full is not None:
-                        full.apply(record, entry.offset)
-                        full.next_offset = entry.offset + 1
+                        full.apply(record, offset)
                 except DurableWalError as exc:
                     self.problem_from(exc, log=COMMITS_LOG)
                     full = None
                 except (KeyError, TypeError, ValueError) as exc:
                     self.problem(f"commit-log record is malformed: {exc!r}", log=COMMITS_LOG,
-                                 offset=entry.offset)
+                                 offset=offset)
                     full = None
         except DurableWalError as exc:
-            self.problem_from(exc, log=COMMITS_LOG, offset=offset)
+            at = low if reader is None else reader.position
+            self.problem_from(exc, log=COMMITS_LOG, offset=at)
             return None
+        if full is not None:
+            full.next_offset = reader.position
         self._full_replay = full
         return commits
 
@@ -226,7 +260,7 @@ class Checker:
             state = NamespaceState.recover(self.store, commits)
         except DurableWalError as exc:
             if not reported:
-                self.problem_from(exc, log=COMMITS_LOG)
+                self._commits_problem(exc)
             return None
         if self._full_replay is not None and raw is not None:
             self._compare(state, self._full_replay)

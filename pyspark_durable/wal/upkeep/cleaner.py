@@ -340,7 +340,8 @@ class Cleaner:
         moved = report.freed_entries > 0 or state.expired_before > expired
         if not versions or (versions[-1] < at and (
                 moved or at - versions[-1] >= (ns.store.snapshot_every_records
-                                               or SNAPSHOT_EVERY_RECORDS))):
+                                               or SNAPSHOT_EVERY_RECORDS)
+                * ns.store.record_copies)):  # records, each with its copies
             ns.store.write_snapshot(SNAPSHOT_NAME, at, raw)
             copies.good[at] = state.snapshot_keep_from(ns.name, raw, at)
         while copies.short():

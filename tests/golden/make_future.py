@@ -32,7 +32,7 @@ NAMESPACE = "golden"
 BUMPS = {
     "key": (lambda: setattr(keys, "KEY_VERSION", 1), 1, 0),
     "value": (lambda: _value_version(7), 7, 0),
-    "snapshot": (lambda: setattr(state, "SNAPSHOT_VERSION", 6), 6, 5),
+    "snapshot": (lambda: setattr(state, "SNAPSHOT_VERSION", 7), 7, 6),
     "envelope": (lambda: setattr(snapshot_file, "SNAPSHOT_MAGIC", b"DWS4"), "DWS4", "DWS3"),
     "runs": (lambda: setattr(runs, "RUNS_FORMAT", 2), 2, 1),
 }

@@ -10,6 +10,7 @@ read back, not by offsets alone.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -21,8 +22,9 @@ from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import CorruptEntryError
 from pyspark_durable.log import Entry, Log, Record, open_store
 from pyspark_durable.log.file.segments import walk_frames
+from pyspark_durable.wal import Cleaner, Namespace
 from pyspark_durable.wal.format.records import StepCommit, decode_record, encode_meta
-from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME
+from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME, open_snapshot
 from pyspark_durable.wal.replay.copies import COPY, ORIGINAL, CommitsReader, Lost, Saved
 from pyspark_durable.wal.upkeep.check import run_check
 
@@ -280,3 +282,26 @@ def test_the_reading_rule(keys, damaged, start, end, records, saved, lost):
         reader = CommitsReader(log, start, end)
         assert [(o, e.offset) for o, e in reader] == records
         assert reader.position == (len(keys) if end is None else max(end, reader.position))
+
+
+@pytest.mark.backends("file", "memory", "kafka-confluent", "s3")
+def test_a_snapshot_over_copies_is_format_6_and_one_without_is_format_5(make_store):
+    """This tests that a snapshot is written in format 6 where the store writes each
+    commits record twice (a release that would count the copies in a chunk's range as
+    steps refuses format 6 by name) and in format 5 where it writes one (Kafka, S3: an
+    older release reads those as before), and that a reopen reads it back whole."""
+    store = make_store()
+    ns = Namespace(store)
+    for step in range(3):
+        write_step(ns, "w", step, {"t": [{"id": step}]})
+    Cleaner(ns, grace_ms=0).run_once()
+    version, raw = store.read_snapshot(SNAPSHOT_NAME)
+    doc = json.loads(open_snapshot(raw, store.namespace, version)[0])
+    assert doc["v"] == (6 if store.record_copies == 2 else 5)
+    ns.close()
+    again = Namespace(make_store(), create=False)
+    try:
+        assert list(again.steps()) == [0, 1, 2]
+        assert read_steps(again, "t").column("id").to_pylist() == [0, 1, 2]
+    finally:
+        again.close()

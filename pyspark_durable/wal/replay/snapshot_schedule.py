@@ -138,7 +138,7 @@ class SnapshotSchedule:
             self.newest = max(self.newest, versions[-1] if versions else -1)
             if not self.due(state):
                 return None  # another process wrote one meanwhile
-            at, raw = state.snapshot()
+            at, raw = state.snapshot(record_copies=self.store.record_copies)
             if at <= self.newest:  # never a version below the newest seen
                 return None
             self.store.write_snapshot(SNAPSHOT_NAME, at, raw)

@@ -69,8 +69,11 @@ from pyspark_durable.wal.replay.step_index import Chunk, StepIndex, chunk_loader
 log = logging.getLogger(__name__)
 
 # 4: as of the log's end, with the step index's chunks; 5: the chunks and the one-off
-# writers as Arrow columns after the JSON document (an open makes no object per row)
-SNAPSHOT_VERSION = 5
+# writers as Arrow columns after the JSON document (an open makes no object per row);
+# 6: 5 whose chunks may cover commits records written with copies, written where the
+# store writes them, so a release that would count the copies as steps refuses it by name
+SNAPSHOT_VERSION = 6
+SNAPSHOT_VERSION_WITHOUT_COPIES = 5
 RECOVER_ATTEMPTS = 8  # snapshot then replay, retried while cleaners race ahead of us
 
 
@@ -366,8 +369,10 @@ class NamespaceState:
 
     # -- snapshots --------------------------------------------------------------
 
-    def snapshot(self, first_needed: int | None = None) -> tuple[int, bytes]:
-        """Fold the steps still needed into chunks; encode the state as of ``next_offset``.
+    def snapshot(self, first_needed: int | None = None, *,
+                 record_copies: int = 1) -> tuple[int, bytes]:
+        """Fold the steps still needed into chunks; encode the state as of ``next_offset``
+        (in format 6 when the store writes ``record_copies`` > 1 of each record, else 5).
 
         Steps before the first needed one leave the index (no snapshot needs them
         again; ``first_needed``: that step, if the caller just asked for it). The state
@@ -381,7 +386,8 @@ class NamespaceState:
         index = chunks.table()
         blocks, where = encode_blocks({"one_offs": one_offs, "index": index})
         doc = {
-            "v": SNAPSHOT_VERSION, "namespace_id": self.namespace_id, "at": at,
+            "v": SNAPSHOT_VERSION if record_copies > 1 else SNAPSHOT_VERSION_WITHOUT_COPIES,
+            "namespace_id": self.namespace_id, "at": at,
             "incarnation": self.incarnation,
             "next_step": self.next_step, "expired_before": self.expired_before,
             "tables": [t.snapshot_json() for t in self.tables.values()],
@@ -417,7 +423,8 @@ class NamespaceState:
     def from_snapshot(cls, namespace: str, raw: bytes, version: int | None = None) -> NamespaceState:
         """Decode a snapshot; damage is a :class:`CorruptEntryError` naming its version.
 
-        Every older format loads: 4 (chunks and writers in the JSON document); 3 (as of
+        Formats 5 and 6 load alike (the chunk reader knows a copy by its key). Every
+        older format loads: 4 (chunks and writers in the JSON document); 3 (as of
         the first needed step, without chunks), whose replay rebuilds the steps it did not
         cover, as before; 2 and 1 upgraded to 3. A newer one is :class:`NewerVersion`
         naming both formats.
@@ -433,7 +440,7 @@ class NamespaceState:
                 doc = _upgrade_v1(doc)
             if doc.get("v") == 2:
                 doc = _upgrade_v2(doc)
-            if doc.get("v") not in (3, 4, SNAPSHOT_VERSION):
+            if doc.get("v") not in (3, 4, 5, SNAPSHOT_VERSION):
                 raise DecodeError(f"snapshot format: expected {SNAPSHOT_VERSION}, "
                                   f"given {doc.get('v')}", namespace=namespace,
                                   snapshot=SNAPSHOT_NAME, version=version)

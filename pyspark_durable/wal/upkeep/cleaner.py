@@ -330,7 +330,8 @@ class Cleaner:
         :data:`SNAPSHOTS_KEPT` good ones, then the commits log trimmed below the older of
         the two newest good snapshots, then old and damaged snapshots pruned."""
         ns = self.ns
-        at, raw = state.snapshot(first_step)  # folds the index: the handle holds chunks
+        # folds the index: the handle holds chunks
+        at, raw = state.snapshot(first_step, record_copies=ns.store.record_copies)
         failpoints.reached("clean.snapshot")
         copies = read_copies(ns.store, ns.name)
         versions = sorted([*copies.good, *copies.damaged, *copies.newer])
@@ -350,7 +351,7 @@ class Cleaner:
             if at <= max(versions + list(copies.good)):
                 ns.append_record(CleanRecord(int(time.time() * 1000), {}))
                 state = ns._refreshed()
-                at, raw = state.snapshot(first_step)
+                at, raw = state.snapshot(first_step, record_copies=ns.store.record_copies)
             ns.store.write_snapshot(SNAPSHOT_NAME, at, raw)
             copies.good[at] = state.snapshot_keep_from(ns.name, raw, at)
             log.warning("namespace=%s: wrote snapshot %d in place of damaged snapshot(s) %s",

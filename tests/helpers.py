@@ -128,3 +128,15 @@ def log_clock(shift_s: float) -> Iterator[None]:
         yield
     finally:
         file_log.time = real
+
+
+def frame_spans(segment: Path) -> dict[int, tuple[int, int]]:
+    """offset -> (first byte, end byte) of every frame of a whole file-log segment."""
+    from pyspark_durable.log.file.segments import walk_frames
+
+    with open(segment, "rb") as f:
+        size = segment.stat().st_size
+        found, end, _, bad = walk_frames(f, 0, size, int(segment.stem))
+    assert bad is None and end == size
+    ends = [*found[1:], end]
+    return {int(segment.stem) + i: span for i, span in enumerate(zip(found, ends, strict=True))}

@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import frame_spans
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import CorruptEntryError
 from pyspark_durable.log import Entry, Log, Record, open_store
-from pyspark_durable.log.file.segments import walk_frames
 from pyspark_durable.wal import Cleaner, Namespace
 from pyspark_durable.wal.format.records import StepCommit, decode_record, encode_meta
 from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME, open_snapshot
@@ -53,16 +53,6 @@ def view(root: Path) -> list[tuple[int, int, str]]:
         return found
     finally:
         ns.close()
-
-
-def frame_spans(segment: Path) -> dict[int, tuple[int, int]]:
-    """offset -> (first byte, end byte) of every frame of a whole segment."""
-    with open(segment, "rb") as f:
-        size = segment.stat().st_size
-        found, end, _, bad = walk_frames(f, 0, size, int(segment.stem))
-    assert bad is None and end == size
-    ends = [*found[1:], end]
-    return {int(segment.stem) + i: span for i, span in enumerate(zip(found, ends, strict=True))}
 
 
 def flip(path: Path, at: int) -> None:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from helpers import frame_spans
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import CorruptEntryError
 from pyspark_durable.log.file.frames import FRAME_HEAD
-from pyspark_durable.log.file.segments import walk_frames
 from pyspark_durable.wal.upkeep.check import run_check
 
 NS = "shop"
@@ -26,17 +26,6 @@ STEPS = 7
 
 def rows(step: int) -> list[dict]:
     return [{"id": step * 100 + i, "note": f"step {step} row {i}"} for i in range(3)]
-
-
-def frame_spans(segment: Path) -> dict[int, tuple[int, int]]:
-    """offset -> (first byte, end byte) of every frame of a whole segment."""
-    with open(segment, "rb") as f:
-        size = segment.stat().st_size
-        found, end, _, bad = walk_frames(f, 0, size, int(segment.stem))
-    assert bad is None and end == size
-    ends = [*found[1:], end]
-    return {int(segment.stem) + i: (p, e) for i, (p, e) in enumerate(zip(found, ends,
-                                                                          strict=True))}
 
 
 def flip_body(segment: Path, span: tuple[int, int]) -> None:

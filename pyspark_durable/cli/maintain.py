@@ -6,15 +6,17 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from pyspark_durable.endpoint.lag import prometheus_text, reader_lags
 from pyspark_durable.errors import DurableWalError
 from pyspark_durable.log.base import Reserve
 from pyspark_durable.wal import Cleaner, RetentionPolicy
 from pyspark_durable.wal.upkeep.check import run_check
+from pyspark_durable.wal.upkeep.check_report import Fix
 
 from .render import Part, Progress, TextTable, iso_ms, span, styled
-from .shared import endpoint_config, open_store, opened_namespace, output
+from .shared import endpoint_config, open_store, opened_namespace, output, wal_argv
 
 RESERVE_TEXT = {Reserve.KEPT: "in place", Reserve.RECREATED: "re-created (it was released)",
                 Reserve.MISSING: "released, and no room to re-create it yet (the next clean "
@@ -38,8 +40,28 @@ def cmd_check(args: argparse.Namespace) -> int:
         head = styled("FAILED", "bold red") + (f": {where}: {len(report.problems)} problem(s) "
                                                f"(checked {report.summary()}):")
         output(args, report.to_json(), head, *(f"  {p.text()}" for p in report.problems),
-               *warnings)
+               *warnings, *next_commands(args, report.fixes()))
     return 0 if report.ok else 1
+
+
+RUNBOOK = "docs/operations.md, \"When something fails: each error and what to do\""
+
+
+def next_commands(args: argparse.Namespace, fixes: list[Fix | None]) -> list[str]:
+    """What to run next, one line per fix the problems need."""
+    wal = " ".join(shlex.quote(a) for a in wal_argv(args))
+    lines = []
+    for fix in fixes:
+        if fix is Fix.CLEAN:
+            lines.append(f"next: durablewal clean {wal}   (a pass writes a good snapshot in "
+                         "place of each damaged one; then check again)")
+        elif fix is Fix.RESTORE:
+            lines.append("next: restore each damaged file named above from a backup, then "
+                         f"durablewal check {wal} again; until then a read of a lost step "
+                         f"fails by name ({RUNBOOK})")
+        else:
+            lines.append(f"next: see {RUNBOOK}, for each error above")
+    return lines
 
 
 def cmd_clean(args: argparse.Namespace) -> int:

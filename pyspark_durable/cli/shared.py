@@ -138,6 +138,21 @@ def endpoint_config(args: argparse.Namespace) -> EndpointConfig:
     return EndpointConfig("file", namespace, None, options)
 
 
+def wal_argv(args: argparse.Namespace) -> list[str]:
+    """The arguments that named the WAL and its namespace on this command line, for a
+    command the output tells the user to run next."""
+    paths = [p for p in (args.path_arg, args.path) if p is not None]
+    if paths:
+        argv = [str(paths[0])]
+        if getattr(args, "endpoint_url", None):
+            argv += ["--endpoint-url", args.endpoint_url]
+    else:
+        argv = [*(["--bootstrap-servers", args.bootstrap_servers]
+                  if args.bootstrap_servers else []),
+                *(["--kafka-config", args.kafka_config] if args.kafka_config else [])]
+    return [*argv, "--namespace", getattr(args, "namespace", DEFAULT_NAMESPACE)]
+
+
 def where(cfg: EndpointConfig) -> str:
     """How messages name the WAL: ``folder /data/wal``, ``Kafka broker host:9092``."""
     if cfg.backend == "file":

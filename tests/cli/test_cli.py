@@ -264,6 +264,11 @@ def test_check_passes_then_fails_on_a_flipped_byte(wal_root, capsys):
     assert out.startswith("FAILED: namespace 'shop': ")
     problem = out.splitlines()[1]
     assert "region=0 offset=" in problem and seg.name in problem, out
+    # the next command: only a backup holds a damaged entry; nothing a pass could rewrite
+    assert [ln for ln in out.splitlines() if ln.startswith("next: ")] == [
+        f"next: restore each damaged file named above from a backup, then durablewal check "
+        f"{wal_root} --namespace {NS} again; until then a read of a lost step fails by name "
+        '(docs/operations.md, "When something fails: each error and what to do")'], out
     code, out, _ = cli(capsys, "check", wal_root, "--namespace", NS, "--json")
     doc = json.loads(out)
     assert code == 1 and doc["ok"] is False
@@ -271,6 +276,7 @@ def test_check_passes_then_fails_on_a_flipped_byte(wal_root, capsys):
     assert isinstance(doc["problems"][0]["where"]["offset"], int)
     lost = [p for p in doc["problems"] if "is lost" in p["message"]]
     assert len(lost) == 1 and isinstance(lost[0]["where"]["step"], int), doc["problems"]
+    assert lost[0]["fix"] == "restore"
     step = lost[0]["where"]["step"]
     code, out, err = cli(capsys, "tail", wal_root, "--namespace", NS, "--table", "orders")
     assert_one_line_error(code, out, err, f"step={step}: step {step} cannot be read",

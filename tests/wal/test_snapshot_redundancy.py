@@ -167,7 +167,7 @@ def test_both_snapshots_damaged_before_any_trim_recover_from_the_log_and_a_pass_
 def test_the_cli_names_the_damage_and_clean_replaces_it(make_store, store_config, capsys):
     """This tests the runbook on the command line: `durablewal check` exits 1 with one line
     naming the damaged snapshot and `durablewal clean`; `clean` says which snapshot it
-    replaced; `check` then exits 0."""
+    replaced; `check` then exits 0. Its last line is the clean to run."""
     from pyspark_durable.cli import main
 
     store, _, newest = written_and_cleaned(make_store)
@@ -177,6 +177,10 @@ def test_the_cli_names_the_damage_and_clean_replaces_it(make_store, store_config
     out = capsys.readouterr().out
     named = [line for line in out.splitlines() if f"version={newest}" in line]
     assert len(named) == 1 and "durablewal clean" in named[0], out
+    # the last line is the command to run next, as the user named the WAL
+    assert out.splitlines()[-1] == (f"next: durablewal clean {args[0]} --namespace {args[2]}   "
+                                    "(a pass writes a good snapshot in place of each damaged "
+                                    "one; then check again)"), out
     assert main(["clean", *args]) == 0
     assert f"damaged snapshot(s) {newest} replaced by snapshot" in capsys.readouterr().out
     assert main(["check", *args]) == 0

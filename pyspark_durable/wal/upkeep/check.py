@@ -46,7 +46,7 @@ from pyspark_durable.wal.reading import foreign_attempt, foreign_table, table_na
 from pyspark_durable.wal.replay.copies import CommitsReader, Lost, Saved
 from pyspark_durable.wal.replay.snapshot_schedule import SnapshotCopies, read_copies
 from pyspark_durable.wal.replay.state import NamespaceState
-from pyspark_durable.wal.upkeep.check_report import CheckReport, Problem
+from pyspark_durable.wal.upkeep.check_report import CheckReport, Fix, Problem
 
 
 @dataclass
@@ -104,9 +104,9 @@ class Checker:
 
     # -- problems -----------------------------------------------------------------
 
-    def problem(self, message: str, **where: Any) -> None:
+    def problem(self, message: str, fix: Fix | None = None, **where: Any) -> None:
         self.report.problems.append(Problem({k: v for k, v in where.items() if v is not None},
-                                            message))
+                                            message, fix))
 
     def problem_from(self, exc: DurableWalError, **where: Any) -> None:
         """An error as a problem; the region and offset come first, found or given."""
@@ -114,7 +114,9 @@ class Checker:
         if str(found.get("log", "")).startswith("region_"):
             found.pop("log")
         merged = {**where, **{k: v for k, v in found.items() if k not in where}}
-        self.problem(exc.reason, **merged)
+        # damage (not a newer release's format, a missing right, ...): only a backup has it
+        fix = Fix.RESTORE if type(exc) is CorruptEntryError else None
+        self.problem(exc.reason, fix, **merged)
 
     # -- the pass -----------------------------------------------------------------
 
@@ -160,7 +162,8 @@ class Checker:
             then = ("recovery skips it, and the next cleaner pass (durablewal clean) writes "
                     "a good snapshot in its place and deletes it") if good else \
                 "no stored snapshot is good: recovery replays the commits log from its start"
-            self.problem(f"{exc.reason}; {then}", snapshot=SNAPSHOT_NAME, version=version)
+            self.problem(f"{exc.reason}; {then}", Fix.CLEAN, snapshot=SNAPSHOT_NAME,
+                         version=version)
 
     def _report_repairs(self) -> None:
         """Damage the logs tolerated while being read (their files, named in the text)."""
@@ -400,8 +403,8 @@ class Checker:
                     for rc in pending:
                         if rc.run.start <= at < rc.run.end and not rc.lost:
                             self.problem(f"step {rc.commit.step} is lost: its entry at "
-                                         f"offset {at} is damaged", region=region_id,
-                                         offset=at, step=rc.commit.step)
+                                         f"offset {at} is damaged", Fix.RESTORE,
+                                         region=region_id, offset=at, step=rc.commit.step)
                             rc.lost = True
                     offset = at + 1
                     entries = iter(region.read(offset, high)) if high > offset else iter(())

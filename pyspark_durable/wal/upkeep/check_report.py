@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from pyspark_durable.errors import coordinates
+
+
+class Fix(Enum):
+    """What brings a problem back, for ``check`` to say as the next command."""
+
+    CLEAN = "clean"  # a cleaner pass rewrites it (a damaged snapshot)
+    RESTORE = "restore"  # only a backup of the damaged file holds what is lost
 
 
 @dataclass
@@ -14,13 +22,15 @@ class Problem:
 
     where: dict[str, Any]
     message: str
+    fix: Fix | None = None  # None: the runbook's table of errors
 
     def text(self) -> str:
         prefix = coordinates(**self.where)
         return f"{prefix}: {self.message}" if prefix else self.message
 
     def to_json(self) -> dict[str, Any]:
-        return {"where": self.where, "message": self.message, "text": self.text()}
+        return {"where": self.where, "message": self.message, "text": self.text(),
+                "fix": self.fix.value if self.fix else None}
 
 
 @dataclass
@@ -43,6 +53,12 @@ class CheckReport:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def fixes(self) -> list[Fix | None]:
+        """The fixes the problems need, each once, in the order of :class:`Fix` (None,
+        the runbook, last)."""
+        found = {p.fix for p in self.problems}
+        return [f for f in Fix if f in found] + ([None] if None in found else [])
 
     def summary(self) -> str:
         """What was checked, e.g. ``12 commit-log records, 2 regions, 340 entries, ...``."""

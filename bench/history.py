@@ -1,4 +1,4 @@
-"""The history pair (issue 27): the same namespace at 1k, 100k and 1M committed steps.
+"""The history pair: the same namespace at 1k, 100k and 1M committed steps.
 
 A streaming query commits a step per micro-batch, so what a process pays to open a
 namespace, and what a cleaner pass or a CLI call costs, must not grow with every step

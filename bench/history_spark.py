@@ -1,4 +1,4 @@
-"""The history pair in Spark (issue 27): streaming queries restarted on a namespace of N
+"""The history pair in Spark: streaming queries restarted on a namespace of N
 committed steps vs on a new one.
 
 Goal: "a Spark streaming writer and reader restarted on a 1M-step namespace: first

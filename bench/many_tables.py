@@ -1,4 +1,4 @@
-"""A first step that defines many tables, and the size of a step that writes them (issue 27).
+"""A first step that defines many tables, and the size of a step that writes them.
 
 Measures, on the file backend (real fsync), in a fresh process per repetition (median
 of ``--reps``):

@@ -1,4 +1,4 @@
-"""Where the file path's time goes (issue 30), stage by stage, without Spark.
+"""Where the file path's time goes, stage by stage, without Spark.
 
 A Python worker's write task runs ``spark.sink.write_batches`` over the Arrow batches
 Spark hands it; a read task runs ``spark.source.ReadPlan.read``. This runs both in one

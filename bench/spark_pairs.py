@@ -587,7 +587,7 @@ def latency_pairs(spark: SparkSession, base: Target, batches: int, reps: int,
     return out
 
 
-# what a restart may add to a do-nothing Python source's restart (issue 16's targets)
+# the most a restart may add to a do-nothing Python source's restart: the goal per backend
 RESTART_OVER_FLOOR_S = {"file": 0.5, "kafka": 1.0}
 
 

@@ -1,4 +1,4 @@
-"""What verified replay costs a Spark read (issue 28: at most 5% of source throughput).
+"""What verified replay costs a Spark read (at most 5% of source throughput).
 
 Two namespaces of the file log hold the same rows (``bench/run.py``'s pair-1 rows: ~100 B
 each, steps of 50,000 rows over two regions): one written as the product writes

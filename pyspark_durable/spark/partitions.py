@@ -1,5 +1,5 @@
 """The tasks of a read: which steps of which region each Spark task reads, and the
-windows of entries a step larger than a task's share is cut into (issue 31).
+windows of entries a step larger than a task's share is cut into.
 
 The rule that keeps a split read the whole read is in
 :meth:`pyspark_durable.wal.reading.NamespaceReads.read_region_steps`: a window of a

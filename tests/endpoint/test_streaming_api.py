@@ -1,4 +1,4 @@
-"""The Python API streams: memory follows ``entry_max_bytes``, not the step (issue 27).
+"""The Python API streams: memory follows ``entry_max_bytes``, not the step.
 
 ``write_step`` takes an iterator of chunks and writes it entry by entry, and slices a
 large table without copying it; ``read_batches`` yields a step entry by entry. The

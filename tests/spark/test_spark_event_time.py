@@ -1,4 +1,4 @@
-"""Event time per step through Spark (issue 28): eventTimeColumn on the writer,
+"""Event time per step through Spark: eventTimeColumn on the writer,
 _event_time_min/_event_time_max and startingEventTime on readers, `durablewal steps`."""
 
 from __future__ import annotations

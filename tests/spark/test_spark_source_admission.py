@@ -1,4 +1,4 @@
-"""What a Spark user expects of a source (issue 28): minRowsPerTrigger with
+"""What a Spark user expects of a source: minRowsPerTrigger with
 maxTriggerDelay, as Spark's Kafka source has minOffsetsPerTrigger with maxTriggerDelay."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a Spark user expects of a source (issue 28): startingTimestamp and
+"""What a Spark user expects of a source: startingTimestamp and
 endingTimestamp, with the meaning of Spark's Kafka source, over steps' commit times."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A step larger than a task's share read by several Spark tasks (issue 31)."""
+"""A step larger than a task's share read by several Spark tasks."""
 
 from __future__ import annotations
 

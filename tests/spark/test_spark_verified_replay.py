@@ -1,6 +1,6 @@
 """A Spark read of a step whose entry was rewritten (with a valid frame CRC on the file
 log; re-produced with every Kafka-level check valid on Kafka) fails with the typed
-data-loss error naming the step (issue 28, verified replay)."""
+data-loss error naming the step (verified replay)."""
 
 from __future__ import annotations
 

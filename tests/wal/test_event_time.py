@@ -1,4 +1,4 @@
-"""Event time per step (issue 28): a writer's eventTimeColumn span, recorded in the
+"""Event time per step: a writer's eventTimeColumn span, recorded in the
 step's commit, read back as metadata columns, used by startingEventTime."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """WALs written by earlier releases open, read exactly, check clean and take new steps; a
-WAL a newer release wrote is refused by name (issue 36).
+WAL a newer release wrote is refused by name.
 
 The golden WALs under tests/golden/ were written once by the code of older commits
 (tests/golden/README.md says which, and how); each manifest holds what that code read

@@ -1,4 +1,4 @@
-"""Many tables in one step (issue 27): defined in one record, committed in a compact one.
+"""Many tables in one step: defined in one record, committed in a compact one.
 
 The rules under test: the new tables of one write are defined by one commits record
 (a ``tables`` record), whose definitions replay as ``table`` records would, so the

@@ -1,5 +1,5 @@
 """Table names are names, names are checked whole, and every impossible position is a
-typed error naming what was asked and what exists (issue 25, "Nothing silently changes").
+typed error naming what was asked and what exists ("Nothing silently changes").
 
 No Spark session here: the source's offset and option functions are called directly on
 a WAL, as the Spark driver calls them.

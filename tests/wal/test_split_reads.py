@@ -1,4 +1,4 @@
-"""Reads split across tasks (issue 31): a region's steps cut into windows of entries.
+"""Reads split across tasks: a region's steps cut into windows of entries.
 
 The rule that keeps a split read exactly the whole read: a run is consecutive region
 offsets, so the window [start, end) of a run is itself a run of end - start entries,

@@ -1,4 +1,4 @@
-"""Verified replay (issue 28): each step records a content digest of every entry it
+"""Verified replay: each step records a content digest of every entry it
 commits, and a read checks the bytes it gets against them.
 
 The rule: a step's record names its entries by offset *and* by content, so a read

@@ -43,7 +43,7 @@ log = logging.getLogger(__package__)
 
 SNAPSHOTS = "snapshots"
 NAMED_SEGMENT_BYTES = 512 << 10  # segments of logs that are not regions: an open scans the
-# last one, so at most about as many records as a 1,000-step namespace holds (issue 36)
+# last one, so at most about as many records as a 1,000-step namespace holds
 RESERVE_FILE = "cleaner.reserve"  # the "." keeps it apart from every log name
 
 

@@ -46,8 +46,8 @@ def test_append_with_two_brokers_down_fails_typed_and_recovers(kafka_cluster, cl
     """This tests that with two of three brokers killed an append on either Kafka client
     fails within a bounded time with BackendUnavailable naming the unavailable brokers
     and the in-sync replica rule, that the acknowledged entries are all still there, and
-    that the same store appends again once the brokers are back (kafka-python's
-    idempotent producer used to wait forever after a batch expired)."""
+    that the same store appends again once the brokers are back (an idempotent
+    producer whose batch expired must not wait forever: KafkaPythonSender replaces it)."""
     cluster = kafka_cluster
     namespace = f"d{uuid.uuid4().hex[:10]}"
     # librdkafka reports a timed-out delivery ~3 s after message.timeout.ms: kept short,

@@ -476,9 +476,7 @@ def test_each_client_reads_what_the_other_wrote(kafka_broker, namespace, compres
 def test_a_recreated_topic_is_a_typed_error_on_both_clients(kafka_broker):
     """This tests that a store whose topics are deleted, and one of them created again with
     4 partitions, fails with a typed error or reads on both clients, in a process that
-    survives: librdkafka 2.6-2.16 crashed with SIGSEGV here on the old test broker
-    (Tansu), which is why kafka-python was the default; on Apache Kafka it does not,
-    and confluent is now the default client (settings.resolve_client)."""
+    survives (a crash of the client library here would take the Spark worker with it)."""
     child = str(CHILDREN / "kafka_deleted_child.py")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
     for client in ("kafka-python", "confluent"):

@@ -131,6 +131,13 @@ class StepExpired(DataLoss):
     """A step was asked for that has been expired; the message names what is left."""
 
 
+class StepLost(DataLoss):
+    """A step an operator recorded as lost (``durablewal repair``, after ``check`` found
+    an entry it needs damaged or gone): the message names the step and what was lost.
+    The rest of the WAL reads on; a streaming read that reaches it fails naming it (a new
+    checkpoint with ``startingStep`` past it goes on)."""
+
+
 class EntryFreed(DataLoss):
     """An entry a caller needs was freed: a cleaner freed it because no step referred to
     it, so a step that does lost it. The message names the log and offset."""

@@ -14,7 +14,7 @@
 The WAL is a folder (file backend: ``PATH`` or ``--path``) or a Kafka cluster
 (``--bootstrap-servers``; client settings such as SASL credentials from a properties
 file, ``--kafka-config client.properties``, as Kafka's tools take ``--command-config``).
-Commands only read, except ``clean`` and ``retention`` with a setting; none creates a
+Commands only read, except ``clean``, ``repair`` and ``retention`` with a setting; none creates a
 namespace. ``--json`` prints one JSON document instead of tables.
 
 Tables are aligned plain text when piped, styled on a terminal (no colours with
@@ -204,7 +204,7 @@ def _add_reading_commands(add: AddCommand) -> None:
 
 
 def _add_maintenance_commands(add: AddCommand) -> None:
-    """The commands that verify or change a WAL: check, clean and retention."""
+    """The commands that verify or change a WAL: check, clean, repair and retention."""
     p = add("check", maintain.cmd_check,
             "verify CRCs, sequences, steps and the snapshot; exit 1 listing every problem",
             epilog=CHECK_TERMS)
@@ -216,6 +216,9 @@ def _add_maintenance_commands(add: AddCommand) -> None:
     p.add_argument("--grace-ms", type=_count, default=DEFAULT_GRACE_MS,
                    help="keep entries younger than this, for attempts still in flight "
                         "(default %(default)s)")
+    add("repair", maintain.cmd_repair,
+        "record the steps check finds lost as lost (their reads then say so), rewrite "
+        "damaged snapshots; idempotent")
     p = add("retention", maintain.cmd_retention,
             "show or set the retention policy every cleaner applies, and the readers")
     p.add_argument("--max-steps", type=_limit, metavar="N",

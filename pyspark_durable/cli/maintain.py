@@ -14,6 +14,7 @@ from pyspark_durable.log.base import Reserve
 from pyspark_durable.wal import Cleaner, RetentionPolicy
 from pyspark_durable.wal.upkeep.check import run_check
 from pyspark_durable.wal.upkeep.check_report import Fix
+from pyspark_durable.wal.upkeep.repair import repair
 
 from .render import Part, Progress, TextTable, iso_ms, span, styled
 from .shared import endpoint_config, open_store, opened_namespace, output, wal_argv
@@ -55,13 +56,47 @@ def next_commands(args: argparse.Namespace, fixes: list[Fix | None]) -> list[str
         if fix is Fix.CLEAN:
             lines.append(f"next: durablewal clean {wal}   (a pass writes a good snapshot in "
                          "place of each damaged one; then check again)")
+        elif fix is Fix.RESTORE and args.command != "repair":
+            lines.append("next: restore each damaged file named above from a backup, then "
+                         f"durablewal check {wal} again; or, if there is none, durablewal "
+                         f"repair {wal} records each lost step as lost, so that its reads "
+                         f"say so and check passes ({RUNBOOK})")
         elif fix is Fix.RESTORE:
             lines.append("next: restore each damaged file named above from a backup, then "
-                         f"durablewal check {wal} again; until then a read of a lost step "
-                         f"fails by name ({RUNBOOK})")
+                         f"durablewal check {wal} again ({RUNBOOK})")
         else:
             lines.append(f"next: see {RUNBOOK}, for each error above")
     return lines
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    """Record what check finds lost, rewrite damaged snapshots; exit 1 if check still fails
+    after it (what only a backup holds)."""
+    with opened_namespace(args) as ns, Progress(not args.json) as progress:
+        report = repair(ns, progress)
+    after = report.after
+    assert after is not None
+    doc = {"namespace": args.namespace, "recorded_lost": report.recorded,
+           "already_lost": report.already, "replaced_snapshots": report.replaced_snapshots,
+           "check": after.to_json()}
+    lines: list[Part] = [f"repaired namespace {args.namespace!r}:"]
+    lines += [f"  step {step} recorded lost: {why}" for step, why in report.recorded.items()]
+    if report.already:
+        lines.append(f"  recorded lost before: steps {', '.join(map(str, report.already))}")
+    if report.replaced_snapshots:
+        lines.append("  damaged snapshot(s) "
+                     f"{', '.join(map(str, report.replaced_snapshots))} replaced")
+    if not (report.recorded or report.replaced_snapshots):
+        lines.append("  nothing to record or rewrite")
+    if after.ok:
+        lines.append(styled("OK", "bold green") + f": check finds no problem ({after.summary()})")
+    else:
+        lines.append(styled("FAILED", "bold red") + f": check still finds "
+                     f"{len(after.problems)} problem(s) a repair cannot fix:")
+        lines += [f"  {p.text()}" for p in after.problems]
+        lines += next_commands(args, after.fixes())
+    output(args, doc, *lines)
+    return 0 if after.ok else 1
 
 
 def cmd_clean(args: argparse.Namespace) -> int:

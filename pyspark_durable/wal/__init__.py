@@ -36,6 +36,7 @@ module                             for
 ``upkeep.cleaner``                 the cleaner: expire, record a bound, delete, snapshot
 ``upkeep.check``                   the integrity check (``durablewal check``)
 ``upkeep.check_report``            what the check found, with coordinates
+``upkeep.repair``                  what check finds lost recorded as lost (``durablewal repair``)
 =================================  ========================================================
 """
 

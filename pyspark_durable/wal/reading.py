@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from pyspark_durable.codec import codec_for, decode_key, decode_value
 from pyspark_durable.codec.payload import PayloadCodec
-from pyspark_durable.errors import ContentMismatch, CorruptEntryError, OffsetOutOfRange
+from pyspark_durable.errors import ContentMismatch, CorruptEntryError, OffsetOutOfRange, StepLost
 from pyspark_durable.log import Entry, Log
 from pyspark_durable.log.base import Damaged, read_around_damage
 from pyspark_durable.wal.format.records import StepCommit, TableInfo
@@ -151,6 +151,12 @@ class NamespaceReads:
         offset order with at most ``READ_GAP_ENTRIES`` foreign entries between two."""
         group: list[_RunRead] = []
         for item in runs:
+            if item.commit.step in self._state.lost:  # in order: the steps before it read
+                if group:
+                    yield from self._read_group(group)
+                raise StepLost(f"step {item.commit.step} is lost, as recorded by durablewal "
+                               f"repair: {self._state.lost[item.commit.step]}",
+                               namespace=self.name, step=item.commit.step)
             if group and (item.run.region_id != group[-1].run.region_id
                           or not 0 <= item.run.start - group[-1].run.end <= READ_GAP_ENTRIES):
                 yield from self._read_group(group)

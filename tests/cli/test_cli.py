@@ -267,8 +267,10 @@ def test_check_passes_then_fails_on_a_flipped_byte(wal_root, capsys):
     # the next command: only a backup holds a damaged entry; nothing a pass could rewrite
     assert [ln for ln in out.splitlines() if ln.startswith("next: ")] == [
         f"next: restore each damaged file named above from a backup, then durablewal check "
-        f"{wal_root} --namespace {NS} again; until then a read of a lost step fails by name "
-        '(docs/operations.md, "When something fails: each error and what to do")'], out
+        f"{wal_root} --namespace {NS} again; or, if there is none, durablewal repair "
+        f"{wal_root} --namespace {NS} records each lost step as lost, so that its reads say "
+        'so and check passes (docs/operations.md, "When something fails: each error and '
+        'what to do")'], out
     code, out, _ = cli(capsys, "check", wal_root, "--namespace", NS, "--json")
     doc = json.loads(out)
     assert code == 1 and doc["ok"] is False

@@ -27,6 +27,8 @@ kind           class                meaning
 ``clean``      ``CleanRecord``      a cleaner pass: its time and the bounds it moves
 ``reader``     ``ReaderRecord``     a reader's next step and hold, or its drop
 ``retention``  ``RetentionRecord``  the namespace's retention policy
+``lost``       ``LostRecord``       an operator recorded that step ``step`` is lost
+                                    (``durablewal repair``): its reads say so
 =============  ===================  ================================================
 
 Each kind is one class below with its encoding (``to_json``) next to its decoding
@@ -468,6 +470,26 @@ class RetentionRecord(CommitRecord):
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RetentionRecord:
         return cls(dict(d["policy"]))
+
+
+@record_kind("lost")
+@dataclass(frozen=True, slots=True)
+class LostRecord(CommitRecord):
+    """Step ``step`` is lost (an entry it needs is damaged or gone, found by ``check``),
+    and an operator recorded it so (``durablewal repair``): a read of it is
+    :class:`~pyspark_durable.errors.StepLost` naming ``why``, never a guess. The first
+    record of a step wins. A kind of its own, so that an older release fails on it
+    rather than read the step as damage nobody knew of."""
+
+    step: int
+    why: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"k": self.kind, "step": self.step, "why": self.why}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> LostRecord:
+        return cls(int(d["step"]), str(d["why"]))
 
 
 def encode_meta(d: dict[str, Any]) -> bytes:

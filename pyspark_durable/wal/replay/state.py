@@ -45,6 +45,7 @@ from pyspark_durable.wal.format.records import (
     CommitRecord,
     DedupRecord,
     ExpireRecord,
+    LostRecord,
     MarkRecord,
     NsRecord,
     OneOffsRecord,
@@ -103,6 +104,7 @@ class NamespaceState:
     last_clean_ms: int = 0
     readers: dict[str, ReaderPosition] = field(default_factory=dict)
     retention: dict[str, Any] = field(default_factory=dict)
+    lost: dict[int, str] = field(default_factory=dict)  # step -> why, recorded by repair
     incarnation: str | None = None  # made when the namespace is created
     # recovered from a format 1 snapshot: that release cleaned regions without recording
     # bounds (no `clean` records existed), until the next cleaner pass records them
@@ -313,6 +315,9 @@ class NamespaceState:
     def _apply_retention(self, r: RetentionRecord, offset: int) -> None:
         self.retention = dict(r.policy)
 
+    def _apply_lost(self, r: LostRecord, offset: int) -> None:
+        self.lost.setdefault(r.step, r.why)  # the first record of a step wins
+
     def lost_run(self, commit: StepCommit) -> Run | None:
         """A run of ``commit`` starting below its region's clean bound, if any."""
         for run in commit.runs:
@@ -398,6 +403,8 @@ class NamespaceState:
             "last_clean_ms": self.last_clean_ms,
             "readers": {r: [p.next_step, p.hold] for r, p in self.readers.items()},
             "retention": self.retention,
+            # recorded losses of steps still indexed (an expired one is gone anyway)
+            "lost": {str(s): why for s, why in self.lost.items() if s >= self.index.base},
             # the steps it covers (the `index` block), read back from the commits log
             # from keep_from on
             "blocks": where,
@@ -466,6 +473,7 @@ class NamespaceState:
             state.last_clean_ms = doc["last_clean_ms"]
             state.readers = {r: ReaderPosition(n, bool(h)) for r, (n, h) in doc["readers"].items()}
             state.retention = dict(doc["retention"])
+            state.lost = {int(s): str(why) for s, why in doc.get("lost", {}).items()}
             state.bounds_unrecorded = found == 1
             return state
         except (ValueError, KeyError, TypeError) as exc:
@@ -513,5 +521,6 @@ _APPLY: dict[type, Callable[[NamespaceState, Any, int], None]] = {
     CleanRecord: NamespaceState._apply_clean,
     ReaderRecord: NamespaceState._apply_reader,
     RetentionRecord: NamespaceState._apply_retention,
+    LostRecord: NamespaceState._apply_lost,
 }
 assert set(_APPLY) == set(RECORD_KINDS.values()), "a record kind without a replay handler"

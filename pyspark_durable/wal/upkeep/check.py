@@ -390,25 +390,17 @@ class Checker:
                 break
             except DurableWalError as exc:
                 at = exc.where.get("offset")
-                if isinstance(exc, CorruptEntryError) and isinstance(at, int) and \
-                        offset <= at < high and _freed_now(region, at):
-                    # a cleaner freed it while this read ran (no step refers to it)
+                local = isinstance(exc, CorruptEntryError) and isinstance(at, int) and \
+                    offset <= at < high
+                if local:  # damage stays local: read on past it
+                    # (unless a cleaner freed it while this read ran: no step refers to it)
+                    if not _freed_now(region, at):
+                        self._damaged_entry(state, region_id, exc, at, pending)
                     offset = at + 1
                     entries = iter(region.read(offset, high)) if high > offset else iter(())
                     continue
-                self.problem_from(exc, region=region_id, offset=offset)
-                if isinstance(exc, CorruptEntryError) and isinstance(at, int) and \
-                        offset <= at < high:
-                    # damage stays local: name the steps that lost this entry, read on
-                    for rc in pending:
-                        if rc.run.start <= at < rc.run.end and not rc.lost:
-                            self.problem(f"step {rc.commit.step} is lost: its entry at "
-                                         f"offset {at} is damaged", Fix.RESTORE,
-                                         region=region_id, offset=at, step=rc.commit.step)
-                            rc.lost = True
-                    offset = at + 1
-                    entries = iter(region.read(offset, high)) if high > offset else iter(())
-                    continue
+                if not local:
+                    self.problem_from(exc, region=region_id, offset=offset)
                 if offset < high:
                     self.problem(f"reading stopped: entries [{offset}, {high}) were not "
                                  "verified", region=region_id, offset=offset)
@@ -428,6 +420,28 @@ class Checker:
             self._finish(rc, region_id)
         self._not_verified(region_id, [rc for rc in pending[i:] if rc.run.start >= offset],
                            offset)
+
+    def _damaged_entry(self, state: NamespaceState | None, region_id: int,
+                       exc: DurableWalError, at: int, pending: list[_RunCheck]) -> None:
+        """One damaged entry: a warning if every step needing it is recorded lost (by
+        ``durablewal repair``), else the damage and each step that lost it, named once."""
+        owners = [rc for rc in pending if rc.run.start <= at < rc.run.end]
+        recorded = state.lost if state is not None else {}
+        known = bool(owners) and all(rc.commit.step in recorded for rc in owners)
+        if not known:
+            self.problem_from(exc, region=region_id, offset=at)
+        for rc in owners:
+            if rc.lost:
+                continue
+            rc.lost = True
+            if known:
+                self.report.warnings.append(
+                    f"region={region_id} offset={at}: step {rc.commit.step} is recorded lost "
+                    f"({exc.reason}); its reads say so")
+            else:
+                self.problem(f"step {rc.commit.step} is lost: its entry at offset {at} is "
+                             "damaged", Fix.RESTORE, region=region_id, offset=at,
+                             step=rc.commit.step)
 
     def _check_freed(self, region_id: int, region: Log, runs: list[_RunCheck]) -> None:
         """A step that refers to a freed entry lost it: named, and not read again."""

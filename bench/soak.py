@@ -317,6 +317,25 @@ def python_below(jvm: int) -> list[int]:
     return out
 
 
+def roles(pids: list[int]) -> dict[str, list[float]]:
+    """Spark's Python processes by what they run (``-m`` module and argument; a worker
+    forked by a daemon carries its command line, hence "forked"): [count, RSS MB, fds]."""
+    out: dict[str, list[float]] = {}
+    members = set(pids)
+    tree = proc_tree()
+    parent = {c: p for p, cs in tree.items() for c in cs}
+    for pid in pids:
+        cmd = cmdline(pid)
+        role = " ".join(cmd[cmd.index("-m") + 1:]) if "-m" in cmd else " ".join(cmd[1:])
+        if parent.get(pid) in members:
+            role += " (forked)"
+        got = out.setdefault(role.removeprefix("pyspark."), [0, 0.0, 0])
+        got[0] += 1
+        got[1] = round(got[1] + status_fields(pid)["VmRSS"] / 1024, 1)
+        got[2] += fd_count(pid)
+    return out
+
+
 def status_fields(pid: int) -> dict[str, int]:
     """VmRSS (kB) and Threads of a process (0 when it is gone)."""
     got = {"VmRSS": 0, "Threads": 0}
@@ -421,7 +440,7 @@ def sample(t_s: float, driver: int, jvm: int, run: Path, args: argparse.Namespac
         "wal_files": wal_files, "steps_first": first, "steps_next": nxt,
         "reader_next": reader_next,
         "rows_written": st.get("writer_rows", 0), "rows_read": st.get("reader_rows", 0),
-        "load1": round(os.getloadavg()[0], 2),
+        "load1": round(os.getloadavg()[0], 2), "workers_by_role": roles(workers),
     }
 
 
@@ -742,6 +761,18 @@ def write_report(samples_path: Path, md: Path) -> None:
     if live.get("heap_after_full_gc_mb") is not None:
         lines += ["", f"Heap used right after a full GC at the end (`jcmd GC.run`, the live "
                       f"set): {live['heap_after_full_gc_mb']:.1f} MB."]
+    role_names = sorted(set(samples[0].get("workers_by_role", {}))
+                        | set(samples[-1].get("workers_by_role", {})))
+    if role_names:
+        lines += ["", "Spark's Python processes by role, first and last sample (count, RSS "
+                      "MB summed, fds):", "",
+                  "| role | first | last |", "|---|---:|---:|"]
+        for role in role_names:
+            cells = []
+            for smp in (samples[0], samples[-1]):
+                n, rss, fds = smp.get("workers_by_role", {}).get(role, [0, 0.0, 0])
+                cells.append(f"{n}, {rss:.0f} MB, {fds}" if n else "—")
+            lines.append(f"| `{role}` | {cells[0]} | {cells[1]} |")
     growing = [label for key, label, _u, judged in SERIES if judged
                and trend(samples, key)[1] != "flat"]
     lines += ["", "Computed reading: " + (
@@ -769,10 +800,16 @@ def plot(samples: list[dict], path: Path) -> bool:
         ("JVM heap (MB)", ["heap_used_mb", "heap_committed_mb", "old_used_mb", "metaspace_mb"]),
         ("RSS (MB)", ["jvm_rss_mb", "driver_py_rss_mb", "workers_py_rss_mb"]),
         ("open fds, threads", ["jvm_fds", "driver_py_fds", "workers_py_fds", "jvm_threads"]),
-        ("WAL", ["wal_mb", "wal_alloc_mb", "wal_files"]),
+        ("WAL (MB; files on the right)", ["wal_mb", "wal_alloc_mb", "wal_files"]),
     ]
     for ax, (title, keys) in zip(axes.flat, panels, strict=True):
         for key in keys:
+            if key == "wal_files":  # a count beside megabytes: its own axis
+                twin = ax.twinx()
+                twin.plot(t, [s[key] for s in samples], label=key, marker=".", color="C2")
+                twin.set_ylim(bottom=0)
+                twin.set_ylabel(key)
+                continue
             ax.plot(t, [s[key] for s in samples], label=key, marker=".")
         ax.set_title(title)
         ax.set_ylim(bottom=0)

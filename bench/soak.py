@@ -85,6 +85,12 @@ def wal_options(run: Path, args: argparse.Namespace) -> dict[str, str]:
             "file.segment_size_bytes": str(args.segment_bytes)}
 
 
+def wal_config(run: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The same WAL as ``wal_options``, for the Python API (``open_namespace``)."""
+    return {"backend": "file", "namespace": NAMESPACE,
+            "options": {"path": str(run / "wal"), "segment_size_bytes": args.segment_bytes}}
+
+
 def write_json(path: Path, value: dict) -> None:
     """Replace ``path`` whole, so the sampler never reads half a file."""
     tmp = path.with_suffix(".tmp")
@@ -118,9 +124,7 @@ def verify(spark: Any, run: Path, args: argparse.Namespace) -> dict[str, Any]:
 
     from pyspark_durable.endpoint import open_namespace, read_steps
 
-    ns = open_namespace({"backend": "file", "namespace": NAMESPACE,
-                         "options": {"path": str(run / "wal"),
-                                     "segment_size_bytes": args.segment_bytes}}, create=False)
+    ns = open_namespace(wal_config(run, args), create=False)
     try:
         steps = ns.steps()
         last = read_steps(ns, "default", start=steps.stop - 1) if steps.stop else None
@@ -154,11 +158,22 @@ def verify(spark: Any, run: Path, args: argparse.Namespace) -> dict[str, Any]:
             "committed_rows": expected, "steps": [steps.start, steps.stop]}
 
 
+def one_line(error: str) -> str:
+    """A query's failure in one line: Spark's first line and, when a Python traceback
+    follows, the exception that ended it."""
+    lines = [line for line in error.splitlines() if line.strip()]
+    if not lines:
+        return error
+    raised = [line for line in lines[1:] if re.match(r"[\w.]+: ", line)]
+    return lines[0] + (f" ... {raised[-1]}" if raised else "")
+
+
 def child(args: argparse.Namespace) -> int:
     """The Spark application: both queries until SIGTERM, then the check."""
     from pyspark.sql import functions as F
 
     import pyspark_durable
+    from pyspark_durable.endpoint import open_namespace
     from pyspark_durable.session import local_session
 
     run = Path(args.run_dir)
@@ -172,6 +187,10 @@ def child(args: argparse.Namespace) -> int:
         worker_pkg = spark.sparkContext.parallelize([0], 1).map(
             lambda _: __import__("pyspark_durable").__file__).first()
         wal = wal_options(run, args)
+        # the namespace exists before the reader starts: a stream read of a namespace
+        # that is not there fails as it plans (the writer creates it only at its first
+        # commit)
+        open_namespace(wal_config(run, args)).close()
         rows = (spark.readStream.format("rate").option("rowsPerSecond", args.rows_per_second)
                 .option("numPartitions", 2).load()
                 .select(F.col("value").alias("id"),
@@ -217,7 +236,7 @@ def child(args: argparse.Namespace) -> int:
                 restarts.append(f"{name} at {time.strftime('%H:%M:%S')}")
                 counters[name].query = starts[name]()
                 return True
-            failed.append(f"soak-{name}: {error.splitlines()[0] if error else error}")
+            failed.append(f"soak-{name}: {one_line(error)}")
             return False
 
         status("running")
@@ -231,7 +250,7 @@ def child(args: argparse.Namespace) -> int:
         writer = counters["writer"].query
         writer.stop()
         if writer.exception() is not None and not failed:
-            failed.append(f"soak-writer: {str(writer.exception()).splitlines()[0]}")
+            failed.append(f"soak-writer: {one_line(str(writer.exception()))}")
         while not failed:  # the reader reads every committed step, the last ones included
             reader = counters["reader"].query
             try:
@@ -388,10 +407,7 @@ def wal_steps(run: Path, args: argparse.Namespace) -> tuple[int, int, int]:
     from pyspark_durable.endpoint import open_namespace
 
     try:
-        ns = open_namespace({"backend": "file", "namespace": NAMESPACE,
-                             "options": {"path": str(run / "wal"),
-                                         "segment_size_bytes": args.segment_bytes}},
-                            create=False)
+        ns = open_namespace(wal_config(run, args), create=False)
     except Exception:  # noqa: BLE001 - the writer has not created it yet
         return -1, -1, -1
     try:

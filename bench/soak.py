@@ -16,7 +16,9 @@ driver JVM starts), so the sampler stays outside the processes it measures:
 Every ``--sample-s`` seconds one JSON line goes to ``bench/out/soak-<time>.jsonl``: the
 driver JVM's heap used and committed, old generation and metaspace, GC counts
 (``jstat -gc``: it reads the JVM's hsperfdata, so it neither attaches nor stops the
-JVM, and needs no code in the measured process), the JVM's RSS, threads and open fds,
+JVM, and needs no code in the measured process), its committed memory by Native Memory
+Tracking category (``jcmd VM.native_memory summary``; ``--no-nmt`` runs without NMT),
+the JVM's RSS, threads and open fds,
 the Python driver's RSS and fds, Spark's Python processes below the JVM (the
 ``pyspark.daemon``, its workers, the streaming source and sink runners: RSS summed, fds
 summed), the WAL folder's bytes, allocated bytes and files, the retained steps and the
@@ -53,6 +55,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +68,6 @@ READ_SCHEMA = "id long, payload string, _step long"
 CONNECT_BACK = "Python worker failed to connect back"
 MAX_RESTARTS = 10
 STATUS_EVERY_S = 5.0  # how often the child writes its row counts (progress keeps 100 events)
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 # -- the Spark application (child process) --------------------------------------------
@@ -181,7 +183,12 @@ def child(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    spark = local_session("durablewal-soak", **{"spark.driver.memory": args.xmx})
+    log4j = resources.files("pyspark_durable") / "resources" / "log4j2.properties"
+    java_opts = f"-Dlog4j2.configurationFile=file:{log4j}"  # local_session's, kept
+    if args.nmt:
+        java_opts += " -XX:NativeMemoryTracking=summary"
+    spark = local_session("durablewal-soak", **{"spark.driver.memory": args.xmx,
+                                                 "spark.driver.extraJavaOptions": java_opts})
     try:
         # Spark's workers must import this checkout's package, as the driver does
         worker_pkg = spark.sparkContext.parallelize([0], 1).map(
@@ -457,6 +464,7 @@ def sample(t_s: float, driver: int, jvm: int, run: Path, args: argparse.Namespac
         "reader_next": reader_next,
         "rows_written": st.get("writer_rows", 0), "rows_read": st.get("reader_rows", 0),
         "load1": round(os.getloadavg()[0], 2), "workers_by_role": roles(workers),
+        "nmt_mb": native_memory(jvm) if args.nmt else {},
     }
 
 
@@ -469,6 +477,24 @@ def jvm_facts(jvm: int) -> dict[str, str]:
     xmx = [a for a in cmdline(jvm) if a.startswith("-Xmx")]
     return {"max_heap_mb": str(int(max_heap.group(1)) // MB) if max_heap else "?",
             "gc": gc.group(1) if gc else "?", "xmx_arg": xmx[-1] if xmx else "none"}
+
+
+NMT_LINE = re.compile(r"^-\s+(.+?) \(reserved=(\d+)KB, committed=(\d+)KB\)")
+
+
+def native_memory(jvm: int) -> dict[str, float]:
+    """The JVM's committed memory by Native Memory Tracking category (MB), which says
+    where an RSS that grows goes: heap, metaspace (Class), threads, code, GC, malloc."""
+    res = subprocess.run(["jcmd", str(jvm), "VM.native_memory", "summary"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    out: dict[str, float] = {}
+    for line in res.stdout.splitlines():
+        line = line.strip()
+        if line.startswith("Total: reserved="):
+            out["Total"] = round(int(re.findall(r"committed=(\d+)KB", line)[0]) / 1024, 1)
+        elif m := NMT_LINE.match(line):
+            out[m.group(1)] = round(int(m.group(3)) / 1024, 1)
+    return out
 
 
 def live_heap_mb(jvm: int) -> float | None:
@@ -501,7 +527,7 @@ def command_line(args: argparse.Namespace) -> str:
                 "retention_steps", "clean_interval_ms", "clean_grace_ms", "segment_bytes"):
         if getattr(args, key) != getattr(defaults, key):
             parts.append(f"--{key.replace('_', '-')} {getattr(args, key)}")
-    return " ".join(parts)
+    return " ".join(parts + ([] if args.nmt else ["--no-nmt"]))
 
 
 def soak(args: argparse.Namespace) -> int:
@@ -515,7 +541,9 @@ def soak(args: argparse.Namespace) -> int:
            "PYSPARK_DRIVER_PYTHON": sys.executable}
     child_args = [sys.executable, str(Path(__file__).resolve()), "--child", "--run-dir", str(run),
                   *(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
-                    if k not in ("child", "run_dir", "report_from", "results", "keep", "minutes"))]
+                    if k not in ("child", "run_dir", "report_from", "results", "keep", "minutes",
+                                 "nmt")),
+                  *([] if args.nmt else ["--no-nmt"])]
     meta = {"kind": "meta", "command": command_line(args), "args": vars(args),
             "load_start": os.getloadavg(), **environment(args)}
     print(f"soak: {meta['command']}; samples -> {samples_path}", flush=True)
@@ -777,6 +805,18 @@ def write_report(samples_path: Path, md: Path) -> None:
     if live.get("heap_after_full_gc_mb") is not None:
         lines += ["", f"Heap used right after a full GC at the end (`jcmd GC.run`, the live "
                       f"set): {live['heap_after_full_gc_mb']:.1f} MB."]
+    nmt_first, nmt_last = samples[0].get("nmt_mb") or {}, samples[-1].get("nmt_mb") or {}
+    if nmt_last:
+        lines += ["", "Driver JVM native memory by category (Native Memory Tracking, "
+                      "committed MB; `jcmd PID VM.native_memory summary` each sample):", "",
+                  "| category | first | last | max | last - first |", "|---|---:|---:|---:|---:|"]
+        for cat in sorted(nmt_last, key=lambda c: -nmt_last[c]):
+            seen = [smp["nmt_mb"][cat] for smp in samples if cat in (smp.get("nmt_mb") or {})]
+            if max(seen) < 0.5:
+                continue
+            first = nmt_first.get(cat, 0.0)
+            lines.append(f"| {cat} | {first:,.1f} | {nmt_last[cat]:,.1f} | {max(seen):,.1f} | "
+                         f"{nmt_last[cat] - first:+,.1f} |")
     role_names = sorted(set(samples[0].get("workers_by_role", {}))
                         | set(samples[-1].get("workers_by_role", {})))
     if role_names:
@@ -855,6 +895,8 @@ def build_parser() -> argparse.ArgumentParser:
     # above the longest micro-batch (an older attempt is refused), far below the run
     p.add_argument("--clean-grace-ms", type=int, default=120_000)
     p.add_argument("--segment-bytes", type=int, default=1024 * 1024)
+    p.add_argument("--no-nmt", dest="nmt", action="store_false",
+                   help="run the driver JVM without Native Memory Tracking (summary)")
     p.add_argument("--results", default=str(HERE / "RESULTS-soak.md"))
     p.add_argument("--keep", action="store_true", help="keep the WAL, checkpoints and output")
     p.add_argument("--report-from", help="only write the report from this samples file")

@@ -686,7 +686,10 @@ COLUMNS = [  # the per-sample table: (header, format of one sample)
      lambda s: f"{s['wal_mb']:.1f} ({s['wal_alloc_mb']:.1f}) / {s['wal_files']}"),
     ("load", lambda s: f"{s['load1']:.1f}"),
 ]
-WARMUP_SHARE = 0.2  # the trend leaves out the first fifth of the run (JIT, first batches)
+# The trend is fitted over the second half of the run: the first minutes hold the JVM's
+# start, the first micro-batches (a minute or more on a loaded machine) and the heap
+# growing to its working size, which a fit over them would take for a leak.
+WARMUP_SHARE = 0.5
 
 
 def slope_per_hour(points: list[tuple[float, float]]) -> float:
@@ -701,15 +704,23 @@ def slope_per_hour(points: list[tuple[float, float]]) -> float:
 
 
 def trend(samples: list[dict], key: str) -> tuple[float, str]:
-    """The slope per hour after the warm-up, and whether that is flat (within 5% of the
-    series' level, or 2 units, per hour), growing or shrinking."""
+    """The slope per hour over the second half of the run, and a word for it: flat
+    (within 5% of the series' level, or 2 units, per hour), within noise (what the fit
+    moves over the window is less than twice the samples' scatter around it: a sawtooth
+    such as the heap between GCs), else growing or shrinking."""
     start = samples[-1]["t_s"] * WARMUP_SHARE
     pts = [(s["t_s"], float(s[key])) for s in samples if s["t_s"] >= start]
     slope = slope_per_hour(pts)
     level = max(abs(v) for _, v in pts) if pts else 0.0
-    word = ("flat" if abs(slope) <= max(0.05 * level, 2.0)
-            else "growing" if slope > 0 else "shrinking")
-    return slope, word
+    if abs(slope) <= max(0.05 * level, 2.0):
+        return slope, "flat"
+    mt = sum(t for t, _ in pts) / len(pts)
+    mv = sum(v for _, v in pts) / len(pts)
+    scatter = (sum((v - mv - slope / 3600 * (t - mt)) ** 2 for t, v in pts) / len(pts)) ** 0.5
+    moved = abs(slope) / 3600 * (pts[-1][0] - pts[0][0])
+    if moved < 2 * scatter:
+        return slope, "within noise"
+    return slope, "growing" if slope > 0 else "shrinking"
 
 
 def num(v: float, unit: str) -> str:
@@ -788,8 +799,11 @@ def write_report(samples_path: Path, md: Path) -> None:
         "## Each series",
         "",
         f"Trend: least-squares slope per hour over the samples after the first "
-        f"{WARMUP_SHARE:.0%} of the run (JIT warm-up, first micro-batches); flat when "
-        "within 5% of the series' level (or 2 units) per hour.",
+        f"{WARMUP_SHARE:.0%} of the run (JVM start, first micro-batches, the heap growing to "
+        "its working size), extrapolated to an hour; flat when within 5% of the series' "
+        "level (or 2 units) per hour, within noise when what the fit moves over that half "
+        "is less than twice the samples' scatter around it (a sawtooth, as the heap "
+        "between GCs).",
         "",
         "| series | first | last | max | last - first | trend per hour | reading |",
         "|---|---:|---:|---:|---:|---:|---|",
@@ -809,14 +823,17 @@ def write_report(samples_path: Path, md: Path) -> None:
     if nmt_last:
         lines += ["", "Driver JVM native memory by category (Native Memory Tracking, "
                       "committed MB; `jcmd PID VM.native_memory summary` each sample):", "",
-                  "| category | first | last | max | last - first |", "|---|---:|---:|---:|---:|"]
+                  "| category | first | last | max | last - first | trend per hour |",
+                  "|---|---:|---:|---:|---:|---:|"]
         for cat in sorted(nmt_last, key=lambda c: -nmt_last[c]):
             seen = [smp["nmt_mb"][cat] for smp in samples if cat in (smp.get("nmt_mb") or {})]
             if max(seen) < 0.5:
                 continue
             first = nmt_first.get(cat, 0.0)
+            flat = [{"t_s": smp["t_s"], "v": (smp.get("nmt_mb") or {}).get(cat, 0.0)}
+                    for smp in samples]
             lines.append(f"| {cat} | {first:,.1f} | {nmt_last[cat]:,.1f} | {max(seen):,.1f} | "
-                         f"{nmt_last[cat] - first:+,.1f} |")
+                         f"{nmt_last[cat] - first:+,.1f} | {trend(flat, 'v')[0]:+,.1f} |")
     role_names = sorted(set(samples[0].get("workers_by_role", {}))
                         | set(samples[-1].get("workers_by_role", {})))
     if role_names:
@@ -830,10 +847,11 @@ def write_report(samples_path: Path, md: Path) -> None:
                 cells.append(f"{n}, {rss:.0f} MB, {fds}" if n else "—")
             lines.append(f"| `{role}` | {cells[0]} | {cells[1]} |")
     growing = [label for key, label, _u, judged in SERIES if judged
-               and trend(samples, key)[1] != "flat"]
+               and trend(samples, key)[1] not in ("flat", "within noise")]
     lines += ["", "Computed reading: " + (
         "every judged series is flat." if not growing else
-        f"not flat: {', '.join(growing)}; every other judged series is flat.")]
+        f"not flat: {', '.join(growing)}; every other judged series is flat or within "
+        "noise.")]
     chart = md.with_name(md.stem.lower() + ".png")
     if plot(samples, chart):
         lines += ["", f"![soak series]({chart.name})"]

@@ -47,6 +47,12 @@ def every_records(store: LogStore) -> int:
     return store.snapshot_every_records or SNAPSHOT_EVERY_RECORDS
 
 
+def every_offsets(store: LogStore, records: int | None = None) -> int:
+    """Commits offsets between two snapshots: ``records`` (default :func:`every_records`)
+    records, each with the copies the store writes of it."""
+    return (every_records(store) if records is None else records) * store.record_copies
+
+
 @dataclass
 class SnapshotCopies:
     """The stored snapshot versions as read back: which ones recovery can start from.
@@ -90,8 +96,7 @@ def read_copies(store: LogStore, namespace: str | None = None) -> SnapshotCopies
             copies.vanished = True
             continue
         try:
-            NamespaceState.from_snapshot(name, raw, version)
-            copies.good[version] = NamespaceState.snapshot_keep_from(name, raw, version)
+            copies.good[version] = NamespaceState.from_snapshot(name, raw, version).keep_from
         except NewerVersion as exc:
             copies.newer[version] = exc
         except DecodeError as exc:
@@ -119,9 +124,7 @@ class SnapshotSchedule:
         self.newest = -1  # the newest version this handle knows of (-1: none known)
 
     def _every(self) -> int:
-        """Commits offsets between two snapshots: records, each with its copies."""
-        every = every_records(self.store) if self.every_records is None else self.every_records
-        return every * self.store.record_copies
+        return every_offsets(self.store, self.every_records)
 
     def due(self, state: NamespaceState) -> bool:
         """Whether ``state`` is far enough past the newest snapshot known (no I/O)."""

@@ -100,6 +100,7 @@ class NamespaceState:
     marks: dict[tuple[int, int], int] = field(default_factory=dict)
     next_offset: int = 0  # where replay of the commits log continues
     snapshot_offset: int = 0  # the commits-log offset the loaded snapshot describes
+    keep_from: int = 0  # the loaded snapshot's: its steps are read back from here on
     clean_bounds: dict[int, int] = field(default_factory=dict)  # region -> bound, newest
     last_clean_ms: int = 0
     readers: dict[str, ReaderPosition] = field(default_factory=dict)
@@ -469,6 +470,7 @@ class NamespaceState:
             state.dedup = Dedup.from_json(doc["dedup"], one_offs) if "dedup" in doc else \
                 Dedup.from_pairs(doc["pairs"], doc.get("writer_last", {}))
             state.next_offset = state.snapshot_offset = doc["at"]
+            state.keep_from = int(doc.get("keep_from", doc["at"]))
             state.clean_bounds = {int(k): v for k, v in doc["bounds"].items()}
             state.last_clean_ms = doc["last_clean_ms"]
             state.readers = {r: ReaderPosition(n, bool(h)) for r, (n, h) in doc["readers"].items()}

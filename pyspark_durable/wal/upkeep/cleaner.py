@@ -60,6 +60,7 @@ from pyspark_durable.wal.replay.snapshot_schedule import (
     SNAPSHOT_EVERY_RECORDS,
     SNAPSHOTS_KEPT,
     SnapshotCopies,
+    every_offsets,
     prune,
     read_copies,
 )
@@ -340,9 +341,8 @@ class Cleaner:
         # the compacted snapshots topic that every open reads until compaction)
         moved = report.freed_entries > 0 or state.expired_before > expired
         if not versions or (versions[-1] < at and (
-                moved or at - versions[-1] >= (ns.store.snapshot_every_records
-                                               or SNAPSHOT_EVERY_RECORDS)
-                * ns.store.record_copies)):  # records, each with its copies
+                moved or at - versions[-1] >= every_offsets(
+                    ns.store, ns.store.snapshot_every_records or SNAPSHOT_EVERY_RECORDS))):
             ns.store.write_snapshot(SNAPSHOT_NAME, at, raw)
             copies.good[at] = state.snapshot_keep_from(ns.name, raw, at)
         while copies.short():

@@ -56,14 +56,12 @@ def next_commands(args: argparse.Namespace, fixes: list[Fix | None]) -> list[str
         if fix is Fix.CLEAN:
             lines.append(f"next: durablewal clean {wal}   (a pass writes a good snapshot in "
                          "place of each damaged one; then check again)")
-        elif fix is Fix.RESTORE and args.command != "repair":
+        elif fix is Fix.RESTORE:  # (after a repair, only a backup is left)
+            record = "" if args.command == "repair" else (
+                f"; or, if there is none, durablewal repair {wal} records each lost step as "
+                "lost, so that its reads say so and check passes")
             lines.append("next: restore each damaged file named above from a backup, then "
-                         f"durablewal check {wal} again; or, if there is none, durablewal "
-                         f"repair {wal} records each lost step as lost, so that its reads "
-                         f"say so and check passes ({RUNBOOK})")
-        elif fix is Fix.RESTORE:
-            lines.append("next: restore each damaged file named above from a backup, then "
-                         f"durablewal check {wal} again ({RUNBOOK})")
+                         f"durablewal check {wal} again{record} ({RUNBOOK})")
         else:
             lines.append(f"next: see {RUNBOOK}, for each error above")
     return lines
@@ -75,7 +73,6 @@ def cmd_repair(args: argparse.Namespace) -> int:
     with opened_namespace(args) as ns, Progress(not args.json) as progress:
         report = repair(ns, progress)
     after = report.after
-    assert after is not None
     doc = {"namespace": args.namespace, "recorded_lost": report.recorded,
            "already_lost": report.already, "replaced_snapshots": report.replaced_snapshots,
            "check": after.to_json()}

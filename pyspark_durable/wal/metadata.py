@@ -83,7 +83,7 @@ def metadata_columns(sb: StepBatch, table_name: str, rows: int, first_row: int =
 
 
 # 0, 1, 2, ...: sliced, never copied (its values are made from buffers: see
-# wal/format/columns.py on why not from Python values)
+# codec/arrays.py on why not from Python values)
 _POSITIONS: list[pa.Array] = [pa.nulls(0, pa.int64())]
 
 

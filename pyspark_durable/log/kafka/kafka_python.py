@@ -315,8 +315,7 @@ class KafkaPythonSender:
     def __init__(self, settings: KafkaSettings, namespace: str) -> None:
         self.address = settings.bootstrap_servers
         self.principal = principal_of(settings.clients["producer"])
-        self.settings = settings
-        self.namespace = namespace
+        self.settings = settings  # (the namespace comes with each send: see _build)
         self._lock = threading.Lock()
         self._renew = False
         self.producer: KafkaProducer | None = None  # made by the first send

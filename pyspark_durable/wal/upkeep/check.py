@@ -399,8 +399,7 @@ class Checker:
                     offset = at + 1
                     entries = iter(region.read(offset, high)) if high > offset else iter(())
                     continue
-                if not local:
-                    self.problem_from(exc, region=region_id, offset=offset)
+                self.problem_from(exc, region=region_id, offset=offset)
                 if offset < high:
                     self.problem(f"reading stopped: entries [{offset}, {high}) were not "
                                  "verified", region=region_id, offset=offset)

@@ -27,36 +27,30 @@ from pyspark_durable.wal.format.records import LostRecord
 from pyspark_durable.wal.namespace import Namespace
 from pyspark_durable.wal.progress import Progress
 from pyspark_durable.wal.upkeep.check import run_check
-from pyspark_durable.wal.upkeep.check_report import CheckReport, Fix, Problem
+from pyspark_durable.wal.upkeep.check_report import CheckReport, Fix
 from pyspark_durable.wal.upkeep.cleaner import Cleaner
 
 
 @dataclass
 class RepairReport:
+    after: CheckReport  # check once the repair is done: what is left needs a backup
     recorded: dict[int, str] = field(default_factory=dict)  # step -> why, by this run
     already: list[int] = field(default_factory=list)  # steps recorded lost before it
     replaced_snapshots: list[int] = field(default_factory=list)  # by its cleaner pass
-    unrepaired: list[Problem] = field(default_factory=list)  # what only a backup holds
-    after: CheckReport | None = None  # check once the repair is done
 
 
 def repair(ns: Namespace, progress: Progress | None = None) -> RepairReport:
     """Record the steps ``check`` finds lost, rewrite damaged snapshots; see the module."""
-    report = RepairReport()
     found = run_check(ns.store, progress)
     ns.refresh()
     known = ns.lost_steps()
-    report.already = sorted(known)
+    recorded: dict[int, str] = {}
     for problem in found.problems:
         step = problem.where.get("step")
-        if problem.fix is Fix.RESTORE and isinstance(step, int):
-            if step not in known and step not in report.recorded:
-                report.recorded[step] = problem.text()
-        elif problem.fix is not Fix.CLEAN:
-            report.unrepaired.append(problem)
-    for step, why in sorted(report.recorded.items()):
+        if problem.fix is Fix.RESTORE and isinstance(step, int) and step not in known:
+            recorded.setdefault(step, problem.text())
+    for step, why in sorted(recorded.items()):
         ns.append_record(LostRecord(step, why))
-    if any(p.fix is Fix.CLEAN for p in found.problems):
-        report.replaced_snapshots = list(Cleaner(ns).run_once(progress).replaced)
-    report.after = run_check(ns.store, progress)
-    return report
+    replaced = list(Cleaner(ns).run_once(progress).replaced) \
+        if any(p.fix is Fix.CLEAN for p in found.problems) else []
+    return RepairReport(run_check(ns.store, progress), recorded, sorted(known), replaced)

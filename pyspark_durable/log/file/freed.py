@@ -31,8 +31,9 @@ punched or died, so only the last records can lack their holes).
 A damaged record (CRC) is skipped and reported through ``note``: the frames it named
 are then scanned as they are, and if they were punched they are damage, reported by
 reads and ``check`` like any damaged frame, never taken for entries. A partial last
-record is a free that died before its fsync (nothing was punched for it): it is
-reported, and the next writer cuts it off.
+record is a free that died before its fsync (nothing was punched for it): a torn write
+like a segment's torn tail, so it is logged (``torn``), not reported as damage, and the
+next free cuts it off.
 """
 
 from __future__ import annotations
@@ -72,8 +73,10 @@ class FreedFrames:
         return body + struct.pack(">I", zlib.crc32(body))
 
 
-def read_freed(folder: Path, note: Callable[[str], None]) -> tuple[list[FreedFrames], int]:
-    """The valid records of ``folder/freed`` and the byte where whole records end."""
+def read_freed(folder: Path, note: Callable[[str], None],
+               torn: Callable[[str], None]) -> tuple[list[FreedFrames], int]:
+    """The valid records of ``folder/freed`` and the byte where whole records end; damage
+    goes to ``note``, a torn last record (harmless, module docstring) to ``torn``."""
     try:
         raw = (folder / FREED_FILE).read_bytes()
     except FileNotFoundError:
@@ -92,8 +95,8 @@ def read_freed(folder: Path, note: Callable[[str], None]) -> tuple[list[FreedFra
         else:
             note(f"freed-frames record at byte {at} of {FREED_FILE} names no frames: ignored")
     if whole < len(raw):
-        note(f"{FREED_FILE} ends in a partial record at byte {whole} (a free that did not "
-             "finish; nothing was punched for it): ignored")
+        torn(f"{FREED_FILE} ends in a partial record at byte {whole} (a free that did not "
+             "finish; nothing was punched for it): ignored, and cut off by the next free")
     return found, whole
 
 

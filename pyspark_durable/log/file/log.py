@@ -132,6 +132,10 @@ class FileLog(Log):
             log.warning("namespace=%s log=%s: %s", self.namespace, self.name, problem)
             self.repairs.append(problem)
 
+    def _torn(self, what: str) -> None:
+        """A torn write no acknowledged entry depends on: logged, not kept as damage."""
+        log.warning("namespace=%s log=%s: %s", self.namespace, self.name, what)
+
     def _refresh(self, exclusive: bool) -> None:
         """Catch up with what any process appended or deleted (caller holds the flock)."""
         self._ack_seq, floor, trusted = read_acked(self.path, self._note)
@@ -189,7 +193,8 @@ class FileLog(Log):
             key = None
         if key != self._freed_key:
             self._freed_key = key
-            self._freed, self._freed_whole = read_freed(self.path, self._note) if key else ([], 0)
+            self._freed, self._freed_whole = (read_freed(self.path, self._note, self._torn)
+                                              if key else ([], 0))
         by_base: dict[int, dict[int, FreedFrames]] = {}
         for record in self._freed:
             by_base.setdefault(record.base, {})[record.start] = record

@@ -6,7 +6,8 @@
    default: by a failpoint when its commit is about to be appended, after its tasks
    wrote their entries) or at a random moment (``--kill-at random``), then restarted
    from its checkpoint. What the kill left is told from the WAL's own record.
-3. A streaming query reads the WAL back (``readStream.format("durablewal")``).
+3. A streaming query reads the WAL back (``readStream.format("durablewal")``), in the
+   restarted writer's Spark session once its query ended.
 4. Prints a report: rows in, rows out, duplicates, lost, steps, time.
 
 ``--backend kafka`` runs the same job on the local broker of ``durablewal kafka start``
@@ -14,10 +15,11 @@
 
 Run it with ``durablewal demo`` or ``python -m pyspark_durable demo``.
 
-Every Spark session runs in a child process (``--child-writer``, ``--child-reader``)
-that reports to this one over its stdout, one line per event: ``SPARK_READY
-<seconds>``, ``QUERY <id>``, ``BATCH <batch id> <rows> <ms> <query id>``, ``RESULT
-<json>``, ``DONE``. Its stderr (Spark's JVM) goes to a log file in the work folder,
+Every Spark session runs in a child process (``--child-writer``; the restarted writer
+also reads the WAL back, ``--read-back``, so the demo starts Spark twice, not three
+times) that reports to this one over its stdout, one line per event: ``SPARK_READY
+<seconds>``, ``QUERY <id>``, ``BATCH <batch id> <rows> <ms> <query id>``, ``WRITTEN``,
+``RESULT <json>``, ``DONE``. Its stderr (Spark's JVM) goes to a log file in the work folder,
 shown only if the child fails. This process prints a line per phase and per
 committed micro-batch; on a terminal it adds a spinner with the time spent in the
 current phase (``rich``); piped, it prints the same lines, plain.
@@ -81,12 +83,14 @@ def _kafka(kafka_json: str | None) -> dict[str, str]:
 
 
 def run_writer(wal: Path, in_dir: Path, ckpt: Path, kill_inside: int | None = None,
-               kafka_json: str | None = None) -> None:
+               kafka_json: str | None = None, read_back: list[str] | None = None) -> None:
     """Child: the writing query; prints one ``BATCH`` line per micro-batch with rows.
 
     ``kill_inside``: SIGKILL this process group (driver, JVM) when the commit of that
     micro-batch is about to be appended, after its tasks wrote their entries (a
     failpoint Spark's Python workers read from the environment they inherit).
+    ``read_back`` (out, checkpoint, rows in): once the writing query ended, read the WAL
+    back in this session (:func:`read_back`) rather than start a third Spark.
     """
     started = time.monotonic()
     if kill_inside is not None:
@@ -102,12 +106,13 @@ def run_writer(wal: Path, in_dir: Path, ckpt: Path, kill_inside: int | None = No
 
     lock = threading.Lock()
     reported: set[int] = set()
+    writing = [True]  # the read-back query's progress is not a writer's batch
 
     def report(p) -> None:
         # A batch without rows commits no step (the WAL only notes the writer's batch
         # id), so it gets no line; every batch with rows is reported exactly once.
         with lock:
-            if p.numInputRows > 0 and p.batchId not in reported:
+            if writing[0] and p.numInputRows > 0 and p.batchId not in reported:
                 reported.add(p.batchId)
                 _say("BATCH", p.batchId, p.numInputRows, p.batchDuration, p.id)
 
@@ -135,17 +140,22 @@ def run_writer(wal: Path, in_dir: Path, ckpt: Path, kill_inside: int | None = No
     # its progress is complete when awaitTermination returns.
     for p in query.recentProgress:
         report(p)
+    with lock:
+        writing[0] = False
+    if read_back:
+        _say("WRITTEN")
+        out, read_ckpt, rows_in = read_back
+        read_wal(spark, wal, Path(out), Path(read_ckpt), int(rows_in), kafka_json)
+    spark.stop()
     _say("DONE")
 
 
-def run_reader(wal: Path, out: Path, ckpt: Path, rows_in: int,
-               kafka_json: str | None = None) -> None:
-    """Child: a streaming query copies the WAL to parquet; prints what it read."""
-    started = time.monotonic()
-    from pyspark_durable.session import local_session
+def read_wal(spark, wal: Path, out: Path, ckpt: Path, rows_in: int,
+             kafka_json: str | None = None) -> None:
+    """A streaming query copies the WAL to parquet; prints what it read (``RESULT``).
 
-    spark = local_session("durablewal-demo-reader")
-    _say("SPARK_READY", f"{time.monotonic() - started:.1f}")
+    It runs in the restarted writer's session, after its query ended: a query of its
+    own, with its own checkpoint, that sees only what the WAL committed."""
     started = time.monotonic()
     kafka = _kafka(kafka_json)
     query = (spark.readStream.format("durablewal").options(**kafka)
@@ -163,8 +173,6 @@ def run_reader(wal: Path, out: Path, ckpt: Path, rows_in: int,
         "per_region": sorted(Counter(r._region for r in got).items()),
         "seconds": round(time.monotonic() - started, 1),
     }))
-    spark.stop()
-    _say("DONE")
 
 
 # -- the parent: what the user sees ---------------------------------------------------
@@ -303,17 +311,22 @@ class Demo:
         where = "; ".join(parts) + ": " if parts else ""
         return f"{left} entries ({where}referred to by no step: never read)"
 
-    def writer(self, kill_after: int | None, inside: bool = False) -> tuple[int, bool]:
+    def writer(self, kill_after: int | None, inside: bool = False,
+               read_back: int | None = None) -> dict:
         """Run the writing query; SIGKILL it ``kill_after`` batches into this run: at a
         random moment, or (``inside``) inside the next micro-batch, between its tasks'
-        writes and its commit."""
+        writes and its commit. ``read_back`` (the rows in): then read the WAL back in the
+        same child, and return what the reader found."""
         self.runs += 1
         args = ["--child-writer", str(self.wal), str(self.work / "in"), str(self.work / "ckpt")]
         if inside and kill_after is not None:
             args += ["--kill-inside", str(kill_after)]
         if self.kafka:
             args += ["--kafka-options", json.dumps(self.kafka)]
-        batches = 0
+        if read_back is not None:
+            args += ["--read-back", str(self.work / "out"), str(self.work / "ckpt-r"),
+                     str(read_back)]
+        batches, written, result = 0, False, {}
         last, died_after = -1, 0.0  # the batch whose line triggered the kill, how long after
         with Child("writing query", args, self.work / f"writer-{self.runs}.log") as child:
             self.ui.phase("starting Spark (local[2]) for the writer")
@@ -341,6 +354,17 @@ class Demo:
                         last, died_after = batch, delay
                 elif kind == "BATCH":  # printed by the child just before the kill landed
                     self.batch_line(event, " (committed before the kill landed)")
+                elif kind == "WRITTEN":
+                    written = True
+                    self.finished(batches)
+                    self.ui.header("[4/4] reading the WAL back with a streaming query "
+                                   "(durablewal -> parquet), in the same Spark")
+                    self.ui.phase("reading the WAL back")
+                elif kind == "RESULT":
+                    result = json.loads(event[1])
+                    self.ui.line(f"read {result['rows_out']} rows from "
+                                 f"{len(result['steps'])} steps ({result['seconds']} s)")
+                    self.ui.activity("stopping Spark")
                 elif kind == "DONE":
                     self.ui.activity("stopping Spark")
             if inside and kill_after is not None and child.proc.wait() == -signal.SIGKILL:
@@ -356,31 +380,15 @@ class Demo:
             self.after_kill(how)
         elif kill_after is not None:
             self.ui.line("the writer finished before the kill")
-        else:
-            self.ui.line(f"the writer finished: {batches} micro-batches in this run")
-        return batches, child.killed
-
-    def reader(self, rows_in: int) -> dict:
-        args = ["--child-reader", str(self.wal), str(self.work / "out"),
-                str(self.work / "ckpt-r"), str(rows_in)]
-        if self.kafka:
-            args += ["--kafka-options", json.dumps(self.kafka)]
-        result: dict = {}
-        with Child("reading query", args, self.work / "reader.log") as child:
-            self.ui.phase("starting Spark for the reader")
-            for event in child.events():
-                if event[0] == "SPARK_READY":
-                    self.ui.line(f"Spark is up ({event[1]} s)")
-                    self.ui.phase("reading the WAL back")
-                elif event[0] == "RESULT":
-                    result = json.loads(event[1])
-                    self.ui.line(f"read {result['rows_out']} rows from "
-                                 f"{len(result['steps'])} steps ({result['seconds']} s)")
-                    self.ui.activity("stopping Spark")
-            child.finish()
-        if not result:
+        elif not written:
+            self.finished(batches)
+        if read_back is not None and not result:
             raise SystemExit(f"the reading query reported nothing; see {child.log_path}")
         return result
+
+    def finished(self, batches: int) -> None:
+        self.ui.line(f"the writer finished: {batches} micro-batches in this run")
+        self.after_restart()
 
     def close(self) -> None:
         if self.ns is not None:
@@ -447,7 +455,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--child-writer", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--kafka-options", help=argparse.SUPPRESS)
     parser.add_argument("--kill-inside", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--child-reader", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--read-back", nargs=3, help=argparse.SUPPRESS)
     return parser
 
 
@@ -461,10 +469,7 @@ def _run(args: argparse.Namespace, ui: Ui, demo: Demo) -> tuple[int, dict, int]:
               + (", inside the next one" if args.kill_at == "inside" else ""))
     demo.writer(args.kill_after, inside=args.kill_at == "inside")
     ui.header("[3/4] restarting the writing query from its checkpoint" + ui.dots)
-    demo.writer(None)
-    demo.after_restart()
-    ui.header("[4/4] reading the WAL back with a streaming query (durablewal -> parquet)")
-    result = demo.reader(rows_in)
+    result = demo.writer(None, read_back=rows_in)
     return rows_in, result, demo.uncommitted()
 
 
@@ -494,11 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.child_writer:
         run_writer(*(Path(p) for p in args.child_writer), kill_inside=args.kill_inside,
-                   kafka_json=args.kafka_options)
-        return 0
-    if args.child_reader:
-        wal, out, ckpt, rows_in = args.child_reader
-        run_reader(Path(wal), Path(out), Path(ckpt), int(rows_in), args.kafka_options)
+                   kafka_json=args.kafka_options, read_back=args.read_back)
         return 0
 
     started = time.monotonic()

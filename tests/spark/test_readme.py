@@ -62,7 +62,6 @@ PHASES = [  # the demo's line for each slow phase, in order
     "killing the writer with SIGKILL (driver, JVM and Python workers)",
     "restarting the writing query from its checkpoint",
     "starting Spark (local[2]) for the writer",
-    "starting Spark for the reader",
     "reading the WAL back",
 ]
 # one line per micro-batch that committed a step; a batch replayed after the kill

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 from helpers import assert_acknowledged, hashed_payload
@@ -99,16 +100,21 @@ class Writer:
         self.next += 1
         return step
 
-    def step_until_written(self, phase: str, errors: list[str]) -> None:
+    def step_until_written(self, phase: str, errors: list[str],
+                           on_failure: Callable[[], object]) -> None:
         """The next step, written again (same writer step) after each typed failure:
-        the way back while a restarted node joins; the failures are kept."""
+        the way back while a restarted node joins; the failures are kept, and
+        ``on_failure`` is called after each."""
         for _ in range(RETRIES_AFTER_RESTART):
+            started = time.monotonic()
             try:
                 self.step(phase)
                 return
             except DurableWalError as exc:
                 assert exc.retriable, f"{phase}: not retriable: {type(exc).__name__}: {exc}"
-                errors.append(f"{phase}: {type(exc).__name__}: {str(exc)[:200]}")
+                errors.append(f"after {time.monotonic() - started:.1f}s "
+                              f"{type(exc).__name__}: {str(exc)[:300]}")
+                on_failure()
         raise AssertionError(f"{phase}: writer step {self.next} not written: {errors[-3:]}")
 
 
@@ -174,7 +180,8 @@ def test_two_of_three_killed_and_restarted_in_reverse_order_with_elr(kafka_clust
         # reverse order: the last node killed first; the first one stays down a while
         restarted_at = time.monotonic()
         cluster.restart(second, wait=False)
-        writer.step_until_written(f"node {second} back, node {first} down", retried)
+        writer.step_until_written(f"node {second} back, node {first} down", retried,
+                                  lambda: observe(f"node {second} restarted, a step failed"))
         back_s = time.monotonic() - restarted_at
         assert cluster.node(first).process.poll() is not None  # still down: 2 of 3 serve
         mid = observe(f"node {second} restarted, a step written, node {first} down")

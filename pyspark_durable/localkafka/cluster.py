@@ -491,9 +491,12 @@ def random_cluster_id() -> str:
             return cluster_id
 
 
-def _format(nodes: list[Node], cluster_id: str, classpath: str, auth: Auth | None) -> None:
-    """``kafka-storage format`` every node (SCRAM users added at format time)."""
+def _format(nodes: list[Node], cluster_id: str, classpath: str, auth: Auth | None,
+            features: Mapping[str, int]) -> None:
+    """``kafka-storage format`` every node (SCRAM users added at format time, feature
+    levels set so)."""
     formats = []
+    levels = [f"--feature={name}={level}" for name, level in features.items()]
     for node in nodes:
         scram = []
         if node.sasl_port is not None and auth is not None:
@@ -515,6 +518,7 @@ def _format(nodes: list[Node], cluster_id: str, classpath: str, auth: Auth | Non
                     "-c",
                     str(node.folder / "server.properties"),
                     *scram,
+                    *levels,
                 ],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -542,6 +546,8 @@ def start_cluster(
     port: int | None = None,
     sasl_port: int | None = None,
     advertise: Callable[[Node], int] | None = None,
+    features: Mapping[str, int] | None = None,
+    classpath_extra: tuple[str, ...] = (),
 ) -> KafkaCluster:
     """Format and start ``size`` KRaft nodes under ``work_dir``; see the module docstring.
     ``port`` and ``sasl_port`` fix a single node's listeners (else free ports are drawn).
@@ -549,8 +555,12 @@ def start_cluster(
     ``log.dirs`` on a small file system of its own, say).
     ``advertise(node)`` returns the port clients are told to use for a node's PLAINTEXT
     listener (a test's proxy in front of ``node.port``); the nodes then talk to each
-    other over a listener of their own, so cutting a proxy cuts only clients."""
-    classpath = kafka_classpath()
+    other over a listener of their own, so cutting a proxy cuts only clients.
+    ``features`` sets feature levels at format time (``kafka-storage format --feature``;
+    unnamed features get the release's defaults). ``classpath_extra`` adds folders or
+    jars to every node's classpath (a plugin such as a metrics reporter), restarts
+    included."""
+    classpath = os.pathsep.join([kafka_classpath(), *classpath_extra])
     work_dir.mkdir(parents=True, exist_ok=True)
     if (sasl or tls) and auth is None:
         auth = Auth()
@@ -576,7 +586,7 @@ def start_cluster(
         (node.folder / "log4j2.properties").write_text(
             LOG4J2.format(level=log_level, path=node.folder / "server.log"))
     cluster_id = random_cluster_id()
-    _format(nodes, cluster_id, classpath, auth)
+    _format(nodes, cluster_id, classpath, auth, features or {})
     cluster = KafkaCluster(nodes, cluster_id, classpath, auth, heap, attached)
     for node in nodes:
         _launch(node, classpath, heap, attached, _jvm_options(auth))

@@ -6,14 +6,23 @@ broker+controller nodes, ``default.replication.factor=3``, ``min.insync.replicas
 Tests kill nodes with ``kill -9`` by the PIDs the cluster started; after each test every
 node is running again (:func:`all_nodes_up`), so a failing test does not leave the next
 one a degraded cluster.
+
+Two settings are what operators run and tests rely on: Eligible Leader Replicas
+(``eligible.leader.replicas.version=1``, the default of a new cluster since Kafka 4.1)
+is set at format time, so the cluster keeps it whatever the release's default; and
+every node loads the client-telemetry receiver ``TelemetryLog.java`` (compiled here), since
+a broker offers clients the telemetry requests of KIP-714 only with a receiver
+configured. Without a client-metrics subscription no client pushes anything.
 """
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from kafka_broker import KafkaCluster, cluster_for_tests
+from kafka_broker import KafkaCluster, cluster_for_tests, kafka_classpath
 from kafka_cluster_tools import FAILURE_DETECTION, restart_all
 from netproxy import Proxies, proxies
 from progress_events import ProgressEvents
@@ -31,16 +40,35 @@ def net() -> Iterator[Proxies]:
         yield p
 
 
+ELR = {"eligible.leader.replicas.version": 1}
+RECEIVER = Path(__file__).resolve().parent / "TelemetryLog.java"
+
+
 @pytest.fixture(scope="session")
-def kafka_cluster(tmp_path_factory: pytest.TempPathFactory, net: Proxies) -> Iterator[KafkaCluster]:
+def telemetry_log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the compiled receiver's folder, the folder it writes a ``telemetry-NODE.tsv`` per
+    node into): one line per client telemetry push a node accepted."""
+    classes, pushes = tmp_path_factory.mktemp("telemetry-classes"), tmp_path_factory.mktemp("pushes")
+    done = subprocess.run(["javac", "-cp", kafka_classpath(), "-d", str(classes), str(RECEIVER)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, f"javac {RECEIVER.name} failed:\n{done.stdout}{done.stderr}"
+    return classes, pushes
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory, net: Proxies,
+                  telemetry_log: tuple[Path, Path]) -> Iterator[KafkaCluster]:
     """Three KRaft nodes on 127.0.0.1, stopped by PID at the end of the session. Clients
     reach them only through ``net``'s proxies (forwarding unless a test cuts them); the
     nodes talk to each other directly. A killed node is fenced within seconds
-    (``FAILURE_DETECTION``)."""
+    (``FAILURE_DETECTION``). ELR on, telemetry received (module docstring)."""
+    classes, pushes = telemetry_log
+    receiver = {"metric.reporters": "TelemetryLog", "telemetry.log.dir": str(pushes)}
     with cluster_for_tests(tmp_path_factory.mktemp("kafka3"), 3, heap=CLUSTER_HEAP,
-                           extra=FAILURE_DETECTION,
+                           extra={**FAILURE_DETECTION, **receiver}, features=ELR,
+                           classpath_extra=(str(classes),),
                            advertise=lambda node: net.add(node.port).port) as cluster:
-        yield cluster  # restarts use its heap too
+        yield cluster  # restarts use its heap and classpath too
 
 
 @pytest.fixture(autouse=True)

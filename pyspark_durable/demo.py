@@ -82,6 +82,48 @@ def _kafka(kafka_json: str | None) -> dict[str, str]:
     return {"backend": "kafka", **{f"kafka.{k}": v for k, v in json.loads(kafka_json).items()}}
 
 
+class BatchLines:
+    """``BATCH`` lines for the writing query's micro-batches, once each, from its
+    progress events; none for the read-back query that may follow in the session."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.reported: set[int] = set()
+        self.writing = True
+
+    def report(self, p) -> None:
+        # A batch without rows commits no step (the WAL only notes the writer's batch
+        # id), so it gets no line; every batch with rows is reported exactly once.
+        with self.lock:
+            if self.writing and p.numInputRows > 0 and p.batchId not in self.reported:
+                self.reported.add(p.batchId)
+                _say("BATCH", p.batchId, p.numInputRows, p.batchDuration, p.id)
+
+    def listener(self):
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        report = self.report
+
+        class Progress(StreamingQueryListener):
+            def onQueryStarted(self, event) -> None: ...
+            def onQueryIdle(self, event) -> None: ...
+            def onQueryTerminated(self, event) -> None: ...
+
+            def onQueryProgress(self, event) -> None:
+                report(event.progress)
+
+        return Progress()
+
+    def last(self, progress: list) -> None:
+        """The listener is asynchronous: the last batch's event may arrive after the query
+        ended (or never, once the process exits). The query's own record of its progress
+        is complete when awaitTermination returns; later events are not the writer's."""
+        for p in progress:
+            self.report(p)
+        with self.lock:
+            self.writing = False
+
+
 def run_writer(wal: Path, in_dir: Path, ckpt: Path, kill_inside: int | None = None,
                kafka_json: str | None = None, read_back: list[str] | None = None) -> None:
     """Child: the writing query; prints one ``BATCH`` line per micro-batch with rows.
@@ -90,41 +132,19 @@ def run_writer(wal: Path, in_dir: Path, ckpt: Path, kill_inside: int | None = No
     micro-batch is about to be appended, after its tasks wrote their entries (a
     failpoint Spark's Python workers read from the environment they inherit).
     ``read_back`` (out, checkpoint, rows in): once the writing query ended, read the WAL
-    back in this session (:func:`read_back`) rather than start a third Spark.
+    back in this session (:func:`read_wal`) rather than start a third Spark.
     """
     started = time.monotonic()
     if kill_inside is not None:
         from pyspark_durable.wal.failpoints import ENV
 
         os.environ[ENV] = f"commit.checked:kill-group={os.getpgid(0)}:writer_step={kill_inside}"
-    from pyspark.sql.streaming import StreamingQueryListener
-
     from pyspark_durable.session import local_session
 
     spark = local_session("durablewal-demo-writer")
     _say("SPARK_READY", f"{time.monotonic() - started:.1f}")
-
-    lock = threading.Lock()
-    reported: set[int] = set()
-    writing = [True]  # the read-back query's progress is not a writer's batch
-
-    def report(p) -> None:
-        # A batch without rows commits no step (the WAL only notes the writer's batch
-        # id), so it gets no line; every batch with rows is reported exactly once.
-        with lock:
-            if writing[0] and p.numInputRows > 0 and p.batchId not in reported:
-                reported.add(p.batchId)
-                _say("BATCH", p.batchId, p.numInputRows, p.batchDuration, p.id)
-
-    class Progress(StreamingQueryListener):
-        def onQueryStarted(self, event) -> None: ...
-        def onQueryIdle(self, event) -> None: ...
-        def onQueryTerminated(self, event) -> None: ...
-
-        def onQueryProgress(self, event) -> None:
-            report(event.progress)
-
-    spark.streams.addListener(Progress())
+    batches = BatchLines()
+    spark.streams.addListener(batches.listener())
     schema = ("order_id long, region long, table string, customer string, product string, "
               "amount double")
     orders = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(in_dir))
@@ -135,13 +155,7 @@ def run_writer(wal: Path, in_dir: Path, ckpt: Path, kill_inside: int | None = No
              .trigger(availableNow=True).start(*([] if kafka else [str(wal)])))
     _say("QUERY", query.id)
     query.awaitTermination()
-    # The listener is asynchronous: the last batch's progress event may arrive after
-    # the query ended (or never, once the process exits). The query's own record of
-    # its progress is complete when awaitTermination returns.
-    for p in query.recentProgress:
-        report(p)
-    with lock:
-        writing[0] = False
+    batches.last(query.recentProgress)
     if read_back:
         _say("WRITTEN")
         out, read_ckpt, rows_in = read_back
@@ -318,14 +332,7 @@ class Demo:
         writes and its commit. ``read_back`` (the rows in): then read the WAL back in the
         same child, and return what the reader found."""
         self.runs += 1
-        args = ["--child-writer", str(self.wal), str(self.work / "in"), str(self.work / "ckpt")]
-        if inside and kill_after is not None:
-            args += ["--kill-inside", str(kill_after)]
-        if self.kafka:
-            args += ["--kafka-options", json.dumps(self.kafka)]
-        if read_back is not None:
-            args += ["--read-back", str(self.work / "out"), str(self.work / "ckpt-r"),
-                     str(read_back)]
+        args = self.writer_args(kill_after if inside else None, read_back)
         batches, written, result = 0, False, {}
         last, died_after = -1, 0.0  # the batch whose line triggered the kill, how long after
         with Child("writing query", args, self.work / f"writer-{self.runs}.log") as child:
@@ -354,17 +361,9 @@ class Demo:
                         last, died_after = batch, delay
                 elif kind == "BATCH":  # printed by the child just before the kill landed
                     self.batch_line(event, " (committed before the kill landed)")
-                elif kind == "WRITTEN":
+                elif kind in ("WRITTEN", "RESULT"):
                     written = True
-                    self.finished(batches)
-                    self.ui.header("[4/4] reading the WAL back with a streaming query "
-                                   "(durablewal -> parquet), in the same Spark")
-                    self.ui.phase("reading the WAL back")
-                elif kind == "RESULT":
-                    result = json.loads(event[1])
-                    self.ui.line(f"read {result['rows_out']} rows from "
-                                 f"{len(result['steps'])} steps ({result['seconds']} s)")
-                    self.ui.activity("stopping Spark")
+                    result = self.reading(event, batches) or result
                 elif kind == "DONE":
                     self.ui.activity("stopping Spark")
             if inside and kill_after is not None and child.proc.wait() == -signal.SIGKILL:
@@ -384,6 +383,31 @@ class Demo:
             self.finished(batches)
         if read_back is not None and not result:
             raise SystemExit(f"the reading query reported nothing; see {child.log_path}")
+        return result
+
+    def writer_args(self, kill_inside: int | None, read_back: int | None) -> list[str]:
+        args = ["--child-writer", str(self.wal), str(self.work / "in"), str(self.work / "ckpt")]
+        if kill_inside is not None:
+            args += ["--kill-inside", str(kill_inside)]
+        if self.kafka:
+            args += ["--kafka-options", json.dumps(self.kafka)]
+        if read_back is not None:
+            args += ["--read-back", str(self.work / "out"), str(self.work / "ckpt-r"),
+                     str(read_back)]
+        return args
+
+    def reading(self, event: list[str], batches: int) -> dict | None:
+        """The read-back's events (``WRITTEN``, then ``RESULT``: what the reader found)."""
+        if event[0] == "WRITTEN":
+            self.finished(batches)
+            self.ui.header("[4/4] reading the WAL back with a streaming query "
+                           "(durablewal -> parquet), in the same Spark")
+            self.ui.phase("reading the WAL back")
+            return None
+        result = json.loads(event[1])
+        self.ui.line(f"read {result['rows_out']} rows from {len(result['steps'])} steps "
+                     f"({result['seconds']} s)")
+        self.ui.activity("stopping Spark")
         return result
 
     def finished(self, batches: int) -> None:

@@ -95,11 +95,34 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return True if _module_marks(collection_path) & set(SLOW_MARKS) else None
 
 
+# Where the suite's time goes (seconds of setup, call and teardown), printed at the end:
+# by folder, and by xdist worker, so a run's output shows which part to trim and
+# whether the two workers were balanced.
+_SECONDS_BY_FOLDER: dict[str, float] = {}
+_SECONDS_BY_WORKER: dict[str, float] = {}
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """A skipped test is never counted as done: turn every skip into a failure."""
     if report.skipped and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped tests are not allowed here: {report.longrepr}"
+    folder = report.nodeid.split("::")[0].rpartition("/")[0]
+    _SECONDS_BY_FOLDER[folder] = _SECONDS_BY_FOLDER.get(folder, 0.0) + report.duration
+    node = getattr(report, "node", None)  # set by pytest-xdist on the controller
+    worker = getattr(getattr(node, "gateway", None), "id", "main")
+    _SECONDS_BY_WORKER[worker] = _SECONDS_BY_WORKER.get(worker, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The time per folder and per worker (the tests' own, not the collection's)."""
+    if not _SECONDS_BY_FOLDER:
+        return
+    terminalreporter.section("seconds per folder and per worker")
+    for folder, seconds in sorted(_SECONDS_BY_FOLDER.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{seconds:8.1f}s  {folder}")
+    terminalreporter.write_line("  ".join(f"{worker}: {seconds:.0f}s" for worker, seconds
+                                          in sorted(_SECONDS_BY_WORKER.items())))
 
 
 # A user's broker, but for how often its background threads look for work: the

@@ -531,6 +531,22 @@ def _format(nodes: list[Node], cluster_id: str, classpath: str, auth: Auth | Non
             raise BrokerStartError(f"formatting Kafka node {node.node_id} failed:\n{out}")
 
 
+def _nodes(work_dir: Path, size: int, port: int | None, sasl_port: int | None, sasl: bool,
+           tls: bool) -> list[Node]:
+    """The nodes' ids, folders and ports: a single node's may be fixed, else free ones."""
+    return [
+        Node(
+            i,
+            port if port and size == 1 else free_port(),
+            free_port(),
+            work_dir / f"node{i}",
+            (sasl_port if sasl_port and size == 1 else free_port()) if sasl else None,
+            free_port() if tls else None,
+        )
+        for i in range(1, size + 1)
+    ]
+
+
 def start_cluster(
     work_dir: Path,
     size: int = 1,
@@ -564,17 +580,7 @@ def start_cluster(
     work_dir.mkdir(parents=True, exist_ok=True)
     if (sasl or tls) and auth is None:
         auth = Auth()
-    nodes = [
-        Node(
-            i,
-            port if port and size == 1 else free_port(),
-            free_port(),
-            work_dir / f"node{i}",
-            (sasl_port if sasl_port and size == 1 else free_port()) if sasl else None,
-            free_port() if tls else None,
-        )
-        for i in range(1, size + 1)
-    ]
+    nodes = _nodes(work_dir, size, port, sasl_port if sasl else None, sasl, tls)
     for node in nodes if advertise is not None else ():
         node.internal_port = free_port()
         node.advertised_port = advertise(node)

@@ -4,7 +4,8 @@
 ``start`` returns once the broker serves, printing the options to paste; the broker
 runs on until ``stop`` (by its PID). ``start --foreground`` keeps the broker tied to
 the command instead: it stops when the command ends, by Ctrl-C, a signal or a crash
-(even ``kill -9``). ``status`` exits 0 while it runs, 1 when it does not.
+(even ``kill -9``). ``status`` exits 0 while it runs, 1 when it does not (saying so when
+it died rather than was stopped). Its data outlives it; ``start --fresh`` deletes it.
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ def add_parser(sub: Any) -> None:
             )
             a.add_argument("--sasl-port", type=int, help="SASL listener (default 9094)")
             a.add_argument(
+                "--fresh",
+                action="store_true",
+                help="delete the data the broker kept (every topic, so every WAL on it) "
+                "and start empty; without it a start serves the data of the broker before",
+            )
+            a.add_argument(
                 "--foreground",
                 action="store_true",
                 help="stay attached: the broker stops when this command ends, however it ends",
@@ -64,7 +71,17 @@ def _folder(args: argparse.Namespace) -> Path:
     return (args.dir or default_folder()).resolve()
 
 
-def _describe(state: Any, args: argparse.Namespace, head: str) -> None:
+def _data_line(started: Any) -> str:
+    if started.kept:
+        return (f"  data: the broker's data from before, kept ({started.data}); "
+                "--fresh starts empty")
+    if started.deleted:
+        return (f"  data: --fresh deleted the data of the broker before ({started.data}: every "
+                "topic, so every WAL on it); a new, empty broker")
+    return f"  data: a new, empty broker ({started.data}); kept across stop and start"
+
+
+def _describe(state: Any, args: argparse.Namespace, head: str, started: Any = None) -> None:
     from pyspark_durable.localkafka.service import paste_lines
 
     doc = {
@@ -76,6 +93,8 @@ def _describe(state: Any, args: argparse.Namespace, head: str) -> None:
         "kafka_config": str(state.client_file),
         "attached": state.attached,
     }
+    if started is not None:
+        doc["data_kept"], doc["data_deleted"] = started.kept, started.deleted
     if args.json:
         emit_json(doc)
         return
@@ -92,6 +111,7 @@ def _describe(state: Any, args: argparse.Namespace, head: str) -> None:
     emit(
         head,
         f"  {listeners}; pid {state.pid}; folder {state.folder}; stop: {stop}",
+        *([_data_line(started)] if started is not None else []),
         *paste_lines(state, str(args.dir or "")),
     )
 
@@ -125,10 +145,11 @@ def cmd_kafka(args: argparse.Namespace) -> int:
 
     folder = _folder(args)
     if args.action == "start":
-        cluster, state = service.start(
-            folder, port=args.port, sasl=args.sasl, sasl_port=args.sasl_port, attached=args.foreground
+        cluster, state, started = service.start(
+            folder, port=args.port, sasl=args.sasl, sasl_port=args.sasl_port,
+            attached=args.foreground, fresh=args.fresh,
         )
-        _describe(state, args, "Kafka is running (one KRaft node on 127.0.0.1):")
+        _describe(state, args, "Kafka is running (one KRaft node on 127.0.0.1):", started)
         sys.stdout.flush()
         return _foreground(cluster, folder) if args.foreground else 0
     if args.action == "stop":
@@ -142,9 +163,9 @@ def cmd_kafka(args: argparse.Namespace) -> int:
         return 0
     state = service.find_running(folder)
     if state is None:
-        emit_json({"running": False, "folder": str(folder)}) if args.json else emit(
-            f"no local Kafka broker runs from {folder} (start one: durablewal kafka start)"
-        )
+        died = service.died(folder)
+        text = died or f"no local Kafka broker runs from {folder} (start one: durablewal kafka start)"
+        emit_json({"running": False, "folder": str(folder), "died": died}) if args.json else emit(text)
         return 1
     _describe(state, args, "Kafka is running:")
     return 0

@@ -140,7 +140,11 @@ def free_port() -> int:
 
 
 def port_free(port: int) -> bool:
+    """Whether a listener could bind the port now. SO_REUSEADDR, as Kafka's own server
+    socket: the connections of a broker just stopped (TIME_WAIT) do not take the port,
+    a listening socket does."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -491,6 +495,20 @@ def random_cluster_id() -> str:
             return cluster_id
 
 
+def formatted_cluster_id(nodes: list[Node]) -> str | None:
+    """The cluster id every node's ``log.dirs`` was formatted with, or None when a node's
+    is missing (or they disagree): then the nodes are formatted anew."""
+    ids = set()
+    for node in nodes:
+        try:
+            meta = (node.folder / "data" / "meta.properties").read_text()
+        except FileNotFoundError:
+            return None
+        ids |= {line.split("=", 1)[1].strip() for line in meta.splitlines()
+                if line.startswith("cluster.id=")}
+    return ids.pop() if len(ids) == 1 else None
+
+
 def _format(nodes: list[Node], cluster_id: str, classpath: str, auth: Auth | None,
             features: Mapping[str, int]) -> None:
     """``kafka-storage format`` every node (SCRAM users added at format time, feature
@@ -564,6 +582,7 @@ def start_cluster(
     advertise: Callable[[Node], int] | None = None,
     features: Mapping[str, int] | None = None,
     classpath_extra: tuple[str, ...] = (),
+    keep_data: bool = False,
 ) -> KafkaCluster:
     """Format and start ``size`` KRaft nodes under ``work_dir``; see the module docstring.
     ``port`` and ``sasl_port`` fix a single node's listeners (else free ports are drawn).
@@ -575,7 +594,9 @@ def start_cluster(
     ``features`` sets feature levels at format time (``kafka-storage format --feature``;
     unnamed features get the release's defaults). ``classpath_extra`` adds folders or
     jars to every node's classpath (a plugin such as a metrics reporter), restarts
-    included."""
+    included. ``keep_data``: nodes whose ``log.dirs`` a format already made start on
+    them, with their topics (listeners and settings from this call); else every node
+    is formatted."""
     classpath = os.pathsep.join([kafka_classpath(), *classpath_extra])
     work_dir.mkdir(parents=True, exist_ok=True)
     if (sasl or tls) and auth is None:
@@ -591,8 +612,10 @@ def start_cluster(
             node, voters, size, auth, {**(extra or {}), **(node_extra or {}).get(node.node_id, {})}))
         (node.folder / "log4j2.properties").write_text(
             LOG4J2.format(level=log_level, path=node.folder / "server.log"))
-    cluster_id = random_cluster_id()
-    _format(nodes, cluster_id, classpath, auth, features or {})
+    cluster_id = formatted_cluster_id(nodes) if keep_data else None
+    if cluster_id is None:
+        cluster_id = random_cluster_id()
+        _format(nodes, cluster_id, classpath, auth, features or {})
     cluster = KafkaCluster(nodes, cluster_id, classpath, auth, heap, attached)
     for node in nodes:
         _launch(node, classpath, heap, attached, _jvm_options(auth))

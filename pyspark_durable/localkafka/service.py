@@ -10,7 +10,13 @@ the password, so it is private to the user and never printed).
 A broker started detached outlives the command and is stopped by ``stop``, by its PID,
 after checking that the PID is still that broker's JVM (a PID can be reused). One
 started attached (``--foreground``) is tied to the command (see :mod:`.cluster`).
-Each start is a new, empty broker: ``start`` formats the folder's node again.
+
+The broker's data outlives it: a ``start`` after ``stop``, a crash or a reboot runs
+the same node on the same ``log.dirs`` (topics, and so every WAL on it, kept), with
+the SASL password it had; ``fresh=True`` deletes them first. The running broker is
+found by its JVM's command line (this folder's ``server.properties``), so a stale or
+edited ``broker.json`` never hides one; a ``broker.json`` whose broker is gone is how
+``status`` tells that it died rather than was stopped.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import select
 import shutil
 import signal
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from pyspark_durable.errors import ConfigError, DurableWalError
@@ -79,6 +85,15 @@ def _write_private(path: Path, text: str) -> None:
         out.write(text)
 
 
+@dataclass(frozen=True)
+class Started:
+    """What a ``start`` did to the data of the broker before it."""
+
+    kept: bool  # the node's data was there and is served again
+    deleted: bool  # ``fresh``: it was there and was deleted
+    data: Path
+
+
 def start(
     folder: Path,
     *,
@@ -86,8 +101,10 @@ def start(
     sasl: bool = False,
     sasl_port: int | None = None,
     attached: bool = False,
-) -> tuple[KafkaCluster, BrokerState]:
-    """Start the folder's broker (refused while one runs there); record how to reach it."""
+    fresh: bool = False,
+) -> tuple[KafkaCluster, BrokerState, Started]:
+    """Start the folder's broker (refused while one runs there) on the data it kept, or
+    (``fresh``) empty; record how to reach it."""
     folder = folder.resolve()
     running = find_running(folder)
     if running is not None:
@@ -97,11 +114,16 @@ def start(
         )
     chosen = _pick_port(port, DEFAULT_PORT, "--port")
     chosen_sasl = _pick_port(sasl_port, DEFAULT_SASL_PORT, "--sasl-port") if sasl else None
-    shutil.rmtree(folder / "node1", ignore_errors=True)  # a new, empty broker each start
+    data = folder / "node1" / "data"
+    had = (data / "meta.properties").exists()
+    if fresh:
+        shutil.rmtree(folder / "node1", ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
-    auth = Auth(user=SASL_USER, password=secrets.token_hex(16)) if sasl else None
+    password = _kept_password(folder) if had and not fresh else None
+    auth = Auth(user=SASL_USER, password=password or secrets.token_hex(16)) if sasl else None
     cluster = start_cluster(
-        folder, 1, sasl=sasl, auth=auth, attached=attached, port=chosen, sasl_port=chosen_sasl
+        folder, 1, sasl=sasl, auth=auth, attached=attached, port=chosen, sasl_port=chosen_sasl,
+        keep_data=True,
     )
     node = cluster.nodes[0]
     assert node.pid is not None
@@ -126,7 +148,18 @@ def start(
         )
     _write_private(state.client_file, "".join(f"{k}={v}\n" for k, v in props.items()))
     (folder / STATE_FILE).write_text(json.dumps(asdict(state), indent=1) + "\n")
-    return cluster, state
+    return cluster, state, Started(had and not fresh, had and fresh, data)
+
+
+def _kept_password(folder: Path) -> str | None:
+    """The SASL password the broker before had, so clients' saved settings still work."""
+    try:
+        text = (folder / CLIENT_FILE).read_text()
+    except FileNotFoundError:
+        return None
+    props = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    return props.get("sasl.plain.password") if props.get("sasl.plain.username") == SASL_USER \
+        else None
 
 
 def read_state(folder: Path) -> BrokerState | None:
@@ -140,24 +173,67 @@ def read_state(folder: Path) -> BrokerState | None:
         ) from None
 
 
-def _is_our_broker(state: BrokerState) -> bool:
-    """The PID is alive and is the JVM started on this folder's server.properties."""
+def _is_broker_of(pid: int, server_properties: Path) -> bool:
+    """The PID is alive and is the JVM started on this ``server.properties``."""
     try:
-        cmdline = Path(f"/proc/{state.pid}/cmdline").read_bytes().split(b"\0")
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"kafka.Kafka" in cmdline and str(state.server_properties).encode() in cmdline
+    return b"kafka.Kafka" in cmdline and str(server_properties).encode() in cmdline
+
+
+def _search(server_properties: Path) -> int | None:
+    """The PID of a broker JVM started on this ``server.properties``, from /proc."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _is_broker_of(int(entry.name), server_properties):
+            return int(entry.name)
+    return None
 
 
 def find_running(folder: Path) -> BrokerState | None:
-    """The folder's broker if it runs; a state file left by one that died is removed."""
+    """The folder's broker if it runs: by the PID its state file names, else by its
+    command line (a stale or edited PID; the state file is then corrected)."""
     state = read_state(folder)
-    if state is None:
-        return None
-    if _is_our_broker(state):
+    if state is not None and _is_broker_of(state.pid, state.server_properties):
         return state
-    forget(folder)
-    return None
+    pid = _search(folder.resolve() / "node1" / "server.properties")
+    if pid is None:
+        return None
+    if state is None:
+        raise DurableWalError(
+            f"a Kafka broker (pid {pid}) runs from {folder} but {folder / STATE_FILE} is "
+            f"missing: stop it with kill {pid}, then durablewal kafka start")
+    found = replace(state, pid=pid)
+    (folder / STATE_FILE).write_text(json.dumps(asdict(found), indent=1) + "\n")
+    return found
+
+
+def died(folder: Path) -> str | None:
+    """Why no broker runs though ``broker.json`` says one was started (``stop`` removes
+    it): when it started, that it ended without ``stop``, and its log; None when the
+    state file is absent. Its exit status is not known: it was no process's child here."""
+    state = read_state(folder)
+    if state is None or find_running(folder) is not None:
+        return None
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.started_ms / 1000))
+    log = Path(state.folder) / "node1" / "server.log"
+    why = "killed, crashed, or the machine restarted"
+    if state.started_ms / 1000 < _boot_time():
+        why = "the machine restarted since"
+    text = (f"the local Kafka broker of {folder} (pid {state.pid}, started {started}) is not "
+            f"running: it ended without durablewal kafka stop ({why}); its data is kept, "
+            f"and durablewal kafka start runs it again")
+    if log.exists():
+        last = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(log.stat().st_mtime))
+        text += f"; its log: {log} (last written {last})"
+    return text
+
+
+def _boot_time() -> float:
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return 0.0
 
 
 def forget(folder: Path) -> None:

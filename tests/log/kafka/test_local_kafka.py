@@ -154,3 +154,70 @@ def test_an_attached_broker_dies_with_a_caller_killed_by_sigkill(tmp_path, calle
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
+
+
+def test_the_local_broker_keeps_its_data_across_stop_crash_and_a_stale_pid(tmp_path):
+    """This tests that the local broker's data outlives it: a step written, `stop`, then
+    `start` reads it back with the same saved client settings (SASL password kept); the
+    broker killed with SIGKILL: `status` exits 1 saying it ended without `stop` and
+    naming its log, and `start` again still reads the step; a broker.json whose PID was
+    edited to another process never orphans the broker: `status` and `stop` find it by
+    its folder; `start --fresh` says what it deletes and starts empty."""
+    from pyspark_durable.errors import LogNotFound
+
+    folder = tmp_path / "kafka"
+    ports = ["--port", free_port(), "--sasl-port", free_port()]
+
+    def start(*extra: object) -> str:
+        done = durablewal("kafka", "start", "--dir", folder, "--sasl", *ports, *extra)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    def pid() -> int:
+        return json.loads((folder / "broker.json").read_text())["pid"]
+
+    def steps() -> list[int]:
+        ns = open_namespace({"backend": "kafka", "namespace": "kept",
+                             "options": client_settings(folder)}, create=False)
+        try:
+            return read_steps(ns, "orders").column("id").to_pylist()
+        finally:
+            ns.close()
+
+    try:
+        assert "data: a new, empty broker" in start()
+        ns = open_namespace({"backend": "kafka", "namespace": "kept",
+                             "options": client_settings(folder)})
+        write_step(ns, "loader", 0, {"orders": [{"id": 7}]})
+        ns.close()
+        saved = (folder / "client.properties").read_text()
+        assert durablewal("kafka", "stop", "--dir", folder, timeout=120).returncode == 0
+        assert "the broker's data from before, kept" in start()
+        assert (folder / "client.properties").read_text() == saved
+        assert steps() == [7]
+
+        killed = pid()
+        os.killpg(killed, signal.SIGKILL)
+        assert gone_within(killed, 30.0)
+        status = durablewal("kafka", "status", "--dir", folder)
+        assert status.returncode == 1, status.stdout
+        assert f"(pid {killed}, started" in status.stdout
+        assert "ended without durablewal kafka stop" in status.stdout
+        assert f"its log: {folder.resolve()}/node1/server.log" in status.stdout
+        start()
+        assert steps() == [7]
+
+        real = pid()
+        state = json.loads((folder / "broker.json").read_text())
+        (folder / "broker.json").write_text(json.dumps({**state, "pid": os.getpid()}))
+        status = durablewal("kafka", "status", "--dir", folder, "--json")
+        assert status.returncode == 0 and json.loads(status.stdout)["pid"] == real
+        assert durablewal("kafka", "stop", "--dir", folder, timeout=120).returncode == 0
+        assert gone_within(real, 5.0)
+
+        out = start("--fresh")
+        assert "--fresh deleted the data of the broker before" in out
+        with pytest.raises(LogNotFound):
+            steps()
+    finally:
+        durablewal("kafka", "stop", "--dir", folder, timeout=120)

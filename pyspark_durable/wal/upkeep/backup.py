@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyspark_durable.wal.failpoints as failpoints  # the module: tests swap its hooks
 from pyspark_durable.errors import BackupCheckFailed, BackupRefused
 from pyspark_durable.log import LogStore
 from pyspark_durable.log.file import FileLogStore
@@ -137,11 +138,13 @@ def backup_namespace(store: LogStore, dest: str | os.PathLike[str],
     report = BackupReport(dest, range(0), 0)
     capture = store.capture(COMMITS_LOG)
     try:
+        failpoints.reached("backup.captured")
         task = progress.task("backup", len(capture.logs) + 1, "logs")
         report.bytes = store.write_copy(capture, partial, _counting(report, progress, task))
     finally:
         capture.close()
     fsync_dir(partial)
+    failpoints.reached("backup.copied")
     report.check, report.steps = _verify(store, partial)
     with storage_errors("renaming the backup into place", dest, namespace=store.namespace):
         os.rename(partial, dest)  # replaces an empty folder, never a full one

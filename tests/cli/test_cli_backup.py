@@ -287,7 +287,7 @@ def test_a_destination_that_is_not_new_and_empty_is_refused_and_nothing_is_writt
         (["backup", "s3://bucket/wal", "--namespace", NS, tmp_path / "s3"],
          "S3 Versioning"),
         (["backup", "--bootstrap-servers", "127.0.0.1:9", "--namespace", NS,
-          tmp_path / "kafka"], "MirrorMaker 2"),
+          tmp_path / "kafka"], "Cluster Linking"),
     ]
     before = tree(tmp_path)
     for argv, said in cases:

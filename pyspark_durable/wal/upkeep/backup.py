@@ -63,10 +63,12 @@ INSTEAD = {
           "Replication (same- or cross-region) of the WAL's prefix, or AWS Backup for S3; "
           "a copy with `aws s3 sync` while writers run is not consistent (it lists objects "
           "at different moments). See docs/operations.md, \"Back up and restore\"",
-    "kafka": "Kafka keeps its own copies: replicate the WAL's topics to another cluster "
-             "with MirrorMaker 2 (or your platform's cluster linking), keeping topic names "
-             "(IdentityReplicationPolicy) so that the copy opens under the same namespace; "
-             "see docs/operations.md, \"Back up and restore\"",
+    "kafka": "Kafka keeps its own copies: replicate the WAL's topics inside the cluster "
+             "(replication.factor 3, min.insync.replicas 2), and to another cluster with a "
+             "mirror that keeps offsets (Confluent Cluster Linking's mirror topics, "
+             "promoted on failover); not MirrorMaker 2, which renumbers offsets, while the "
+             "WAL's steps name their entries by offset (a MirrorMaker copy fails its reads "
+             "with ContentMismatch). See docs/operations.md, \"Back up and restore\"",
     "memory": "a memory WAL lives and dies with its process: there is nothing to back up",
 }
 

@@ -68,6 +68,17 @@ class Child:
     def alive(self) -> None:
         assert self.proc.poll() is None, f"the child died: {self.err.read_text()[-3000:]}"
 
+    stop_flag: Path | None = None  # a cleaner's: it ends its passes once the file exists
+
+    def stop(self) -> None:
+        """End a cleaner between two passes (killed if it does not end in a minute)."""
+        assert self.stop_flag is not None
+        self.stop_flag.touch()
+        try:
+            self.proc.wait(timeout=60)
+        finally:
+            self.kill()
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
@@ -89,15 +100,12 @@ def running(tmp_path: Path):
     stop = tmp_path / "stop-cleaner"
     cleaner = Child([sys.executable, str(CHILDREN / "stress_child.py"), "cleaner", "file",
                      cfg, NS, str(stop)], tmp_path / "cleaner.err")
+    cleaner.stop_flag = stop
     try:
         yield root, writer, cleaner
     finally:
-        stop.touch()
         writer.kill()
-        try:
-            cleaner.proc.wait(timeout=60)
-        finally:
-            cleaner.kill()
+        cleaner.stop()
 
 
 def cli(*argv: object) -> subprocess.CompletedProcess:
@@ -154,13 +162,16 @@ def test_backups_taken_while_a_writer_and_a_cleaner_run_open_whole(running, tmp_
         writer.alive()
         cleaner.alive()
         assert cleaner.count("PASS") > passes and len(writer.acks()) > before
-    assert_source_whole(root, writer)
+    assert_source_whole(root, writer, cleaner)
 
 
-def assert_source_whole(root: Path, writer: Child) -> None:
-    """Once the writer is killed, the source checks clean and holds every step it
+def assert_source_whole(root: Path, writer: Child, cleaner: Child) -> None:
+    """Once the writer is killed and the cleaner stopped (a check reads segments a running
+    cleaner deletes and frees), the source checks clean and holds every step the writer
     acknowledged that is still retained, by content."""
     writer.kill()
+    cleaner.stop()
+    assert cleaner.proc.returncode == 0 and cleaner.lines[-1] == "DONE", cleaner.err.read_text()
     assert main(["check", str(root), "--namespace", NS]) == 0
     source = Namespace(open_store("file", NS, **config(root)), None, create=False)
     try:
@@ -212,7 +223,7 @@ def test_a_backup_held_after_its_capture_copies_the_namespace_as_captured(runnin
     assert_copy_holds(dest, acked, retained_start(root))
     writer.alive()
     cleaner.alive()
-    assert_source_whole(root, writer)
+    assert_source_whole(root, writer, cleaner)
 
 
 @pytest.mark.crash
@@ -248,7 +259,7 @@ def test_a_backup_killed_midway_leaves_the_source_whole_and_a_partial_the_next_r
     assert_copy_holds(dest, acked, retained_start(root))
     writer.alive()
     cleaner.alive()
-    assert_source_whole(root, writer)
+    assert_source_whole(root, writer, cleaner)
 
 
 @pytest.fixture

@@ -146,15 +146,22 @@ def capture_store(folder: Path, anchor: str, list_logs: Callable[[], list[str]],
                   namespace: str) -> StoreCapture:
     """Capture the logs of the namespace folder ``folder``: ``anchor`` first, its lock
     held while the logs are listed and each other one is captured, and the snapshots
-    and the reserve's size meanwhile (the module docstring says why)."""
+    and the reserve's size meanwhile (the module docstring says why).
+
+    The copy locks are taken before the anchor's lock: one waits for a free that is
+    punching (a free that starts later punches nothing), and the anchor's lock holds
+    the anchor's writers off for the metadata reads alone, never for a punch."""
     first = LogCapture(anchor)
     whole = StoreCapture([first], [], None, None)
+    held: dict[str, LogCapture] = {anchor: first}  # every log whose copy lock is taken
     try:
         with storage_errors("capturing the files to copy", folder, namespace=namespace):
             if not (folder / anchor).is_dir():
                 raise LogNotFound(f"no {anchor} log in {folder}", namespace=namespace,
                                   log=anchor)
-            _hold_copy_lock(folder / anchor, first, access, namespace)
+            for name in [anchor, *sorted(set(list_logs()) - {anchor})]:
+                capture = held.setdefault(name, LogCapture(name))
+                _hold_copy_lock(folder / name, capture, access, namespace)
             with _log_lock(folder / anchor, first, access, namespace):
                 _read_log(folder / anchor, first)
                 snapshots = folder / snapshot_folder
@@ -167,19 +174,26 @@ def capture_store(folder: Path, anchor: str, list_logs: Callable[[], list[str]],
                             whole.snapshots.append(_open(snapshots / name, whole.held))
                         except FileNotFoundError:
                             continue  # pruned since it was listed: a newer one replaced it
-                # listed under the anchor's lock: a log that anything below the anchor's
-                # end refers to exists now
+                # listed again under the anchor's lock: a log that anything below the
+                # anchor's end refers to exists now (one made since the first listing
+                # takes its copy lock here)
                 for name in sorted(set(list_logs()) - {anchor}):
-                    capture = LogCapture(name)
+                    capture = held.get(name)
+                    if capture is None:
+                        capture = held[name] = LogCapture(name)
+                        _hold_copy_lock(folder / name, capture, access, namespace)
                     whole.logs.append(capture)
-                    _hold_copy_lock(folder / name, capture, access, namespace)
                     with _log_lock(folder / name, capture, access, namespace):
                         _read_log(folder / name, capture)
+            for name in set(held) - {c.name for c in whole.logs}:
+                held[name].held.close()  # listed once, gone since: nothing to copy
             try:
                 whole.reserve = (reserve_file, (folder / reserve_file).stat().st_size)
             except FileNotFoundError:
                 whole.reserve = None  # released on a full disk; the copy's first pass makes it
     except BaseException:
+        for capture in held.values():
+            capture.held.close()
         whole.close()
         raise
     return whole

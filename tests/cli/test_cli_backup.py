@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import CHILDREN, ROOT, wait_until
+from helpers import CHILDREN, ROOT, frame_spans, wait_until
 from wal_child import write_step
 from wal_crash_tools import check_namespace
 
@@ -326,3 +326,26 @@ def test_a_destination_that_is_not_new_and_empty_is_refused_and_nothing_is_writt
             assert ns.steps() == range(0, 5)
         finally:
             ns.close()
+
+
+def test_a_copy_that_fails_its_check_stays_partial_and_the_backup_fails(small_wal, tmp_path,
+                                                                         capsys):
+    """This tests the check a copy passes before it is a backup: a source with one damaged
+    entry (a flipped byte in a step's frame) gives a copy with the same damage, so the
+    backup exits 2 with BackupCheckFailed naming the problem and the partial copy, which
+    it keeps for inspection; DEST is never made, and the source is not changed."""
+    ns = Namespace(open_store("file", NS, **config(small_wal)), None, create=False)
+    run = ns.step_commit(2).runs[0]
+    ns.close()
+    segment = min((small_wal / NS / f"region_{run.region_id}").glob("*.seg"))
+    first, end = frame_spans(segment)[run.start]
+    data = bytearray(segment.read_bytes())
+    data[(first + end) // 2] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    dest = tmp_path / "backup"
+    assert main(["backup", str(small_wal), "--namespace", NS, str(dest)]) == 2
+    err = capsys.readouterr().err
+    assert "fails its check" in err and f"{dest}.partial" in err, err
+    assert f"offset={run.start}" in err and "step 2 is lost" in err, err
+    assert not dest.exists() and Path(f"{dest}.partial", NS).is_dir()
+    assert segment.read_bytes() == bytes(data)

@@ -106,8 +106,9 @@ def _refuse_destination(store: FileLogStore, dest: Path, partial: Path) -> None:
         raise BackupRefused(f"destination {dest} exists and is not empty: give a new or "
                             "empty folder (a backup never writes over files)", **where)
     if partial.exists():
-        raise BackupRefused(f"{partial} exists: a backup to {dest} was interrupted (or is "
-                            "running now); it is incomplete, never a backup: once no backup "
+        raise BackupRefused(f"{partial} exists: a backup to {dest} was interrupted or "
+                            "failed (or is running now); it is incomplete, never a backup: "
+                            "once no backup "
                             f"to {dest} runs, remove it (rm -rf {partial}) and run the backup "
                             "again", **where)
     source = store.root.resolve()
@@ -121,9 +122,9 @@ def backup_namespace(store: LogStore, dest: str | os.PathLike[str],
                      progress: Progress | None = None) -> BackupReport:
     """Copy the namespace of ``store`` to the new WAL root ``dest`` (the module docstring
     says why the copy is consistent): through ``DEST.partial``, checked, then renamed."""
-    refused = refusal(store.type_name)
-    if refused is not None or not isinstance(store, FileLogStore):
-        raise refused or BackupRefused(f"{store.type_name}: not a file log store")
+    if not isinstance(store, FileLogStore):
+        raise refusal(store.type_name) or BackupRefused(
+            f"a {type(store).__name__} is no file log store: nothing to copy files of")
     progress = progress or Silent()
     dest = Path(dest)
     partial = partial_path(dest)

@@ -67,8 +67,8 @@ INSTEAD = {
              "(replication.factor 3, min.insync.replicas 2), and to another cluster with a "
              "mirror that keeps offsets (Confluent Cluster Linking's mirror topics, "
              "promoted on failover); not MirrorMaker 2, which renumbers offsets, while the "
-             "WAL's steps name their entries by offset (a MirrorMaker copy fails its reads "
-             "with ContentMismatch). See docs/operations.md, \"Back up and restore\"",
+             "WAL's steps name their entries by offset (a MirrorMaker copy's steps point at "
+             "the wrong entries). See docs/operations.md, \"Back up and restore\"",
     "memory": "a memory WAL lives and dies with its process: there is nothing to back up",
 }
 

@@ -225,3 +225,16 @@ class AccessDenied(DurableWalError):
                  resource: str, **where: Any) -> None:
         self.principal, self.operation, self.resource = principal, operation, resource
         super().__init__(message, **where)
+
+
+class BackupRefused(DurableWalError):
+    """A backup was not started, and nothing was written: its destination exists and is
+    not empty, or holds what an interrupted backup left (``DEST.partial``), or the WAL's
+    backend keeps its copies itself (the message names what to use instead)."""
+
+
+class BackupCheckFailed(DurableWalError):
+    """A backup's copy failed the check it is given before it becomes the destination:
+    the message names the problems and the partial copy, which stays for inspection.
+    The same problems in ``durablewal check`` of the source are damage the copy took
+    along; otherwise it is a bug in the copy."""

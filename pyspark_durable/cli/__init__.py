@@ -9,13 +9,14 @@
     durablewal check /data/wal --namespace orders        # exit 1 lists every problem
     durablewal clean /data/wal --grace-ms 0 --json
     durablewal retention /data/wal --namespace orders --max-steps 1000
+    durablewal backup /data/wal --namespace orders /backup/wal-2026-01-01
     durablewal kafka start --sasl                        # a local broker; kafka stop ends it
 
 The WAL is a folder (file backend: ``PATH`` or ``--path``) or a Kafka cluster
 (``--bootstrap-servers``; client settings such as SASL credentials from a properties
 file, ``--kafka-config client.properties``, as Kafka's tools take ``--command-config``).
-Commands only read, except ``clean``, ``repair`` and ``retention`` with a setting; none creates a
-namespace. ``--json`` prints one JSON document instead of tables.
+Commands only read, except ``clean``, ``repair`` and ``retention`` with a setting (``backup``
+writes only its copy); none creates a namespace. ``--json`` prints one JSON document instead of tables.
 
 Tables are aligned plain text when piped, styled on a terminal (no colours with
 ``NO_COLOR``); ``check``, ``clean``, ``tail`` and ``namespaces`` draw progress bars on
@@ -204,7 +205,8 @@ def _add_reading_commands(add: AddCommand) -> None:
 
 
 def _add_maintenance_commands(add: AddCommand) -> None:
-    """The commands that verify or change a WAL: check, clean, repair and retention."""
+    """The commands that verify, change or copy a WAL: check, clean, repair, backup and
+    retention."""
     p = add("check", maintain.cmd_check,
             "verify CRCs, sequences, steps and the snapshot; exit 1 listing every problem",
             epilog=CHECK_TERMS)
@@ -219,6 +221,15 @@ def _add_maintenance_commands(add: AddCommand) -> None:
     add("repair", maintain.cmd_repair,
         "record the steps check finds lost as lost (their reads then say so), rewrite "
         "damaged snapshots; idempotent")
+    p = add("backup", maintain.cmd_backup,
+            "copy a file-log namespace to DEST while writers, readers and cleaners run; "
+            "the copy is checked, then opens as a WAL (give DEST as its path)",
+            epilog="DEST must be new or an empty folder; the copy is written to DEST.partial "
+                   "and renamed to DEST once checked. S3 and Kafka are refused: see "
+                   "docs/operations.md, \"Back up and restore\".")
+    p.add_argument("dest", metavar="DEST",
+                   help="the new WAL root of the copy (DEST/NAMESPACE/...)")
+    p.set_defaults(intermixed=True)  # PATH and DEST may sit on either side of options
     p = add("retention", maintain.cmd_retention,
             "show or set the retention policy every cleaner applies, and the readers")
     p.add_argument("--max-steps", type=_limit, metavar="N",
@@ -314,6 +325,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``durablewal`` and ``python -m pyspark_durable``; returns the exit code."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    if getattr(args, "intermixed", False):
+        # two positionals (PATH, DEST) with options between them: argparse's plain parse
+        # gives the first one it meets to DEST and leaves the second over
+        given = list(sys.argv[1:] if argv is None else argv)
+        sub = given[given.index(args.command) + 1:]
+        command = args.command
+        args, extra = args.parser.parse_intermixed_args(sub), []
+        args.command = command
     if args.command == "demo":
         args.demo_args = extra
         args.verbose = 0

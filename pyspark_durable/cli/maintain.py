@@ -1,5 +1,5 @@
-"""The subcommands of ``durablewal`` that verify a WAL or change it: ``check``,
-``clean``, ``retention`` and ``lag`` (the readers' positions). Same contract as
+"""The subcommands of ``durablewal`` that verify a WAL, change it or copy it: ``check``,
+``clean``, ``repair``, ``retention``, ``backup`` and ``lag`` (the readers' positions). Same contract as
 :mod:`pyspark_durable.cli.commands`: parsed arguments in, an exit code out.
 """
 
@@ -12,6 +12,7 @@ from pyspark_durable.endpoint.lag import prometheus_text, reader_lags
 from pyspark_durable.errors import DurableWalError
 from pyspark_durable.log.base import Reserve
 from pyspark_durable.wal import Cleaner, RetentionPolicy
+from pyspark_durable.wal.upkeep.backup import backup_namespace, refusal
 from pyspark_durable.wal.upkeep.check import run_check
 from pyspark_durable.wal.upkeep.check_report import Fix
 from pyspark_durable.wal.upkeep.repair import repair
@@ -128,6 +129,47 @@ def cmd_clean(args: argparse.Namespace) -> int:
         lines.append(TextTable(["region", "low_before", "low_after", "freed"],
                                [[r["region"], r["low_before"], r["low_after"], r["freed"]]
                                 for r in regions]))
+    output(args, doc, *lines)
+    return 0
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    """Copy a file-log namespace to DEST while it runs, check the copy, print how to
+    restore it; S3 and Kafka are refused, naming what backs them up."""
+    cfg = endpoint_config(args)
+    refused = refusal(cfg.backend)
+    if refused is not None:  # before anything is opened: a bucket or broker is not asked
+        raise refused
+    store = open_store(cfg)
+    try:
+        with Progress(not args.json) as progress:
+            report = backup_namespace(store, args.dest, progress)
+    finally:
+        store.close()
+    root, ns = cfg.options["path"], args.namespace
+    dest = report.dest
+    q = shlex.quote
+    restore = [f"durablewal check {q(str(dest))} --namespace {q(ns)}   (the copy, any time)",
+               f"use it in place: give {q(str(dest))} as the WAL's path (--path, .save(), "
+               ".load()) to every process",
+               f"or copy it back: mv {q(f'{root}/{ns}')} {q(f'{root}/{ns}.replaced')} && "
+               f"cp -a {q(f'{dest}/{ns}')} {q(f'{root}/{ns}')}"]
+    doc = {"namespace": ns, "source": str(root), "dest": str(dest),
+           "steps": [report.steps.start, report.steps.stop], "bytes": report.bytes,
+           "logs": report.logs, "check": report.check.to_json() if report.check else None,
+           "restore": restore}
+    lines: list[Part] = [
+        f"backed up namespace {ns!r} of {root} to {dest}: steps "
+        f"{span(report.steps.start, report.steps.stop)} ({len(report.steps)} retained), "
+        f"{report.bytes:,} bytes",
+        TextTable(["log", "bytes"], [[name, f"{size:,}"] for name, size in report.logs.items()]),
+    ]
+    if report.check is not None:
+        lines.append(styled("OK", "bold green") + f": the copy's check finds no problem "
+                     f"({report.check.summary()})")
+    lines.append("to restore, stop every process that uses the WAL, then either:")
+    lines += [f"  {line}" for line in restore[1:]]
+    lines.append(f"check the copy: {restore[0]}")
     output(args, doc, *lines)
     return 0
 

@@ -37,6 +37,7 @@ module                             for
 ``upkeep.check``                   the integrity check (``durablewal check``)
 ``upkeep.check_report``            what the check found, with coordinates
 ``upkeep.repair``                  what check finds lost recorded as lost (``durablewal repair``)
+``upkeep.backup``                  a consistent copy of a running file-log namespace (``durablewal backup``)
 =================================  ========================================================
 """
 

@@ -17,7 +17,10 @@ Points: ``commit.checked`` (before the step record is appended), ``commit.append
 before the ``clean`` record), ``clean.recorded`` (after it, before deleting),
 ``clean.freeing`` (a region's dead entries found, before they are freed),
 ``clean.deleted`` (regions deleted and freed, before the snapshot), ``clean.snapshot`` (before
-the snapshot is written), ``clean.snapshotted`` (before the commits log is cleaned).
+the snapshot is written), ``clean.snapshotted`` (before the commits log is cleaned),
+``backup.captured`` (a backup holds its capture: the files open, the copy locks taken,
+nothing written yet), ``backup.copied`` (the copy written and fsync'd in ``DEST.partial``,
+before its check and rename).
 """
 
 from __future__ import annotations

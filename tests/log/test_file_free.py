@@ -106,3 +106,34 @@ def test_a_cut_freed_file_is_harmless_and_a_record_without_its_hole_too(tmp_path
     assert (folder / FREED_FILE).stat().st_size == 2 * FREED_RECORD.size
     assert store(tmp_path).open_region(0, create=False).freed_ranges() == [(5, 8), (30, 31)]
     assert os.path.getsize(seg) == pos[40]
+
+
+def test_a_free_while_a_copy_is_taken_punches_nothing_until_a_later_free(tmp_path):
+    """This tests how a free and a copy of the log meet (log/file/copy.py): while a
+    capture holds the log's copy lock, a free records its frames (they read as freed at
+    once) but punches no hole, so the copy written after it holds every entry as
+    captured; the first free after the copy punches the held-back hole with its own."""
+    source = store(tmp_path)
+    log = source.open_region(0)
+    log.append([big(i) for i in range(40)])
+    folder = region_folder(tmp_path)
+    blocks = segment_blocks(folder)
+    copy_root = tmp_path / "copy"
+    copy_root.mkdir()
+    capture = source.capture("region_0")
+    try:
+        log.free([(10, 20)])
+        assert segment_blocks(folder) == blocks, "a hole was punched under a copy"
+        assert store(tmp_path).open_region(0, create=False).freed_ranges() == [(10, 20)]
+        assert source.write_copy(capture, copy_root) >= 40 * BIG
+    finally:
+        capture.close()
+    copied = FileLogStore("ns", path=str(copy_root)).open_region(0, create=False)
+    assert [(e.offset, e.value) for e in copied.read(0)] == [(i, big(i).value) for i in range(40)]
+    assert copied.repairs == []
+
+    log.free([(25, 30)])
+    assert blocks - segment_blocks(folder) >= 14 * BIG // 512, (blocks, segment_blocks(folder))
+    fresh = store(tmp_path).open_region(0, create=False)
+    assert fresh.freed_ranges() == [(10, 20), (25, 30)]
+    assert [e.offset for e in fresh.read(0)] == [*range(10), *range(20, 25), *range(30, 40)]

@@ -10,6 +10,7 @@ Layout (one folder per namespace, one per log)::
           lock                         flock(2) target, serializes processes
           acked                        what was acknowledged: 2 slots
           low_watermark                decimal + CRC, replaced atomically
+          freed, copying               freed frames' records; the lock a backup holds
         commits/ ...                   the WAL's own logs look the same
         snapshots/{name}.{version:020d}   snapshot versions, each written atomically;
                                        the highest one is the snapshot
@@ -25,7 +26,8 @@ The package along its seams:
 * :mod:`.disk`: fsync'd folders, atomic replacement, writev, flock, OS errors typed,
   and the sizes that follow the disk (segments, the reserve);
 * :mod:`.log`: one log (group commit, several processes, reads, deletion);
-* :mod:`.store`: the namespace's logs, snapshots and reserve.
+* :mod:`.store`: the namespace's logs, snapshots and reserve;
+* :mod:`.copy`: a consistent capture and copy of the namespace's files while it runs.
 
 Every module logs to this package's logger, ``pyspark_durable.log.file``.
 """

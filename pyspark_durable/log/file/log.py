@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark_durable.errors import (
@@ -47,11 +48,13 @@ from pyspark_durable.errors import (
     OffsetOutOfRange,
 )
 from pyspark_durable.log.base import Entry, Log, Record, is_decimal, merge_ranges
+from pyspark_durable.log.file.copy import COPY_LOCK
 from pyspark_durable.log.file.disk import (
     PRIVATE,
     Access,
     FileLock,
     create_empty,
+    create_file,
     fsync_dir,
     storage_errors,
     write_all,
@@ -430,14 +433,22 @@ class FileLog(Log):
     def free(self, ranges: Sequence[tuple[int, int]]) -> None:
         """Record the frames of ``ranges`` in ``freed`` (fsync'd), then punch their
         blocks (:mod:`.freed` says why in this order). Damaged offsets are left as they
-        are: they stay reported, not hidden."""
+        are: they stay reported, not hidden.
+
+        While a copy of the log is being taken (:mod:`.copy`: it holds the log's copy
+        lock shared) nothing is punched: a punch is the one change to bytes below the
+        log's end, and the copy reads them after its capture. The frames are recorded
+        all the same (they read as freed from now on), and the first free that finds no
+        copy running punches them, as after a crash between the record and the punch.
+        The lock is never waited for, so a copy holds no cleaner back."""
         with storage_errors("freeing", self.path, namespace=self.namespace, log=self.name):
-            with self._locked(fcntl.LOCK_EX):
+            with self._locked(fcntl.LOCK_EX), self._punch_lock() as may_punch:
                 self._refresh(exclusive=True)
                 # one block size for the holes punched and the holes looked for: the
                 # segments' file system is the folder's
                 block = os.stat(self.path).st_blksize
-                self._finish_punches(block)
+                if may_punch:
+                    self._finish_punches(block)
                 records = self._freeable(merge_ranges(ranges))
                 if not records:
                     return
@@ -445,9 +456,29 @@ class FileLog(Log):
                 self._freed_key = None  # re-read: the records are ours now
                 with self._state:
                     self._load_claims(self._segments)
+                if not may_punch:
+                    log.info("namespace=%s log=%s: a copy of the log is being taken; the "
+                             "freed frames are recorded and their blocks are punched by a "
+                             "later free", self.namespace, self.name)
+                    return
                 for record in records:
                     if not self._punch(record, block):
                         break
+
+    @contextmanager
+    def _punch_lock(self) -> Iterator[bool]:
+        """The copy lock taken exclusively without waiting: True while held (no copy is
+        being taken, and none starts until it is released), False if a copy holds it."""
+        fd = create_file(self.path / COPY_LOCK, self.access, os.O_RDWR)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)  # closing the description releases the lock
 
     def _punch(self, record: FreedFrames, block: int) -> bool:
         """Punch the hole of ``record``; False (and noted) if the file system cannot."""

@@ -7,7 +7,7 @@ import logging
 import os
 import stat
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from pyspark_durable.log.base import (
     check_version,
     is_decimal,
 )
+from pyspark_durable.log.file.copy import StoreCapture, capture_store, write_capture
 from pyspark_durable.log.file.disk import (
     PRIVATE,
     SEGMENT_BYTES_MIN,
@@ -242,6 +243,21 @@ class FileLogStore(LogStore):
             log.warning("%s; the next cleaner pass tries again", exc)
             return Reserve.MISSING
         return Reserve.RECREATED
+
+    def capture(self, anchor: str) -> StoreCapture:
+        """Every file of the namespace a copy needs, captured while its writers, readers
+        and cleaners run, with ``anchor``'s lock held while the other logs are captured
+        (:mod:`.copy`); :meth:`write_copy` writes it. Close it when done."""
+        return capture_store(self.folder, anchor, self.list_logs, SNAPSHOTS, RESERVE_FILE,
+                             self.access, self.namespace)
+
+    def write_copy(self, capture: StoreCapture, root: Path,
+                   copied: Callable[[str, int], None] | None = None) -> int:
+        """Write ``capture`` as this namespace's folder below the new WAL root ``root``
+        (which exists, and holds no folder of this name), everything fsync'd; the bytes
+        written. ``copied`` is told of each log and of the snapshots with its bytes."""
+        return write_capture(capture, Path(root) / self.namespace, self.access,
+                             self.namespace, copied)
 
     def close(self) -> None:
         with self._lock:

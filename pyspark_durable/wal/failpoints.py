@@ -20,7 +20,9 @@ before the ``clean`` record), ``clean.recorded`` (after it, before deleting),
 the snapshot is written), ``clean.snapshotted`` (before the commits log is cleaned),
 ``backup.captured`` (a backup holds its capture: the files open, the copy locks taken,
 nothing written yet), ``backup.copied`` (the copy written and fsync'd in ``DEST.partial``,
-before its check and rename).
+before its check and rename), ``check.commits_read`` (a check has read the commits
+log, before the regions), ``check.region_reading`` (a region's bounds read, its read
+begun).
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from typing import Any
 from pyspark_durable.codec import codec_for, decode_key, decode_value
 from pyspark_durable.errors import CorruptEntryError, DurableWalError
 from pyspark_durable.log import Entry, Log, LogStore
+from pyspark_durable.wal import failpoints
 from pyspark_durable.wal.format.records import StepCommit, decode_record
 from pyspark_durable.wal.format.runs import DIGEST_HEX, Run, entry_digest
 from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME
@@ -102,6 +103,28 @@ class Checker:
                                      for p in self.report.problems):
             self.problem_from(exc, log=COMMITS_LOG)
 
+    # -- a cleaner running beside the check ---------------------------------------
+
+    def _gone_since(self, rc: _RunCheck) -> bool:
+        """Whether a cleaner released the step's entries after this check read the
+        commits log. A cleaner records an expiry (and a clean bound) in the commits log
+        before it deletes or frees anything, so the log as it is now says so; damage or
+        a cleaner that deleted without recording does not. Read again at each question:
+        the cleaner goes on while the check runs."""
+        try:
+            commits = self.store.open_log(COMMITS_LOG, create=False)
+            now = NamespaceState.recover(self.store, commits)
+        except DurableWalError:
+            return False  # the commits log itself is judged by its own pass
+        return not now.needed(rc.commit)
+
+    def _clean_bound_now(self, region_id: int) -> int:
+        try:
+            commits = self.store.open_log(COMMITS_LOG, create=False)
+            return NamespaceState.recover(self.store, commits).clean_bounds.get(region_id, 0)
+        except DurableWalError:
+            return 0
+
     # -- problems -----------------------------------------------------------------
 
     def problem(self, message: str, fix: Fix | None = None, **where: Any) -> None:
@@ -142,6 +165,7 @@ class Checker:
                     self.problem(f"reader {reader!r} is recorded at step {position.next_step}, "
                                  f"past the last committed step {state.next_step - 1}",
                                  log=COMMITS_LOG)
+        failpoints.reached("check.commits_read")
         self._check_regions(state)
         self._report_repairs()
         return self.report
@@ -383,6 +407,7 @@ class Checker:
         pending = [rc for rc in runs if not rc.settled]
         i, offset = 0, low
         entries = iter(region.read(low, high)) if high > low else iter(())
+        failpoints.reached("check.region_reading")
         while True:
             try:
                 entry = next(entries)
@@ -397,6 +422,11 @@ class Checker:
                     if not _freed_now(region, at):
                         self._damaged_entry(state, region_id, exc, at, pending)
                     offset = at + 1
+                    entries = iter(region.read(offset, high)) if high > offset else iter(())
+                    continue
+                moved = self._deleted_under_read(region_id, region, offset, pending[i:])
+                if moved is not None:  # a cleaner deleted what it had expired: read on
+                    offset = moved
                     entries = iter(region.read(offset, high)) if high > offset else iter(())
                     continue
                 self.problem_from(exc, region=region_id, offset=offset)
@@ -417,8 +447,24 @@ class Checker:
         reached = [rc for rc in pending[i:] if rc.run.start < offset]
         for rc in reached:
             self._finish(rc, region_id)
-        self._not_verified(region_id, [rc for rc in pending[i:] if rc.run.start >= offset],
-                           offset)
+        self._not_verified(region_id, [rc for rc in pending[i:]
+                                       if rc.run.start >= offset and not rc.settled], offset)
+
+    def _deleted_under_read(self, region_id: int, region: Log, offset: int,
+                            pending: list[_RunCheck]) -> int | None:
+        """Where to read on when a cleaner deleted segments from under the read: the new
+        low watermark, once every run below it is settled (expired since: nothing to
+        check; else named lost). None when nothing was deleted (a real read error)."""
+        try:
+            low = region.low_watermark()
+        except DurableWalError:
+            return None
+        if low <= offset:
+            return None
+        for rc in pending:
+            if rc.run.start < low and not rc.settled:
+                self._cleaned_below(rc, region_id, low)
+        return low
 
     def _damaged_entry(self, state: NamespaceState | None, region_id: int,
                        exc: DurableWalError, at: int, pending: list[_RunCheck]) -> None:
@@ -447,7 +493,9 @@ class Checker:
         freed = region.freed_ranges()
         for rc in runs:
             gone = [(a, b) for a, b in freed if a < rc.run.end and b > rc.run.start]
-            if gone and not rc.settled:
+            if gone and not rc.settled and self._gone_since(rc):
+                rc.settled = True  # freed by a cleaner that expired it during the check
+            elif gone and not rc.settled:
                 a, b = max(gone[0][0], rc.run.start), min(gone[0][1], rc.run.end)
                 self.problem(f"step {rc.commit.step} is lost: its entries [{a}, {b}) were "
                              "freed", region=region_id, offset=a, step=rc.commit.step)
@@ -460,7 +508,7 @@ class Checker:
         # a release before `clean` records deleted without recording: nothing to compare
         bound = None if state is None or state.bounds_unrecorded else \
             state.clean_bounds.get(region_id, 0)
-        if bound is not None and low > bound:
+        if bound is not None and low > bound and low > self._clean_bound_now(region_id):
             self.problem(f"the region was cleaned below {low}, above the bound {bound} the "
                          "commit log recorded: a cleaner deleted without recording first",
                          region=region_id, offset=bound)
@@ -471,15 +519,21 @@ class Checker:
                              region=region_id)
         for rc in runs:
             if rc.run.start < low:
-                self.problem(f"step {rc.commit.step} needs entries [{rc.run.start}, "
-                             f"{rc.run.end}) but the region was cleaned below {low}",
-                             region=region_id, offset=rc.run.start, step=rc.commit.step)
-                rc.settled = True
+                self._cleaned_below(rc, region_id, low)
             elif rc.run.end > high:
                 self.problem(f"step {rc.commit.step} needs entries [{rc.run.start}, "
                              f"{rc.run.end}) but the region ends at {high}",
                              region=region_id, offset=high, step=rc.commit.step)
                 rc.settled = True
+
+    def _cleaned_below(self, rc: _RunCheck, region_id: int, low: int) -> None:
+        """A run below the region's low watermark: lost, unless a cleaner expired its
+        step after the check read the commits log (then there is nothing to check)."""
+        if not self._gone_since(rc):
+            self.problem(f"step {rc.commit.step} needs entries [{rc.run.start}, "
+                         f"{rc.run.end}) but the region was cleaned below {low}",
+                         region=region_id, offset=rc.run.start, step=rc.commit.step)
+        rc.settled = True
 
     def _check_entry(self, state: NamespaceState | None, region_id: int,
                      entry: Entry) -> int | None:
@@ -530,6 +584,8 @@ class Checker:
 
     def _finish(self, rc: _RunCheck, region_id: int) -> None:
         run = rc.run
+        if rc.settled:
+            return  # judged already (released by a cleaner during the check, say)
         if rc.lost or (rc.mismatched and rc.entries == run.entries):
             pass  # lost to a damaged entry, or already reported entry by entry
         elif (rc.entries, rc.rows) != (run.entries, run.rows):

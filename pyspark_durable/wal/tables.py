@@ -8,6 +8,8 @@ add nullable columns or widen types (:mod:`pyspark_durable.wal.format.schemas`).
 
 from __future__ import annotations
 
+import difflib
+import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -92,6 +94,8 @@ class NamespaceTables:
                 hint = (f"; table id {by_id[0].table_id} is named {table!r} (created by id, or "
                         "from a numeric name by an older version): read it by its id, "
                         f"{by_id[0].table_id} in Python or tables=[{by_id[0].table_id}] in Spark")
+            elif isinstance(table, str):
+                hint = _name_hint(table, [t.name for t in self._state.tables.values()])
             raise RoutingError(f"unknown {kind} {table!r}; tables: {known}{hint}",
                                namespace=self.name)
         return info
@@ -214,3 +218,15 @@ def _fold(schema: pa.Schema, more: list[pa.Schema], merge_schema: bool,
 
 def _fmt(schema: pa.Schema) -> str:
     return "(" + ", ".join(f"{f.name}: {f.type}" for f in schema) + ")"
+
+
+def _name_hint(name: str, known: list[str]) -> str:
+    """A close name (a typo), or the JSON-list form for a name a comma list splits or
+    strips (``tables='a,b'`` selects ``a`` and ``b``, never the table ``a,b``)."""
+    split = [k for k in known if k != name and name.strip() in
+             [k.strip(), *(p.strip() for p in k.split(",") if "," in k)]]
+    if split:
+        return (f"; did you mean the table {split[0]!r}? A name with a comma or edge spaces "
+                f"is selected with the JSON-list form: tables='{json.dumps([split[0]])}'")
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""

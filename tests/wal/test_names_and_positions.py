@@ -50,6 +50,27 @@ def test_names_that_look_like_numbers_are_separate_tables(ns):
         ns.table(7)
 
 
+@pytest.mark.backends("memory")
+def test_an_unknown_table_name_points_at_the_table_meant(ns, tmp_path):
+    """This tests that a misspelt table name is answered with the close one, and that a
+    table named "a,b" (or with edge spaces) selected as tables='a,b' (which Spark's
+    option splits into "a" and "b") is answered with its JSON-list form, which selects
+    it."""
+    write_step(ns, "w", 0, {"orders": [{"id": 1}], "a,b": [{"id": 2}], " edge": [{"id": 3}]})
+    with pytest.raises(RoutingError, match="unknown table 'ordres'.*did you mean 'orders'"):
+        ns.table("ordres")
+    parsed = WalOptions.parse({"path": str(tmp_path), "tables": "a,b"}).tables
+    assert parsed == ("a", "b")
+    with pytest.raises(RoutingError, match=re.escape(
+            """did you mean the table 'a,b'? A name with a comma or edge spaces is selected """
+            """with the JSON-list form: tables='["a,b"]'""")):
+        ns.table(parsed[0])
+    assert WalOptions.parse({"path": str(tmp_path), "tables": '["a,b"]'}).tables == ("a,b",)
+    assert read_steps(ns, "a,b").column("id").to_pylist() == [2]
+    with pytest.raises(RoutingError, match=re.escape("""tables='[" edge"]'""")):
+        ns.table("edge")
+
+
 @pytest.mark.backends("file")
 def test_a_table_created_by_id_is_read_by_id_and_its_name_hints_there(ns):
     """This tests that a table an older version created from the numeric name "7" (stored

@@ -86,6 +86,11 @@ def _mark(value: int) -> bytes:
     return text + b" %08x" % zlib.crc32(text)
 
 
+def _etag(value: str | None) -> str:
+    """An ETag as a GET and a LIST both give it (servers differ in quoting)."""
+    return (value or "").strip('"')
+
+
 def _parse_mark(data: bytes) -> int | None:
     """The offset of a ``low``/``hint`` object, None if it is damaged."""
     text, _, crc = data.strip().partition(b" ")
@@ -100,8 +105,9 @@ class S3Log(Log):
     can_free = False  # an object is whole or gone: a prefix is deleted, like Kafka
 
     def __init__(self, namespace: str, name: str, client: Any, config: S3Config, base: str,
-                 writable: Callable[[], None]) -> None:
-        """``base``: the log's key prefix; ``writable``: the store's check before a write."""
+                 writable: Callable[[], None], boundary: int | None = None) -> None:
+        """``base``: the log's key prefix; ``writable``: the store's check before a write;
+        ``boundary``: one known already (0, always one, for a log just created)."""
         super().__init__(namespace, name)
         self._writable = writable
         self._client = client
@@ -109,7 +115,7 @@ class S3Log(Log):
         self._bucket = config.bucket
         self._base = base
         self._entries = f"{self._base}e/"
-        self._high: int | None = None  # a boundary this handle knows (only grows)
+        self._high: int | None = boundary  # a boundary this handle knows (only grows)
         self._lock = threading.Lock()
         self._append_lock = threading.Lock()  # one create at a time per handle: appends keep order
         self._executor: ThreadPoolExecutor | None = None
@@ -117,6 +123,9 @@ class S3Log(Log):
         # small objects, oldest first: first offset -> (entries, bytes)
         self._cache: OrderedDict[int, tuple[list[Entry], int]] = OrderedDict()
         self._cache_bytes = 0
+        self._low_seen: tuple[str, int] | None = None  # (ETag, offset) of ``low`` as last read
+        self._last_stop: int | None = None  # where the last read ended
+        self._ahead: tuple[int, Future[list[Entry] | None]] | None = None  # the next object
 
     # -- requests ----------------------------------------------------------------------
 
@@ -152,13 +161,18 @@ class S3Log(Log):
 
     def _listing(self, start_after: str | None) -> Iterator[tuple[str, int]]:
         """(key, size) of the entry objects after ``start_after`` (all, if None), ascending."""
-        kwargs: dict[str, Any] = {"Prefix": self._entries, "MaxKeys": LIST_PAGE}
+        for key, size, _ in self._listed_keys(self._entries, start_after):
+            yield key, size
+
+    def _listed_keys(self, prefix: str, start_after: str | None) -> Iterator[tuple[str, int, str]]:
+        """(key, size, ETag) of the objects below ``prefix`` after ``start_after``, ascending."""
+        kwargs: dict[str, Any] = {"Prefix": prefix, "MaxKeys": LIST_PAGE}
         if start_after is not None:
             kwargs["StartAfter"] = start_after
         for page in listed(self._client, self._config, f"listing entry objects (log {self.name})",
                            self._where(), **kwargs):
             for item in page.get("Contents", ()):
-                yield item["Key"], int(item.get("Size", 0))
+                yield item["Key"], int(item.get("Size", 0)), _etag(item.get("ETag"))
 
     def _count(self, key: str, meta: dict[str, str] | None = None) -> int:
         meta = meta if meta is not None else self._head(key, "reading an entry object's size")
@@ -183,7 +197,11 @@ class S3Log(Log):
             raise CorruptEntryError(f"the {name} mark s3://{self._bucket}/{self._base}{name} "
                                     "is damaged (bad offset or CRC)", namespace=self.namespace,
                                     log=self.name)
-        return value, answer.get("ETag")
+        etag = answer.get("ETag")
+        if name == "low" and etag:
+            with self._lock:
+                self._low_seen = (_etag(etag), value)
+        return value, etag
 
     # -- the end of the chain ----------------------------------------------------------
 
@@ -191,20 +209,27 @@ class S3Log(Log):
         """The chain's end, found by listing the objects from a known boundary on."""
         return self._listed_end(boundary)[0]
 
-    def _listed_end(self, boundary: int | None) -> tuple[int, list[tuple[int, int]]]:
-        """(the chain's end, (first, size) of each object from ``boundary`` on): one LIST,
-        and the last object's count (a small one is fetched whole and kept: a reader of
-        the tail reads it next)."""
+    def _listed_end(self, boundary: int | None
+                    ) -> tuple[int, list[tuple[int, int]], str | None]:
+        """(the chain's end, (first, size) of each object from ``boundary`` on, the ETag of
+        ``low`` or None if there is none): one LIST of the log's keys, where the entry
+        objects (``e/``) sort before the marks, and the last object's count (a small one
+        is fetched whole and kept: a reader of the tail reads it next)."""
         start_after = None if not boundary else self._key(boundary - 1)
         while True:
-            listed = [(self._first_of(key), size) for key, size in self._listing(start_after)]
+            listed, low_tag = [], None
+            for key, size, etag in self._listed_keys(self._base, start_after):
+                if key.startswith(self._entries):
+                    listed.append((self._first_of(key), size))
+                elif key == self._base + "low":
+                    low_tag = etag
             if not listed:
-                return boundary or 0, listed
+                return boundary or 0, listed, low_tag
             first, size = listed[-1]
             try:
                 if size <= CACHED_OBJECT_BYTES:
-                    return first + len(self._object_entries(first)), listed
-                return first + self._count(self._key(first)), listed
+                    return first + len(self._object_entries(first)), listed, low_tag
+                return first + self._count(self._key(first)), listed, low_tag
             except OffsetOutOfRange:
                 continue  # deleted since the LIST: the low watermark passed it, newer ones exist
 
@@ -227,6 +252,18 @@ class S3Log(Log):
         low, _ = self._mark_object("low")
         return low or 0
 
+    def _low_listed(self, etag: str | None) -> int:
+        """The low watermark, given the ETag a LIST just saw for ``low`` (None: absent): a
+        GET only if it differs from the one this handle last read. An ETag names one
+        version of an object (the conditional replace of ``low`` relies on it too)."""
+        if etag is None:
+            return 0
+        with self._lock:
+            seen = self._low_seen
+        if etag and seen is not None and seen[0] == etag:
+            return seen[1]
+        return self.low_watermark()
+
     # -- appending ---------------------------------------------------------------------
 
     def append(self, records: Sequence[Record]) -> list[int]:
@@ -248,24 +285,30 @@ class S3Log(Log):
         if not records:
             return []
         self._writable()
+        # a large append lists the end first (a LIST costs less than a create that loses),
+        # while its frames are built
+        end: Future[int] | None = None
+        if sum(len(r.value) for r in records) > OPTIMISTIC_BYTES:
+            end = self._reader_pool().submit(self.high_watermark)
         now = int(time.time() * 1000)
         parts = []
         for index, record in enumerate(records):  # frames hold their index in the object
             head, value = frame_parts(index, now, record)
-            parts += [head, bytes(value)]
-        body = b"".join(parts)
+            parts += [head, value]
+        body = b"".join(parts)  # takes any buffer (an Arrow value): the one copy of a value
         count, token = len(records), uuid.uuid4().hex
         with self._append_lock:
-            with self._lock:
-                first = self._high
-            if first is None or len(body) > OPTIMISTIC_BYTES:
-                first = self.high_watermark()  # a LIST costs less than a create that loses
+            listed_end = None if end is None else end.result()
+            with self._lock:  # this handle's own appends may have ended past that listing
+                first = self._high if listed_end is None else max(listed_end, self._high or 0)
+            if first is None or (listed_end is None and len(body) > OPTIMISTIC_BYTES):
+                first = self.high_watermark()
             while not self._create(first, body, count, token):
                 first = self._end_from(first)  # another writer won it: past the end now
             self._advance(first + count)
         if len(body) <= CACHED_OBJECT_BYTES:  # the committer reads its own record back
-            self._keep(first, [Entry(first + i, bytes(r.key), parts[2 * i + 1], tuple(r.headers),
-                                     now) for i, r in enumerate(records)])
+            self._keep(first, [Entry(first + i, bytes(r.key), bytes(parts[2 * i + 1]),
+                                     tuple(r.headers), now) for i, r in enumerate(records)])
         if first // HINT_EVERY != (first + count) // HINT_EVERY:
             self._write_hint(first + count)
         return list(range(first, first + count))
@@ -318,35 +361,52 @@ class S3Log(Log):
     # -- reading -----------------------------------------------------------------------
 
     def read(self, start: int, end: int | None = None) -> Iterator[Entry]:
-        """One LIST from the boundary this handle knows finds the end and the objects of
-        the range at once; a range up to that boundary (a step's run, read by a reader
-        that replayed its commit) needs no listing of the end at all."""
-        low = self.low_watermark()
+        """One LIST of the log's keys from the boundary this handle knows finds the end,
+        the objects of the range and the version of ``low`` at once (``low`` is fetched
+        only if it changed). A range up to that boundary (a step's run, read by a reader
+        that replayed its commit) lists nothing: ``low`` and the range's first object are
+        fetched side by side, and no entry is yielded before ``low`` was checked."""
         boundary = self._known()
-        listed = None
+        head: Future[list[Entry] | None] | None = None
         if end is not None and boundary is not None and end <= boundary:
-            high = boundary
+            pool = self._reader_pool()
+            low_got = pool.submit(self.low_watermark)
+            if start < end:
+                head = pool.submit(self._object_at, start)
+            high, listed = boundary, None
+            try:
+                low = low_got.result()
+            except BaseException:
+                if head is not None:
+                    head.cancel()
+                raise
         else:
-            high, listed = self._listed_end(boundary)
+            high, listed, low_tag = self._listed_end(boundary)
             high = self._advance(high)
+            low = self._low_listed(low_tag)
         self.check_range(start, low, high)
         stop = high if end is None else min(end, high)
+        with self._lock:
+            sequential, self._last_stop = self._last_stop == start, stop
+        if sequential and start < stop < high:
+            self._read_ahead(stop)
         if listed is not None and boundary is not None and start >= boundary:
             return self._iter(start, stop, iter([o for o in listed if o[0] < stop]))
-        return self._iter(start, stop)
+        return self._iter(start, stop, head=head)
 
-    def _iter(self, start: int, stop: int,
-              objects: Iterator[tuple[int, int]] | None = None) -> Iterator[Entry]:
+    def _iter(self, start: int, stop: int, objects: Iterator[tuple[int, int]] | None = None,
+              head: Future[list[Entry] | None] | None = None) -> Iterator[Entry]:
         """The entries of ``[start, stop)``: the objects are listed (a page holds 1,000)
         and fetched up to ``READ_AHEAD`` at a time, in order, so a range of small objects
-        (the commits log's records) costs round trips / ``READ_AHEAD``, in bounded memory."""
+        (the commits log's records) costs round trips / ``READ_AHEAD``, in bounded memory.
+        ``head``: the object at ``start``, already being fetched."""
         if start >= stop:
             return
         expect = None
         if objects is None:  # most ranges start an object, and many fit in it: one GET
-            head = self._object_at(start)
-            if head is not None:
-                expect = yield from self._yield_object(start, head, None, start, stop)
+            first_object = self._object_at(start) if head is None else head.result()
+            if first_object is not None:
+                expect = yield from self._yield_object(start, first_object, None, start, stop)
                 if expect >= stop:
                     return
             objects = self._objects(start if expect is None else expect, stop)
@@ -439,13 +499,37 @@ class S3Log(Log):
                                     namespace=self.namespace, log=self.name, offset=first)
         return entries
 
+    def _read_ahead(self, first: int) -> None:
+        """Start fetching the object at ``first``, where a reader that read the ranges
+        before it one after another (steps read in order) is likely to read next: its GET
+        overlaps the caller's work on this range. One object per handle is fetched ahead;
+        an object never changes, and a read still checks ``low`` before yielding it."""
+        with self._lock:
+            if first in self._cache or (self._ahead is not None and self._ahead[0] == first):
+                return
+        ahead = self._reader_pool().submit(self._fetch_object, first)
+        with self._lock:
+            self._ahead = (first, ahead)
+
     def _object_at(self, first: int) -> list[Entry] | None:
         """The entries of the object starting at ``first``, None if none starts there;
         small ones are kept (objects never change once created)."""
         with self._lock:
             cached = self._cache.get(first)
+            ahead = None
+            if self._ahead is not None and self._ahead[0] == first:
+                ahead, self._ahead = self._ahead[1], None
         if cached is not None:
             return cached[0]
+        if ahead is not None:
+            try:
+                return ahead.result()
+            except DurableWalError:
+                pass  # fetched ahead of its read: asked again, its error is the read's own
+        return self._fetch_object(first)
+
+    def _fetch_object(self, first: int) -> list[Entry] | None:
+        """:meth:`_object_at` without the handle's copies: one GET."""
         key = self._key(first)
         got = self._get(key, f"reading entries at offset {first}")
         if got is None:

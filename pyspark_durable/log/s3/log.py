@@ -73,6 +73,9 @@ LIST_PAGE = 1000  # S3's page
 # end first, since a create that loses the race has sent its whole body for nothing
 OPTIMISTIC_BYTES = 64 << 10
 READ_AHEAD = 16  # objects a read fetches at once
+# objects fetched ahead for a reader of ranges in order: the next one's GET and the one
+# after it overlap the caller's work, so a step costs its ``low`` check, not a whole GET
+SEQUENTIAL_AHEAD = 2
 # objects of at most this much (commit records) are kept once written or read: an object
 # never changes, and a committer reads its own record back, a reader the tail it listed
 CACHED_OBJECT_BYTES = 64 << 10
@@ -125,7 +128,8 @@ class S3Log(Log):
         self._cache_bytes = 0
         self._low_seen: tuple[str, int] | None = None  # (ETag, offset) of ``low`` as last read
         self._last_stop: int | None = None  # where the last read ended
-        self._ahead: tuple[int, Future[list[Entry] | None]] | None = None  # the next object
+        self._ahead: dict[int, Future[list[Entry] | None]] = {}  # first -> its fetch, ahead
+        self._closed = False
 
     # -- requests ----------------------------------------------------------------------
 
@@ -209,12 +213,16 @@ class S3Log(Log):
         """The chain's end, found by listing the objects from a known boundary on."""
         return self._listed_end(boundary)[0]
 
-    def _listed_end(self, boundary: int | None
+    def _listed_end(self, boundary: int | None, enough: int | None = None,
+                    fetching: tuple[int, Future[list[Entry] | None] | None] | None = None
                     ) -> tuple[int, list[tuple[int, int]], str | None]:
         """(the chain's end, (first, size) of each object from ``boundary`` on, the ETag of
         ``low`` or None if there is none): one LIST of the log's keys, where the entry
         objects (``e/``) sort before the marks, and the last object's count (a small one
-        is fetched whole and kept: a reader of the tail reads it next)."""
+        is fetched whole and kept: a reader of the tail reads it next). If the last object
+        starts at or past ``enough``, its start is returned instead: a boundary, all a
+        read of a range that ends at ``enough`` needs to know of the end. ``fetching``:
+        (first, its object being fetched), whose count needs no request of its own."""
         start_after = None if not boundary else self._key(boundary - 1)
         while True:
             listed, low_tag = [], None
@@ -226,6 +234,12 @@ class S3Log(Log):
             if not listed:
                 return boundary or 0, listed, low_tag
             first, size = listed[-1]
+            if enough is not None and first >= enough:
+                return first, listed, low_tag
+            if fetching is not None and fetching[0] == first and fetching[1] is not None:
+                entries = fetching[1].result()
+                if entries is not None:
+                    return first + len(entries), listed, low_tag
             try:
                 if size <= CACHED_OBJECT_BYTES:
                     return first + len(self._object_entries(first)), listed, low_tag
@@ -364,34 +378,34 @@ class S3Log(Log):
         """One LIST of the log's keys from the boundary this handle knows finds the end,
         the objects of the range and the version of ``low`` at once (``low`` is fetched
         only if it changed). A range up to that boundary (a step's run, read by a reader
-        that replayed its commit) lists nothing: ``low`` and the range's first object are
-        fetched side by side, and no entry is yielded before ``low`` was checked."""
-        boundary = self._known()
+        that replayed its commit) lists nothing: ``low`` is fetched instead. The first
+        object of a range with an end is fetched from the start, beside those requests,
+        and no entry is yielded before ``low`` was checked."""
         head: Future[list[Entry] | None] | None = None
-        if end is not None and boundary is not None and end <= boundary:
-            pool = self._reader_pool()
-            low_got = pool.submit(self.low_watermark)
-            if start < end:
-                head = pool.submit(self._object_at, start)
-            high, listed = boundary, None
-            try:
-                low = low_got.result()
-            except BaseException:
-                if head is not None:
-                    head.cancel()
-                raise
-        else:
-            high, listed, low_tag = self._listed_end(boundary)
-            high = self._advance(high)
-            low = self._low_listed(low_tag)
-        self.check_range(start, low, high)
+        if end is not None and start < end:  # taken here: the read ahead below replaces it
+            head = self._reader_pool().submit(self._object_at, start, self._take_ahead(start))
+        try:
+            boundary = self._known()
+            with self._lock:
+                sequential = self._last_stop == start
+            if sequential and end is not None and boundary is not None and start < end < boundary:
+                self._read_ahead(end)
+            if end is not None and boundary is not None and end <= boundary:
+                high, listed, low = boundary, None, self.low_watermark()
+            else:
+                high, listed, low_tag = self._listed_end(boundary, end, (start, head))
+                high = self._advance(high)
+                low = self._low_listed(low_tag)
+            self.check_range(start, low, high)
+        except BaseException:
+            if head is not None:
+                head.cancel()
+            raise
         stop = high if end is None else min(end, high)
         with self._lock:
-            sequential, self._last_stop = self._last_stop == start, stop
-        if sequential and start < stop < high:
-            self._read_ahead(stop)
+            self._last_stop = stop
         if listed is not None and boundary is not None and start >= boundary:
-            return self._iter(start, stop, iter([o for o in listed if o[0] < stop]))
+            return self._iter(start, stop, iter([o for o in listed if o[0] < stop]), head)
         return self._iter(start, stop, head=head)
 
     def _iter(self, start: int, stop: int, objects: Iterator[tuple[int, int]] | None = None,
@@ -399,17 +413,20 @@ class S3Log(Log):
         """The entries of ``[start, stop)``: the objects are listed (a page holds 1,000)
         and fetched up to ``READ_AHEAD`` at a time, in order, so a range of small objects
         (the commits log's records) costs round trips / ``READ_AHEAD``, in bounded memory.
-        ``head``: the object at ``start``, already being fetched."""
+        ``head``: the object at ``start`` (None if none starts there), being fetched."""
         if start >= stop:
             return
         expect = None
-        if objects is None:  # most ranges start an object, and many fit in it: one GET
+        if objects is None or head is not None:  # most ranges start an object: one GET
             first_object = self._object_at(start) if head is None else head.result()
             if first_object is not None:
                 expect = yield from self._yield_object(start, first_object, None, start, stop)
                 if expect >= stop:
                     return
-            objects = self._objects(start if expect is None else expect, stop)
+            if objects is None:
+                objects = self._objects(start if expect is None else expect, stop)
+            elif expect is not None:
+                objects = (o for o in objects if o[0] >= expect)
         window: deque[tuple[int, int, Future[list[Entry]]]] = deque()
         in_flight = 0
         for first, size in objects:
@@ -499,26 +516,51 @@ class S3Log(Log):
                                     namespace=self.namespace, log=self.name, offset=first)
         return entries
 
-    def _read_ahead(self, first: int) -> None:
-        """Start fetching the object at ``first``, where a reader that read the ranges
-        before it one after another (steps read in order) is likely to read next: its GET
-        overlaps the caller's work on this range. One object per handle is fetched ahead;
-        an object never changes, and a read still checks ``low`` before yielding it."""
+    def _read_ahead(self, first: int, depth: int = SEQUENTIAL_AHEAD) -> None:
+        """Start fetching the object at ``first`` and, once its end is known, the ``depth``
+        - 1 objects after it: a reader that read the ranges before them one after another
+        (steps read in order) is likely to read them next. At most ``SEQUENTIAL_AHEAD``
+        objects per handle are fetched ahead, never past the end this handle knows; an
+        object never changes, and a read still checks ``low`` before yielding it."""
         with self._lock:
-            if first in self._cache or (self._ahead is not None and self._ahead[0] == first):
+            if self._closed:
                 return
-        ahead = self._reader_pool().submit(self._fetch_object, first)
+        pool = self._reader_pool()
         with self._lock:
-            self._ahead = (first, ahead)
+            if self._closed or first in self._cache or depth < 1 or self._high is None or \
+                    first >= self._high:
+                return
+            ahead = self._ahead.get(first)
+            if ahead is None:
+                if len(self._ahead) >= SEQUENTIAL_AHEAD:
+                    return
+                ahead = self._ahead[first] = pool.submit(self._fetch_object, first)
+        if depth > 1:
+            ahead.add_done_callback(lambda done: self._ahead_of(first, done, depth - 1))
 
-    def _object_at(self, first: int) -> list[Entry] | None:
+    def _ahead_of(self, first: int, done: Future[list[Entry] | None], depth: int) -> None:
+        """Fetch ahead after the object at ``first``, fetched ahead (a failure is left to
+        the read that takes it)."""
+        if done.cancelled() or done.exception() is not None or not done.result():
+            return
+        self._read_ahead(first + len(done.result() or ()), depth)
+
+    def _take_ahead(self, first: int) -> Future[list[Entry] | None] | None:
+        """The fetch of the object at ``first`` started ahead of its read, if one was; the
+        fetches of objects before it are dropped (the reader went past them)."""
+        with self._lock:
+            for stale in [k for k in self._ahead if k < first]:
+                del self._ahead[stale]
+            return self._ahead.pop(first, None)
+
+    def _object_at(self, first: int, ahead: Future[list[Entry] | None] | None = None
+                   ) -> list[Entry] | None:
         """The entries of the object starting at ``first``, None if none starts there;
-        small ones are kept (objects never change once created)."""
+        small ones are kept (objects never change once created). ``ahead``: its fetch,
+        started ahead of the read."""
         with self._lock:
             cached = self._cache.get(first)
-            ahead = None
-            if self._ahead is not None and self._ahead[0] == first:
-                ahead, self._ahead = self._ahead[1], None
+        ahead = ahead or self._take_ahead(first)
         if cached is not None:
             return cached[0]
         if ahead is not None:
@@ -622,5 +664,6 @@ class S3Log(Log):
         with self._lock:
             pools = [p for p in (self._executor, self._readers) if p is not None]
             self._executor = self._readers = None
+            self._closed, self._ahead = True, {}
         for pool in pools:
             pool.shutdown(wait=True)

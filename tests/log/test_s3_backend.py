@@ -9,6 +9,7 @@ both succeed, and a create whose answer was lost is settled by the token in its 
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pyarrow as pa
@@ -24,6 +25,7 @@ from pyspark_durable.errors import (
     BackendUnavailable,
     ConfigError,
     LogNotFound,
+    OffsetOutOfRange,
 )
 from pyspark_durable.log import Record, open_store
 from pyspark_durable.log.s3.client import PreconditionsIgnored
@@ -236,3 +238,49 @@ def test_the_cleaner_deletes_the_objects_below_the_bound(s3_server):
     for step in (5, 6):
         got = pa.Table.from_batches([b for sb in fresh.read_step(step) for b in sb.batches])
         assert got.equals(rows(f"s{step}", 3))
+
+
+def test_a_read_learns_low_from_its_listing_and_never_yields_below_it(s3_server):
+    """This tests the requests a read saves and the rule they keep: a read of the tail is
+    its LISTs and objects (``low``'s ETag rides on the LIST of the end, so ``low`` is
+    fetched only once it changed), a read of a range the handle knows fetches ``low`` beside its object,
+    a reader of ranges in order gets the next object fetched ahead, and that reader still
+    gets OffsetOutOfRange once another handle moved ``low`` past the object fetched ahead."""
+    options = s3_options(s3_server)
+    writer = open_store("s3", "marks", **options).open_log("region_0")
+    values = [bytes([i]) * 70_000 for i in range(4)]  # above what a handle keeps in memory
+    for value in values:
+        writer.append([Record(b"k", value)])
+    writer.delete_before(1)
+    store = open_store("s3", "marks", **options)
+    reader = store.open_log("region_0", create=False)
+    calls: list[str] = []
+    store.client.meta.events.register(
+        "before-parameter-build.s3",
+        lambda model, params, **_: calls.append(
+            f"{model.name} {params.get('Key', '').rsplit('/', 1)[-1]}".strip()))
+
+    def read(start: int, end: int | None = None) -> list[str]:
+        calls.clear()
+        assert [e.value for e in reader.read(start, end)] == values[start:end]
+        return sorted(calls)
+
+    read(1)
+    assert read(1) == ["GetObject 00000000000000000001", "GetObject 00000000000000000002",
+                       "GetObject 00000000000000000003", "ListObjectsV2",
+                       "ListObjectsV2"]  # the end, the range's objects; no GET of low
+    assert read(1, 2) == ["GetObject 00000000000000000001", "GetObject low"]
+    assert "GetObject 00000000000000000002" in read(2, 3)
+    deadline = time.monotonic() + 30  # read in order: the object at 3 is fetched ahead
+    while "GetObject 00000000000000000003" not in calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sorted(calls) == ["GetObject 00000000000000000002", "GetObject 00000000000000000003",
+                             "GetObject low"]
+    assert read(3, 4) == ["GetObject low"]  # its object: the one fetched ahead
+    read(1, 2)
+    read(2, 3)
+    writer.delete_before(4)
+    with pytest.raises(OffsetOutOfRange, match="below the low watermark 4"):
+        list(reader.read(3, 4))
+    with pytest.raises(OffsetOutOfRange, match="below the low watermark 4"):
+        list(reader.read(3))

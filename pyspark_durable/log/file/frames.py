@@ -12,10 +12,14 @@ Frame of one entry (big-endian)::
 from __future__ import annotations
 
 import struct
-import zlib
 from typing import BinaryIO
 
 from pyspark_durable.log.base import Entry, Record
+
+try:  # ISA-L's CRC-32 gives zlib's values ~4x as fast: every byte of an entry passes it twice
+    from isal.isal_zlib import crc32
+except ModuleNotFoundError:  # pragma: no cover - the same function, slower
+    from zlib import crc32
 
 FRAME_HEAD = struct.Struct(">II")  # len, crc32 of the body
 BODY_HEAD = struct.Struct(">QQHH")  # offset, timestamp_ms, key_len, n_headers
@@ -33,7 +37,7 @@ def frame_parts(offset: int, timestamp_ms: int, record: Record) -> tuple[bytes, 
         parts += [HEADER_HEAD.pack(len(raw), len(value)), raw, bytes(value)]
     head = b"".join(parts)
     value = record.value
-    crc = zlib.crc32(value, zlib.crc32(head))
+    crc = crc32(value, crc32(head))
     return FRAME_HEAD.pack(len(head) + len(value), crc) + head, value
 
 
@@ -61,7 +65,7 @@ def read_body(f: BinaryIO, length: int, crc: int) -> Entry | None:
         if len(data) != n:
             return None
         left -= n
-        seen = zlib.crc32(data, seen)
+        seen = crc32(data, seen)
         return data
 
     head = take(BODY_HEAD.size)

@@ -73,6 +73,9 @@ LIST_PAGE = 1000  # S3's page
 # end first, since a create that loses the race has sent its whole body for nothing
 OPTIMISTIC_BYTES = 64 << 10
 READ_AHEAD = 16  # objects a read fetches at once
+# objects fetched ahead for a reader of ranges in order: the next one's GET and the one
+# after it overlap the caller's work, so a step costs its ``low`` check, not a whole GET
+SEQUENTIAL_AHEAD = 2
 # objects of at most this much (commit records) are kept once written or read: an object
 # never changes, and a committer reads its own record back, a reader the tail it listed
 CACHED_OBJECT_BYTES = 64 << 10
@@ -84,6 +87,11 @@ CONFLICT = ("ConditionalRequestConflict", "409")  # S3: a racing conditional wri
 def _mark(value: int) -> bytes:
     text = str(value).encode()
     return text + b" %08x" % zlib.crc32(text)
+
+
+def _etag(value: str | None) -> str:
+    """An ETag as a GET and a LIST both give it (servers differ in quoting)."""
+    return (value or "").strip('"')
 
 
 def _parse_mark(data: bytes) -> int | None:
@@ -100,8 +108,9 @@ class S3Log(Log):
     can_free = False  # an object is whole or gone: a prefix is deleted, like Kafka
 
     def __init__(self, namespace: str, name: str, client: Any, config: S3Config, base: str,
-                 writable: Callable[[], None]) -> None:
-        """``base``: the log's key prefix; ``writable``: the store's check before a write."""
+                 writable: Callable[[], None], boundary: int | None = None) -> None:
+        """``base``: the log's key prefix; ``writable``: the store's check before a write;
+        ``boundary``: one known already (0, always one, for a log just created)."""
         super().__init__(namespace, name)
         self._writable = writable
         self._client = client
@@ -109,7 +118,7 @@ class S3Log(Log):
         self._bucket = config.bucket
         self._base = base
         self._entries = f"{self._base}e/"
-        self._high: int | None = None  # a boundary this handle knows (only grows)
+        self._high: int | None = boundary  # a boundary this handle knows (only grows)
         self._lock = threading.Lock()
         self._append_lock = threading.Lock()  # one create at a time per handle: appends keep order
         self._executor: ThreadPoolExecutor | None = None
@@ -117,6 +126,10 @@ class S3Log(Log):
         # small objects, oldest first: first offset -> (entries, bytes)
         self._cache: OrderedDict[int, tuple[list[Entry], int]] = OrderedDict()
         self._cache_bytes = 0
+        self._low_seen: tuple[str, int] | None = None  # (ETag, offset) of ``low`` as last read
+        self._last_stop: int | None = None  # where the last read ended
+        self._ahead: dict[int, Future[list[Entry] | None]] = {}  # first -> its fetch, ahead
+        self._closed = False
 
     # -- requests ----------------------------------------------------------------------
 
@@ -152,13 +165,18 @@ class S3Log(Log):
 
     def _listing(self, start_after: str | None) -> Iterator[tuple[str, int]]:
         """(key, size) of the entry objects after ``start_after`` (all, if None), ascending."""
-        kwargs: dict[str, Any] = {"Prefix": self._entries, "MaxKeys": LIST_PAGE}
+        for key, size, _ in self._listed_keys(self._entries, start_after):
+            yield key, size
+
+    def _listed_keys(self, prefix: str, start_after: str | None) -> Iterator[tuple[str, int, str]]:
+        """(key, size, ETag) of the objects below ``prefix`` after ``start_after``, ascending."""
+        kwargs: dict[str, Any] = {"Prefix": prefix, "MaxKeys": LIST_PAGE}
         if start_after is not None:
             kwargs["StartAfter"] = start_after
         for page in listed(self._client, self._config, f"listing entry objects (log {self.name})",
                            self._where(), **kwargs):
             for item in page.get("Contents", ()):
-                yield item["Key"], int(item.get("Size", 0))
+                yield item["Key"], int(item.get("Size", 0)), _etag(item.get("ETag"))
 
     def _count(self, key: str, meta: dict[str, str] | None = None) -> int:
         meta = meta if meta is not None else self._head(key, "reading an entry object's size")
@@ -183,7 +201,11 @@ class S3Log(Log):
             raise CorruptEntryError(f"the {name} mark s3://{self._bucket}/{self._base}{name} "
                                     "is damaged (bad offset or CRC)", namespace=self.namespace,
                                     log=self.name)
-        return value, answer.get("ETag")
+        etag = answer.get("ETag")
+        if name == "low" and etag:
+            with self._lock:
+                self._low_seen = (_etag(etag), value)
+        return value, etag
 
     # -- the end of the chain ----------------------------------------------------------
 
@@ -191,20 +213,37 @@ class S3Log(Log):
         """The chain's end, found by listing the objects from a known boundary on."""
         return self._listed_end(boundary)[0]
 
-    def _listed_end(self, boundary: int | None) -> tuple[int, list[tuple[int, int]]]:
-        """(the chain's end, (first, size) of each object from ``boundary`` on): one LIST,
-        and the last object's count (a small one is fetched whole and kept: a reader of
-        the tail reads it next)."""
+    def _listed_end(self, boundary: int | None, enough: int | None = None,
+                    fetching: tuple[int, Future[list[Entry] | None] | None] | None = None
+                    ) -> tuple[int, list[tuple[int, int]], str | None]:
+        """(the chain's end, (first, size) of each object from ``boundary`` on, the ETag of
+        ``low`` or None if there is none): one LIST of the log's keys, where the entry
+        objects (``e/``) sort before the marks, and the last object's count (a small one
+        is fetched whole and kept: a reader of the tail reads it next). If the last object
+        starts at or past ``enough``, its start is returned instead: a boundary, all a
+        read of a range that ends at ``enough`` needs to know of the end. ``fetching``:
+        (first, its object being fetched), whose count needs no request of its own."""
         start_after = None if not boundary else self._key(boundary - 1)
         while True:
-            listed = [(self._first_of(key), size) for key, size in self._listing(start_after)]
+            listed, low_tag = [], None
+            for key, size, etag in self._listed_keys(self._base, start_after):
+                if key.startswith(self._entries):
+                    listed.append((self._first_of(key), size))
+                elif key == self._base + "low":
+                    low_tag = etag
             if not listed:
-                return boundary or 0, listed
+                return boundary or 0, listed, low_tag
             first, size = listed[-1]
+            if enough is not None and first >= enough:
+                return first, listed, low_tag
+            if fetching is not None and fetching[0] == first and fetching[1] is not None:
+                entries = fetching[1].result()
+                if entries is not None:
+                    return first + len(entries), listed, low_tag
             try:
                 if size <= CACHED_OBJECT_BYTES:
-                    return first + len(self._object_entries(first)), listed
-                return first + self._count(self._key(first)), listed
+                    return first + len(self._object_entries(first)), listed, low_tag
+                return first + self._count(self._key(first)), listed, low_tag
             except OffsetOutOfRange:
                 continue  # deleted since the LIST: the low watermark passed it, newer ones exist
 
@@ -227,6 +266,18 @@ class S3Log(Log):
         low, _ = self._mark_object("low")
         return low or 0
 
+    def _low_listed(self, etag: str | None) -> int:
+        """The low watermark, given the ETag a LIST just saw for ``low`` (None: absent): a
+        GET only if it differs from the one this handle last read. An ETag names one
+        version of an object (the conditional replace of ``low`` relies on it too)."""
+        if etag is None:
+            return 0
+        with self._lock:
+            seen = self._low_seen
+        if etag and seen is not None and seen[0] == etag:
+            return seen[1]
+        return self.low_watermark()
+
     # -- appending ---------------------------------------------------------------------
 
     def append(self, records: Sequence[Record]) -> list[int]:
@@ -248,24 +299,30 @@ class S3Log(Log):
         if not records:
             return []
         self._writable()
+        # a large append lists the end first (a LIST costs less than a create that loses),
+        # while its frames are built
+        end: Future[int] | None = None
+        if sum(len(r.value) for r in records) > OPTIMISTIC_BYTES:
+            end = self._reader_pool().submit(self.high_watermark)
         now = int(time.time() * 1000)
         parts = []
         for index, record in enumerate(records):  # frames hold their index in the object
             head, value = frame_parts(index, now, record)
-            parts += [head, bytes(value)]
-        body = b"".join(parts)
+            parts += [head, value]
+        body = b"".join(parts)  # takes any buffer (an Arrow value): the one copy of a value
         count, token = len(records), uuid.uuid4().hex
         with self._append_lock:
-            with self._lock:
-                first = self._high
-            if first is None or len(body) > OPTIMISTIC_BYTES:
-                first = self.high_watermark()  # a LIST costs less than a create that loses
+            listed_end = None if end is None else end.result()
+            with self._lock:  # this handle's own appends may have ended past that listing
+                first = self._high if listed_end is None else max(listed_end, self._high or 0)
+            if first is None or (listed_end is None and len(body) > OPTIMISTIC_BYTES):
+                first = self.high_watermark()
             while not self._create(first, body, count, token):
                 first = self._end_from(first)  # another writer won it: past the end now
             self._advance(first + count)
         if len(body) <= CACHED_OBJECT_BYTES:  # the committer reads its own record back
-            self._keep(first, [Entry(first + i, bytes(r.key), parts[2 * i + 1], tuple(r.headers),
-                                     now) for i, r in enumerate(records)])
+            self._keep(first, [Entry(first + i, bytes(r.key), bytes(parts[2 * i + 1]),
+                                     tuple(r.headers), now) for i, r in enumerate(records)])
         if first // HINT_EVERY != (first + count) // HINT_EVERY:
             self._write_hint(first + count)
         return list(range(first, first + count))
@@ -318,38 +375,58 @@ class S3Log(Log):
     # -- reading -----------------------------------------------------------------------
 
     def read(self, start: int, end: int | None = None) -> Iterator[Entry]:
-        """One LIST from the boundary this handle knows finds the end and the objects of
-        the range at once; a range up to that boundary (a step's run, read by a reader
-        that replayed its commit) needs no listing of the end at all."""
-        low = self.low_watermark()
-        boundary = self._known()
-        listed = None
-        if end is not None and boundary is not None and end <= boundary:
-            high = boundary
-        else:
-            high, listed = self._listed_end(boundary)
-            high = self._advance(high)
-        self.check_range(start, low, high)
+        """One LIST of the log's keys from the boundary this handle knows finds the end,
+        the objects of the range and the version of ``low`` at once (``low`` is fetched
+        only if it changed). A range up to that boundary (a step's run, read by a reader
+        that replayed its commit) lists nothing: ``low`` is fetched instead. The first
+        object of a range with an end is fetched from the start, beside those requests,
+        and no entry is yielded before ``low`` was checked."""
+        head: Future[list[Entry] | None] | None = None
+        if end is not None and start < end:  # taken here: the read ahead below replaces it
+            head = self._reader_pool().submit(self._object_at, start, self._take_ahead(start))
+        try:
+            boundary = self._known()
+            with self._lock:
+                sequential = self._last_stop == start
+            if sequential and end is not None and boundary is not None and start < end < boundary:
+                self._read_ahead(end)
+            if end is not None and boundary is not None and end <= boundary:
+                high, listed, low = boundary, None, self.low_watermark()
+            else:
+                high, listed, low_tag = self._listed_end(boundary, end, (start, head))
+                high = self._advance(high)
+                low = self._low_listed(low_tag)
+            self.check_range(start, low, high)
+        except BaseException:
+            if head is not None:
+                head.cancel()
+            raise
         stop = high if end is None else min(end, high)
+        with self._lock:
+            self._last_stop = stop
         if listed is not None and boundary is not None and start >= boundary:
-            return self._iter(start, stop, iter([o for o in listed if o[0] < stop]))
-        return self._iter(start, stop)
+            return self._iter(start, stop, iter([o for o in listed if o[0] < stop]), head)
+        return self._iter(start, stop, head=head)
 
-    def _iter(self, start: int, stop: int,
-              objects: Iterator[tuple[int, int]] | None = None) -> Iterator[Entry]:
+    def _iter(self, start: int, stop: int, objects: Iterator[tuple[int, int]] | None = None,
+              head: Future[list[Entry] | None] | None = None) -> Iterator[Entry]:
         """The entries of ``[start, stop)``: the objects are listed (a page holds 1,000)
         and fetched up to ``READ_AHEAD`` at a time, in order, so a range of small objects
-        (the commits log's records) costs round trips / ``READ_AHEAD``, in bounded memory."""
+        (the commits log's records) costs round trips / ``READ_AHEAD``, in bounded memory.
+        ``head``: the object at ``start`` (None if none starts there), being fetched."""
         if start >= stop:
             return
         expect = None
-        if objects is None:  # most ranges start an object, and many fit in it: one GET
-            head = self._object_at(start)
-            if head is not None:
-                expect = yield from self._yield_object(start, head, None, start, stop)
+        if objects is None or head is not None:  # most ranges start an object: one GET
+            first_object = self._object_at(start) if head is None else head.result()
+            if first_object is not None:
+                expect = yield from self._yield_object(start, first_object, None, start, stop)
                 if expect >= stop:
                     return
-            objects = self._objects(start if expect is None else expect, stop)
+            if objects is None:
+                objects = self._objects(start if expect is None else expect, stop)
+            elif expect is not None:
+                objects = (o for o in objects if o[0] >= expect)
         window: deque[tuple[int, int, Future[list[Entry]]]] = deque()
         in_flight = 0
         for first, size in objects:
@@ -439,13 +516,62 @@ class S3Log(Log):
                                     namespace=self.namespace, log=self.name, offset=first)
         return entries
 
-    def _object_at(self, first: int) -> list[Entry] | None:
+    def _read_ahead(self, first: int, depth: int = SEQUENTIAL_AHEAD) -> None:
+        """Start fetching the object at ``first`` and, once its end is known, the ``depth``
+        - 1 objects after it: a reader that read the ranges before them one after another
+        (steps read in order) is likely to read them next. At most ``SEQUENTIAL_AHEAD``
+        objects per handle are fetched ahead, never past the end this handle knows; an
+        object never changes, and a read still checks ``low`` before yielding it."""
+        with self._lock:
+            if self._closed:
+                return
+        pool = self._reader_pool()
+        with self._lock:
+            if self._closed or first in self._cache or depth < 1 or self._high is None or \
+                    first >= self._high:
+                return
+            ahead = self._ahead.get(first)
+            if ahead is None:
+                if len(self._ahead) >= SEQUENTIAL_AHEAD:
+                    return
+                ahead = self._ahead[first] = pool.submit(self._fetch_object, first)
+        if depth > 1:
+            ahead.add_done_callback(lambda done: self._ahead_of(first, done, depth - 1))
+
+    def _ahead_of(self, first: int, done: Future[list[Entry] | None], depth: int) -> None:
+        """Fetch ahead after the object at ``first``, fetched ahead (a failure is left to
+        the read that takes it)."""
+        if done.cancelled() or done.exception() is not None or not done.result():
+            return
+        self._read_ahead(first + len(done.result() or ()), depth)
+
+    def _take_ahead(self, first: int) -> Future[list[Entry] | None] | None:
+        """The fetch of the object at ``first`` started ahead of its read, if one was; the
+        fetches of objects before it are dropped (the reader went past them)."""
+        with self._lock:
+            for stale in [k for k in self._ahead if k < first]:
+                del self._ahead[stale]
+            return self._ahead.pop(first, None)
+
+    def _object_at(self, first: int, ahead: Future[list[Entry] | None] | None = None
+                   ) -> list[Entry] | None:
         """The entries of the object starting at ``first``, None if none starts there;
-        small ones are kept (objects never change once created)."""
+        small ones are kept (objects never change once created). ``ahead``: its fetch,
+        started ahead of the read."""
         with self._lock:
             cached = self._cache.get(first)
+        ahead = ahead or self._take_ahead(first)
         if cached is not None:
             return cached[0]
+        if ahead is not None:
+            try:
+                return ahead.result()
+            except DurableWalError:
+                pass  # fetched ahead of its read: asked again, its error is the read's own
+        return self._fetch_object(first)
+
+    def _fetch_object(self, first: int) -> list[Entry] | None:
+        """:meth:`_object_at` without the handle's copies: one GET."""
         key = self._key(first)
         got = self._get(key, f"reading entries at offset {first}")
         if got is None:
@@ -538,5 +664,6 @@ class S3Log(Log):
         with self._lock:
             pools = [p for p in (self._executor, self._readers) if p is not None]
             self._executor = self._readers = None
+            self._closed, self._ahead = True, {}
         for pool in pools:
             pool.shutdown(wait=True)

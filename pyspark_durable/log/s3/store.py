@@ -96,7 +96,9 @@ class S3LogStore(LogStore):
         if opened is not None:
             return opened
         meta = f"{self.ns_prefix}{LOGS}{name}/meta"
-        # a GET, not a HEAD: a refusal's body names its cause (wrong keys, no right)
+        created = False
+        # a GET, not a HEAD: a refusal's body names its cause (wrong keys, no right); and not
+        # a create first: a reader's principal may have no right to write
         if get_or_none(self.client, self.config, meta, f"opening log {name}",
                        self._where()) is None:
             if not create:
@@ -105,13 +107,14 @@ class S3LogStore(LogStore):
             try:
                 self.client.put_object(Bucket=self.config.bucket, Key=meta, Body=b"1",
                                        IfNoneMatch="*")
+                created = True
             except ERRORS as exc:
                 if not is_code(exc, PRECONDITION):  # created meanwhile: as good
                     typed(exc, self.config, f"creating log {name}", **self._where())
-        with self._lock:
+        with self._lock:  # a log this call created has no hint yet: its end is listed from 0
             return self._logs.setdefault(name, S3Log(
                 self.namespace, name, self.client, self.config,
-                f"{self.ns_prefix}{LOGS}{name}/", self.writable))
+                f"{self.ns_prefix}{LOGS}{name}/", self.writable, 0 if created else None))
 
     def _snapshot_key(self, name: str, version: int) -> str:
         return f"{self.ns_prefix}{SNAPSHOTS}{name}/{version:020d}"

@@ -57,7 +57,7 @@ def test_an_unknown_table_name_points_at_the_table_meant(ns, tmp_path):
     option splits into "a" and "b") is answered with its JSON-list form, which selects
     it."""
     write_step(ns, "w", 0, {"orders": [{"id": 1}], "a,b": [{"id": 2}], " edge": [{"id": 3}]})
-    with pytest.raises(RoutingError, match="unknown table 'ordres'.*did you mean 'orders'"):
+    with pytest.raises(RoutingError, match=r"unknown table 'ordres'.*did you mean 'orders'"):
         ns.table("ordres")
     parsed = WalOptions.parse({"path": str(tmp_path), "tables": "a,b"}).tables
     assert parsed == ("a", "b")

@@ -1,11 +1,16 @@
-"""Execute a notebook (by default ``notebooks/quickstart.ipynb``) in place, on this Python.
+"""Execute a notebook (by default ``notebooks/quickstart.ipynb``) on this Python.
 
-    python -m pyspark_durable.notebook [NOTEBOOK] [--output PATH]
+    python -m pyspark_durable.notebook [NOTEBOOK] [--output PATH | --in-place]
 
-The notebook is committed executed, so its tables and plots show on GitHub; run this
-after changing it. The kernel is THIS interpreter (a kernel spec written to a temp
-folder), whatever kernels Jupyter knows elsewhere, so the notebook runs on the
-environment pyspark_durable is installed in. Needs the ``notebook`` extra
+The executed notebook is written to ``NAME.executed.ipynb`` in the working folder (or
+``--output``), so a checkout stays clean; ``--in-place`` rewrites the notebook itself,
+which is how the committed one is kept executed (its tables and plots show on GitHub;
+run it after changing the notebook). The WAL the notebook writes lives in a temporary
+folder that is removed afterwards, unless ``DURABLEWAL_NOTEBOOK_PATH`` names one.
+
+The kernel is THIS interpreter (a kernel spec written to a temp folder), whatever
+kernels Jupyter knows elsewhere, so the notebook runs on the environment
+pyspark_durable is installed in. Needs the ``notebook`` extra
 (``pip install -e '.[notebook]'``). ``tests/test_notebook.py`` runs the same code on
 a temp copy.
 """
@@ -99,7 +104,12 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("notebook", nargs="?", type=Path, default=QUICKSTART,
                         help=f"the notebook (default: {QUICKSTART})")
-    parser.add_argument("--output", type=Path, help="write the executed notebook here instead")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--output", type=Path,
+                       help="write the executed notebook here (default: "
+                            "NAME.executed.ipynb in the working folder)")
+    where.add_argument("--in-place", action="store_true",
+                       help="rewrite the notebook itself (to commit it executed)")
     args = parser.parse_args(argv)
     if not args.notebook.is_file():
         parser.error(f"no notebook at {args.notebook}")
@@ -107,12 +117,17 @@ def main(argv: list[str] | None = None) -> int:
         import nbclient
     except ModuleNotFoundError:
         parser.error("needs the notebook extra: pip install -e '.[notebook]'")
+    output = args.notebook if args.in_place else \
+        args.output or Path.cwd() / f"{args.notebook.stem}.executed.ipynb"
     try:
-        execute(args.notebook, args.output)
+        with tempfile.TemporaryDirectory(prefix="durablewal-notebook-") as work:
+            env = {} if os.environ.get("DURABLEWAL_NOTEBOOK_PATH") else \
+                {"DURABLEWAL_NOTEBOOK_PATH": str(Path(work) / "wal")}
+            execute(args.notebook, output, env=env)
     except nbclient.exceptions.CellExecutionError as exc:
-        print(f"the notebook failed; {args.notebook} is unchanged:\n{exc}", file=sys.stderr)
+        print(f"the notebook failed; {output} is unchanged:\n{exc}", file=sys.stderr)
         return 1
-    print(f"executed {args.notebook} -> {args.output or args.notebook}")
+    print(f"executed {args.notebook} -> {output}")
     return 0
 
 

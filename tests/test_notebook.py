@@ -84,7 +84,7 @@ def deterministic_outputs(nb) -> list[list[tuple[str, object]]]:
 
 def test_committed_notebook_is_executed():
     """This tests that notebooks/quickstart.ipynb is committed with its outputs and plots
-    (run `python -m pyspark_durable.notebook` after changing it)."""
+    (run `python -m pyspark_durable.notebook --in-place` after changing it)."""
     nbf = nbformat()
     assert QUICKSTART == NOTEBOOK, "the runner's default is the committed notebook"
     check_executed(nbf.read(NOTEBOOK, as_version=4))
@@ -136,4 +136,4 @@ def test_quickstart_notebook_executes_and_matches_its_stored_outputs(tmp_path):
     assert len(stored) == len(ran)
     for index, (was, now) in enumerate(zip(stored, ran, strict=True)):
         assert was == now, (f"code cell {index} shows other outputs than the committed "
-                            "notebook stores: run `python -m pyspark_durable.notebook`")
+                            "notebook stores: run `python -m pyspark_durable.notebook --in-place`")

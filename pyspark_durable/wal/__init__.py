@@ -1,5 +1,18 @@
 """The WAL layer: namespaces, tables in regions, sequences, atomic idempotent steps.
 
+Use, in code order (a writer's step begins, writes, commits; a reader reads steps)::
+
+    ns = Namespace(open_store("file", "orders", path="/data/wal"))
+    attempt = ns.begin("ingest", 0)                     # writer "ingest", its step 0
+    attempt.write("orders", pa.table({"id": [1, 2]}))   # durable, invisible
+    receipt = attempt.receipt()                         # what the attempt hands on
+    step = ns.commit("ingest", 0, [receipt])            # the commit point; idempotent
+    for s in ns.steps():                                # committed, still readable
+        for batch in ns.read_step(s):                   # rows with where they came from
+            print(batch.table_id, batch.sequence_num, batch.batches)
+    ns.expire(step + 1)                                 # steps below are not needed
+    Cleaner(ns).run_once()                              # deletes what nothing needs
+
 Code outside ``wal/`` opens a :class:`Namespace` and asks it: its tables
 (``ns.tables``), its answers (``ns.info``), its reads and its writes. What it is made
 of lies in three rings below it, each importing only the rings listed before it:

@@ -80,8 +80,11 @@ class Ledger:
         the WAL that is there now.
         """
         with self._lock:
+            before = self._state.next_step
             try:
                 self._state.replay(self._commits)
+                # replay only appends: the committed high watermark never goes back
+                assert self._state.next_step >= before, (before, self._state.next_step)
             except OffsetOutOfRange:
                 log.info("namespace=%s: commits log cleaned below offset %d under this handle; "
                          "recovering from the newest snapshot", self.name, self._state.next_offset)

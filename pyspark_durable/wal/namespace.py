@@ -231,6 +231,8 @@ class Namespace:
                 raise ConfigError(
                     f"attempt {r.attempt_id} belongs to ({r.writer_id}, {r.writer_step}), "
                     f"not ({writer_id}, {writer_step})", namespace=self.name)
+        # so the step's record names runs of its own writer's attempts only
+        assert all((r.writer_id, r.writer_step) == (writer_id, writer_step) for r in receipts)
         commit = StepCommit(writer_id, writer_step, tuple(r.attempt_id for r in receipts),
                             build_runs(receipts), int(time.time() * 1000),
                             event_time=event_time_span([r.event_time for r in receipts]),
@@ -240,6 +242,7 @@ class Namespace:
         offset = self.ledger.append(commit)
         failpoints.reached("commit.appended")
         step = self.committed_step(writer_id, writer_step)
+        assert step is None or step < self.ledger.state.next_step  # a pair names a replayed step
         if step is None:  # replay refused our record: too old to judge, or a bound before it
             self._raise_if_refused(commit)
             raise AttemptLost(  # pragma: no cover - only age or a bound refuse a new pair

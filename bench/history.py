@@ -31,7 +31,7 @@ product's own entry encoder, record classes and log (one 10-row entry per step, 
 ``step`` record), a chunk of steps per append, so 1M steps take minutes instead of
 hours; ``--real`` builds them by real commits (``Attempt.write`` + ``commit``) instead.
 After each append of at most ``SNAPSHOT_EVERY_RECORDS`` records the generator replays
-it; in the last pieces it calls ``Namespace.snapshot_if_due()``, the hook every commit
+it; in the last pieces it calls ``Ledger.snapshot_if_due()``, the hook every commit
 calls, so a generated history holds the snapshots its commits would have left (pruning
 keeps the newest two), and before them it folds the step index as a snapshot does but
 writes none (a thousand snapshots of a growing state made a 1M build quadratic).
@@ -103,7 +103,7 @@ def build(path: str, shape: str, steps: int, real: bool, clean: bool = True) -> 
                                else None)
         elif shape in ONE_OFF:
             # batch writes a minute apart, the newest one now: the table defined first
-            ns.define_table("t", first.schema)
+            ns.tables.define("t", first.schema)
             generate(ns, shape, 0, steps, first)
         else:
             attempt = ns.begin(*writer_of(shape, 0))
@@ -127,15 +127,15 @@ def generate(ns, shape: str, start: int, end: int, data: pa.Table) -> None:
     from pyspark_durable.codec import EntryKey, codec_for
     from pyspark_durable.log import Record
     from pyspark_durable.wal.format.records import Run, StepCommit, encode_meta
-    from pyspark_durable.wal.namespace import COMMITS_LOG
+    from pyspark_durable.wal.ledger import COMMITS_LOG
     from pyspark_durable.wal.replay.snapshot_schedule import SNAPSHOT_EVERY_RECORDS
 
-    info = ns.table("t")
+    info = ns.tables.lookup("t")
     value = codec_for(info.payload_format, info.schema).encode_value(data)
     key = EntryKey(ns.namespace_id, 0, info.table_id, 0).encode()
     region = ns.store.open_region(0)
     commits = ns.store.open_log(COMMITS_LOG)
-    incarnation = ns.incarnation
+    incarnation = ns.info.incarnation
     piece = min(CHUNK, SNAPSHOT_EVERY_RECORDS)
     for lo in range(start, end, piece):
         hi = min(end, lo + piece)
@@ -164,10 +164,10 @@ def generate(ns, shape: str, start: int, end: int, data: pa.Table) -> None:
         commits.append(records)
         ns.refresh()  # as a committer's replay past its own record does
         if end - hi < KEPT_PIECES * SNAPSHOT_EVERY_RECORDS:
-            ns.snapshot_if_due()  # what the commit of the piece's last step does
+            ns.ledger.snapshot_if_due()  # what the commit of the piece's last step does
         else:  # a snapshot older than the newest two would be pruned: only fold, as it does
-            with ns.exclusive():
-                ns.state.index.fold(ns.state.first_needed_step())
+            with ns.ledger.exclusive():
+                ns.ledger.state.index.fold(ns.ledger.state.first_needed_step())
 
 
 def rss_kb() -> int:
@@ -197,8 +197,8 @@ def measure(path: str, shape: str, clean: bool = True) -> dict:
     # CPU time: what the open computes, less distorted than wall time on a loaded machine
     open_cpu_ms = (time.process_time() - c0) * 1000
     added_mb = (rss_kb() - before) / 1024
-    replayed = ns._state.replayed
-    writers_held = len(ns._state.dedup.writers)
+    replayed = ns.ledger.state.replayed
+    writers_held = len(ns.ledger.state.dedup.writers)
     commit_ms = [commit_one(ns, shape, last + i) for i in range(20)]
     clean_ms = None
     if clean:
@@ -228,16 +228,16 @@ def commit_cost(path: str, shape: str, commits: int, block: int = 100) -> dict:
 
     ns = open_namespace(config(path), create=False)
     last = ns.steps().stop
-    every = ns.snapshots.every_records
+    every = ns.ledger.snapshots.every_records
     times: dict[bool, list[float]] = {True: [], False: []}
     writing: list[float] = []  # the commits that wrote a snapshot
     for b in range(2 * commits // block):
         on = b % 2 == 0
-        ns.snapshots.every_records = every if on else 1 << 62
+        ns.ledger.snapshots.every_records = every if on else 1 << 62
         for _ in range(block):
-            before = ns.snapshots.newest
+            before = ns.ledger.snapshots.newest
             times[on].append(commit_one(ns, shape, last))
-            if ns.snapshots.newest != before:
+            if ns.ledger.snapshots.newest != before:
                 writing.append(times[on][-1])
             last += 1
     ns.close()

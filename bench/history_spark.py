@@ -108,7 +108,7 @@ def namespace_now(path: str) -> tuple[int, int]:
 
     ns = open_namespace(config(path), create=False)
     try:
-        return ns.steps().stop, ns.last_clean_ms()
+        return ns.steps().stop, ns.info.last_clean_ms()
     finally:
         ns.close()
 

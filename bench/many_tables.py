@@ -39,7 +39,7 @@ def rows(n: int) -> pa.Table:
 
 def commits_tail(ns, since: int) -> list[bytes]:
     """The values of the commits records appended at or after offset ``since``."""
-    from pyspark_durable.wal.namespace import COMMITS_LOG
+    from pyspark_durable.wal.ledger import COMMITS_LOG
 
     return [e.value for e in ns.store.open_log(COMMITS_LOG).read(since)]
 
@@ -53,12 +53,12 @@ def measure(root: str, path: str, tables: int) -> dict:
         ns = open_namespace({"backend": "file", "namespace": NAMESPACE,
                              "options": {"path": wal}})
         data = {f"t{i}": rows(ROWS) for i in range(tables)}
-        since = ns._state.next_offset
+        since = ns.ledger.state.next_offset
         t0 = time.perf_counter()
         write_step(ns, "loader", 0, data)
         seconds = time.perf_counter() - t0
         first = commits_tail(ns, since)
-        since = ns._refreshed().next_offset
+        since = ns.ledger.refreshed().next_offset
         write_step(ns, "loader", 1, data)
     else:
         from pyspark_durable.spark.options import WalOptions
@@ -71,7 +71,7 @@ def measure(root: str, path: str, tables: int) -> dict:
         batch = pa.record_batch({"table": pa.array([f"t{i // ROWS}" for i in range(n)]),
                                  "id": pa.array(range(n), pa.int64()),
                                  "payload": pa.array([b"x" * 92] * n, pa.binary())})
-        since = ns._state.next_offset
+        since = ns.ledger.state.next_offset
 
         def micro_batch(batch_id: int) -> None:
             receipt = write_batches(opts, iter([batch]), "query", batch_id, f"a{batch_id}",
@@ -82,7 +82,7 @@ def measure(root: str, path: str, tables: int) -> dict:
         micro_batch(0)
         seconds = time.perf_counter() - t0
         first = commits_tail(ns, since)
-        since = ns._refreshed().next_offset
+        since = ns.ledger.refreshed().next_offset
         micro_batch(1)
     later = commits_tail(ns, since)
     return {"seconds": seconds, "records": len(first), "step_bytes": len(first[-1]),

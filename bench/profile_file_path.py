@@ -109,7 +109,7 @@ def main() -> None:
 
         opts = WalOptions.parse({"path": os.path.join(root, "wal0"), "namespace": "profile"})
         ns = namespace_for(opts, create=False)
-        stored = ns.table(next(iter(ns.tables()))).schema
+        stored = ns.tables.lookup(next(iter(ns.tables.by_id()))).schema
         plan = ReadPlan(opts, None, None, pa.schema([*read_schema(stored), *METADATA_FIELDS]),
                         True)
         bare = ReadPlan(opts, None, None, read_schema(stored), False)

@@ -602,7 +602,7 @@ def build_history(env: Env, name: str, steps: int, ns: Namespace | None,
     from pyspark_durable.codec import EntryKey, codec_for
     from pyspark_durable.log import Record
     from pyspark_durable.wal.format.records import Run, StepCommit, encode_meta
-    from pyspark_durable.wal.namespace import COMMITS_LOG
+    from pyspark_durable.wal.ledger import COMMITS_LOG
 
     small = typed_rows(0, SMALL_ROWS)
     if ns is None:
@@ -610,7 +610,7 @@ def build_history(env: Env, name: str, steps: int, ns: Namespace | None,
         a = ns.begin("hist", 0)
         a.write("t", small)
         a.commit()
-    info = ns.table("t")
+    info = ns.tables.lookup("t")
     value = codec_for(info.payload_format, info.schema).encode_value(small)
     key = EntryKey(ns.namespace_id, 0, info.table_id, 0).encode()
     region = ns.store.open_region(0)
@@ -627,11 +627,11 @@ def build_history(env: Env, name: str, steps: int, ns: Namespace | None,
             doc = StepCommit("hist", i, (att,), (Run(0, info.table_id, off, off + 1,
                                                      small.num_rows, len(value), 0),),
                              int(time.time() * 1000)).to_json()
-            if ns.incarnation is not None:
-                doc["i"] = ns.incarnation
+            if ns.info.incarnation is not None:
+                doc["i"] = ns.info.incarnation
             commits.append([Record(b"", encode_meta(doc))])
         ns.refresh()
-        ns.snapshot_if_due()
+        ns.ledger.snapshot_if_due()
     assert len(ns.steps()) == steps, (len(ns.steps()), steps)
     METER.take()
     log(f"  history {name}: {have} -> {steps} steps in {time.perf_counter() - start:.0f} s")

@@ -419,7 +419,7 @@ def wal_steps(run: Path, args: argparse.Namespace) -> tuple[int, int, int]:
         return -1, -1, -1
     try:
         steps = ns.steps()
-        reader = ns.readers().get(READER_ID)
+        reader = ns.info.readers().get(READER_ID)
         return steps.start, steps.stop, reader.next_step if reader else -1
     finally:
         ns.close()

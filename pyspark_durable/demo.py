@@ -265,7 +265,7 @@ class Demo:
         except LogNotFound:
             return 0
         ns.refresh()
-        return sum(r.uncommitted for r in ns.region_entries())
+        return sum(r.uncommitted for r in ns.info.region_entries())
 
     def after_kill(self, how: str) -> None:
         """Say where the kill landed, from the WAL: the last committed micro-batch, and

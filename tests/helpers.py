@@ -109,7 +109,7 @@ def assert_acknowledged(ns, writer: str, writer_step: int, step: int) -> None:
     dedup window (wal/replay/dedup.py), so that a recommit of it is refused: never a second step."""
     got = ns.committed_step(writer, writer_step)
     if got is None:
-        assert ns._state.dedup.too_old(writer, writer_step, None) is not None, \
+        assert ns.ledger.state.dedup.too_old(writer, writer_step, None) is not None, \
             f"acknowledged ({writer}, {writer_step}) as step {step}, and the WAL forgot it"
     else:
         assert got == step, f"acknowledged ({writer}, {writer_step}) as step {step}, not {got}"

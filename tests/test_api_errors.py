@@ -65,7 +65,7 @@ CASES = {
                       RoutingError, "unknown table 'nope'; tables: t, u"),
     "expire below 0": (lambda c, ns, tmp: ns.expire(-3), ConfigError,
                        "expire step -3 is not an integer >= 0"),
-    "mark_deleted below 0": (lambda c, ns, tmp: ns.mark_deleted("t", -4), ConfigError,
+    "mark_deleted below 0": (lambda c, ns, tmp: ns.tables.mark_deleted("t", -4), ConfigError,
                              "sequence -4 is not an integer >= 0"),
     "reader commit below 0": (lambda c, ns, tmp: DurableInputEndpoint(ns, "r").commit(-1),
                               ConfigError, "step -1 is not an integer >= 0"),
@@ -244,13 +244,13 @@ def test_handle_notices_a_restored_or_recreated_wal(shop_wal, tmp_path):
         ns.steps()
     assert ns.steps() == range(0, 2)
     assert read_steps(ns, "t").column("id").to_pylist() == [1]
-    first = ns.incarnation
+    first = ns.info.incarnation
     shutil.rmtree(root)
     fresh = open_namespace(config)
     for ws in range(3):
         write_step(fresh, "x", ws, {"t": [{"id": 100 + ws}]})
     write_step(fresh, "x", 3, {"u": [{"id": 200}]}, region_id=1)
     with pytest.raises(IncarnationMismatch, match=f"this handle knew incarnation {first}; "
-                                                  f"the WAL now is incarnation {fresh.incarnation}"):
+                                                  f"the WAL now is incarnation {fresh.info.incarnation}"):
         ns.steps()
     assert read_steps(ns, "t").column("id").to_pylist() == [100, 101, 102]

@@ -85,7 +85,7 @@ def check_namespace(ns: Namespace, acked: dict[int, int], retained_only: bool) -
         seen_ws[ws] = step
         got: dict[str, list[pa.RecordBatch]] = {}
         for sb in ns.read_step(step):
-            got.setdefault(ns.tables(refresh=False)[sb.table_id].name, []).extend(sb.batches)
+            got.setdefault(ns.tables.by_id(refresh=False)[sb.table_id].name, []).extend(sb.batches)
             seqs.setdefault((sb.region_id, sb.table_id), []).append(sb.sequence_num)
         for table, expect in expected_step_rows(ws).items():
             if expect.num_rows == 0:
@@ -97,5 +97,5 @@ def check_namespace(ns: Namespace, acked: dict[int, int], retained_only: bool) -
         if not retained_only or step >= steps.start:
             assert seen_ws.get(ws) == step, f"acknowledged ws={ws} step={step} is missing"
     for key, got_seqs in seqs.items():
-        expect_end = ns.table_regions(key[1])[key[0]]
+        expect_end = ns.tables.regions(key[1])[key[0]]
         assert got_seqs == list(range(expect_end - len(got_seqs), expect_end)), key

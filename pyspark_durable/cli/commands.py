@@ -26,8 +26,8 @@ from pyspark_durable.endpoint.step_times import first_step_since
 from pyspark_durable.errors import DurableWalError, NotAWal
 from pyspark_durable.times import timestamp_ms
 from pyspark_durable.wal import Namespace, StepCommit, TableInfo
+from pyspark_durable.wal.ledger import COMMITS_LOG
 from pyspark_durable.wal.metadata import metadata_columns
-from pyspark_durable.wal.namespace import COMMITS_LOG
 from pyspark_durable.wal.queries import TableSize
 
 from .render import Part, Progress, TextTable, iso_ms, span
@@ -63,7 +63,7 @@ def _namespace_summary(cfg: EndpointConfig, names: list[str]) -> dict[str, Any]:
     try:
         steps = ns.steps(refresh=False)  # just recovered
         return {"name": name, "id": ns.namespace_id, "regions": ns.store.list_regions(),
-                "tables": sorted(t.name for t in ns.tables(refresh=False).values()),
+                "tables": sorted(t.name for t in ns.tables.by_id(refresh=False).values()),
                 "first_step": steps.start, "next_step": steps.stop}
     finally:
         ns.close()
@@ -148,9 +148,9 @@ def cmd_regions(args: argparse.Namespace) -> int:
     """Regions with their watermarks, the tables living in each, and how many of their
     entries belong to retained steps, to expired steps, or to no committed step."""
     with opened_namespace(args) as ns:
-        steps, base_step = ns.steps(), ns.first_indexed_step()
-        regions = ns.region_entries()
-        infos, keys = ns.tables(refresh=False), sorted(ns.table_keys())
+        steps, base_step = ns.steps(), ns.info.first_indexed_step()
+        regions = ns.info.region_entries()
+        infos, keys = ns.tables.by_id(refresh=False), sorted(ns.tables.region_pairs())
     found = []
     for r in regions:
         tables = sorted(table_name(infos, t) for region, t in keys if region == r.region_id)
@@ -179,17 +179,17 @@ def cmd_tables(args: argparse.Namespace) -> int:
     retained steps (sequences count per (region, table))."""
     with opened_namespace(args) as ns:
         steps = ns.steps()
-        sizes = ns.table_sizes(steps.start)  # expired steps are no longer readable
+        sizes = ns.info.table_sizes(steps.start)  # expired steps are no longer readable
         found = []
-        for info in sorted(ns.tables(refresh=False).values(), key=lambda t: t.name):
+        for info in sorted(ns.tables.by_id(refresh=False).values(), key=lambda t: t.name):
             regions = []
-            for region_id, nxt in ns.table_regions(info.table_id).items():
+            for region_id, nxt in ns.tables.regions(info.table_id).items():
                 key = (region_id, info.table_id)
                 size = sizes.get(key) or TableSize(0, 0, nxt)  # no retained step there
                 regions.append({"region": region_id, "rows": size.rows,
                                 "bytes": size.size_bytes,
                                 "first_sequence": size.first_sequence, "next_sequence": nxt,
-                                "marked_deleted_before": ns.marked_before(*key)})
+                                "marked_deleted_before": ns.tables.marked_before(*key)})
             found.append({
                 # a string: named tables have ids >= 2**63, which a JSON number (a double
                 # in JavaScript) cannot hold exactly
@@ -256,7 +256,7 @@ def cmd_steps(args: argparse.Namespace) -> int:
     with opened_namespace(args) as ns:
         retained = ns.steps()
         chosen = _step_range(args, retained)
-        tables = ns.tables(refresh=False)
+        tables = ns.tables.by_id(refresh=False)
         found = [_step_doc(tables, ns.step_commit(s)) for s in chosen]
     doc = {"namespace": args.namespace, "retained": [retained.start, retained.stop],
            "steps": found}
@@ -317,7 +317,7 @@ def _tail_rows(ns: Namespace, info: TableInfo, n: int, progress: Progress,
 def cmd_tail(args: argparse.Namespace) -> int:
     """The last rows of one table, with the step and sequence each came from."""
     with opened_namespace(args) as ns, Progress(not args.json) as progress:
-        info = ns.table(args.table if args.table_id is None else args.table_id)
+        info = ns.tables.lookup(args.table if args.table_id is None else args.table_id)
         since = 0 if args.since is None else first_step_since(
             ns, timestamp_ms("--since", args.since), "--since")
         rows = _tail_rows(ns, info, args.n, progress, since) if args.n else None

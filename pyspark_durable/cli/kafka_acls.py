@@ -21,7 +21,7 @@ from pyspark_durable.log.kafka.acls import (
     topic_command,
     topic_specs,
 )
-from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.ledger import COMMITS_LOG
 
 from .render import emit, emit_json
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pyspark_durable.errors import NotAWal
-from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.ledger import COMMITS_LOG
 
 SPARK_CHECKPOINT_FILE = "metadata"
 SPARK_CHECKPOINT_LOGS = ("offsets", COMMITS_LOG)

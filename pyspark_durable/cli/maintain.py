@@ -186,13 +186,13 @@ def cmd_retention(args: argparse.Namespace) -> int:
                 old.max_steps if args.max_steps is None else args.max_steps))
         for reader in args.drop_reader or ():
             ns.refresh()
-            if ns.reader_position(reader) is None:
+            if ns.info.reader_position(reader) is None:
                 raise DurableWalError(f"unknown reader {reader!r}; readers: "
-                                      f"{', '.join(sorted(ns.readers())) or 'none'}",
+                                      f"{', '.join(sorted(ns.info.readers())) or 'none'}",
                                       namespace=args.namespace)
             ns.drop_reader(reader)
         policy, retained = ns.retention(), ns.steps()
-        last_clean_ms, positions = ns.last_clean_ms(), ns.readers()
+        last_clean_ms, positions = ns.info.last_clean_ms(), ns.info.readers()
     readers = [{"reader": r, "next_step": p.next_step, "holds_retention": p.hold}
                for r, p in sorted(positions.items())]
     doc = {"namespace": args.namespace, "policy": policy.to_json(),

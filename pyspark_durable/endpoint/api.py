@@ -18,8 +18,8 @@ from pyspark_durable.endpoint.step_times import end_step_for, first_step_since
 from pyspark_durable.errors import ConfigError, SchemaMismatch, StepExpired, StepNotCommitted
 from pyspark_durable.times import timestamp_ms
 from pyspark_durable.wal import Namespace, TableInfo
+from pyspark_durable.wal.arguments import check_step_arg, check_writer
 from pyspark_durable.wal.metadata import METADATA_FIELDS, metadata_columns
-from pyspark_durable.wal.namespace import check_step_arg, check_writer
 
 Chunk = pa.Table | pa.RecordBatch | Sequence[Mapping[str, Any]]
 RowsLike = Chunk | pa.RecordBatchReader | Iterable[Chunk]
@@ -102,7 +102,7 @@ def write_step(ns: Namespace, writer_id: str, writer_step: int,
         return done
     attempt = ns.begin(writer_id, writer_step)
     # the tables whose rows are in memory defined at once: one commits record for the new ones
-    ns.define_tables([(table, first.schema) for table, chunks in tables.items()
+    ns.tables.define_many([(table, first.schema) for table, chunks in tables.items()
                       if isinstance(chunks, Sequence)
                       for first in [next((c for c in chunks if c.num_rows), None)]
                       if first is not None],
@@ -121,7 +121,7 @@ def _read_range(ns: Namespace, table: int | str, start: int | None, end: int | N
             raise ConfigError(f"read_steps was given both a step ({by_step}) and a timestamp "
                               f"({by_time!r}) for one end of the read; give one of them",
                               namespace=ns.name)
-    info = ns.table(table)
+    info = ns.tables.lookup(table)
     available = ns.steps()
     if start_timestamp is not None:
         start = first_step_since(ns, timestamp_ms("start_timestamp", start_timestamp),

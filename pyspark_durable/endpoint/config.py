@@ -21,7 +21,7 @@ from pyspark_durable.errors import ConfigError, DurableWalError, NotAWal, Unknow
 from pyspark_durable.log import LogStore, open_store, resolved_backend, store_class
 from pyspark_durable.log.base import is_decimal
 from pyspark_durable.wal import DEFAULT_TABLE, Namespace
-from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.ledger import COMMITS_LOG
 
 KEYS = ("backend", "namespace", "namespace_id", "options", "writer_id", "reader_id", "table",
         "region", "payload_format", "tables", "regions")
@@ -176,7 +176,7 @@ def input_endpoint(config: EndpointConfig | Mapping[str, Any]):  # -> DurableInp
 
     cfg = _config(config)
     ns = open_namespace(cfg)
-    tables = None if cfg.tables is None else {ns.table(t).table_id for t in cfg.tables}
+    tables = None if cfg.tables is None else {ns.tables.lookup(t).table_id for t in cfg.tables}
     regions = None if cfg.regions is None else set(cfg.regions)
     return DurableInputEndpoint(ns, cfg.reader_id, tables, regions)
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from pyspark_durable.errors import ConfigError, StepNotCommitted
 from pyspark_durable.wal import DEFAULT_TABLE, Attempt, Namespace, StepBatch
-from pyspark_durable.wal.namespace import check_step_arg, check_writer
+from pyspark_durable.wal.arguments import check_step_arg, check_writer
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class DurableInputEndpoint:
         if self.reader_id is None:
             return None
         self.ns.refresh()
-        position = self.ns.reader_position(self.reader_id)
+        position = self.ns.info.reader_position(self.reader_id)
         return None if position is None else position.next_step - 1
 
     def expire(self, step: int) -> None:
@@ -96,7 +96,7 @@ class OutputEndpoint:
                               namespace=self.ns.name, writer=self.writer_id)
         self._step = step
         self._done = self.ns.committed_step(self.writer_id, step)
-        newest = self.ns.newest_committed_writer_step(self.writer_id)
+        newest = self.ns.info.newest_committed_writer_step(self.writer_id)
         if newest is not None and newest > step:
             log.warning("namespace=%s writer=%s: writing step %d again although steps up to %d "
                         "are committed", self.ns.name, self.writer_id, step, newest)

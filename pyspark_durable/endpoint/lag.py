@@ -44,7 +44,7 @@ def reader_lags(ns: Namespace, now_ms: int | None = None) -> list[ReaderLag]:
     steps = ns.steps()
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     lags = []
-    for reader, position in sorted(ns.readers().items()):
+    for reader, position in sorted(ns.info.readers().items()):
         first = max(position.next_step, steps.start)
         commits = [ns.step_commit(s) for s in range(first, steps.stop)]
         seconds = 0.0

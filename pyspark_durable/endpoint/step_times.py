@@ -27,7 +27,7 @@ def first_step_since(ns: Namespace, timestamp_ms: int, what: str, stream: bool =
     rule (``failOnDataLoss``) decides.
     """
     steps = ns.steps(refresh=False)
-    step = ns.first_step_committed_at(timestamp_ms)
+    step = ns.info.first_step_committed_at(timestamp_ms)
     if step < steps.stop:
         return step
     if stream and timestamp_ms <= time.time() * 1000:
@@ -47,7 +47,7 @@ def first_step_since(ns: Namespace, timestamp_ms: int, what: str, stream: bool =
 def end_step_for(ns: Namespace, timestamp_ms: int) -> int:
     """The end (exclusive) of a read to ``timestamp_ms``: the first step committed at or
     after it, or the next step when every step was committed before it."""
-    return min(ns.first_step_committed_at(timestamp_ms), ns.steps(refresh=False).stop)
+    return min(ns.info.first_step_committed_at(timestamp_ms), ns.steps(refresh=False).stop)
 
 
 def first_step_reaching(ns: Namespace, micros: int, what: str, stream: bool = False) -> int:

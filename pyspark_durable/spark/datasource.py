@@ -66,9 +66,9 @@ def _payload_schema(opts: WalOptions, strict: bool = False
     """
     ns = _open_for_read(opts)
     # namespace_for caught the handle up: no second round trip
-    tables = ns.tables(refresh=False)
+    tables = ns.tables.by_id(refresh=False)
     if strict and opts.regions is not None:
-        known = ns.regions()
+        known = ns.info.regions()
         unknown = [r for r in opts.regions if r not in known]
         if unknown:
             raise ConfigError(
@@ -77,13 +77,13 @@ def _payload_schema(opts: WalOptions, strict: bool = False
                 namespace=ns.name)
     if opts.tables is not None:
         if strict:
-            chosen = [ns.table(t) for t in opts.tables]  # unknown: RoutingError listing them
+            chosen = [ns.tables.lookup(t) for t in opts.tables]  # unknown: RoutingError listing them
         else:
-            chosen = [tables[i] for i in map(ns.resolve_table, opts.tables) if i in tables]
-        ids = frozenset(map(ns.resolve_table, opts.tables))
+            chosen = [tables[i] for i in map(ns.tables.resolve, opts.tables) if i in tables]
+        ids = frozenset(map(ns.tables.resolve, opts.tables))
     else:
         in_regions = None if opts.regions is None else {
-            t for r, t in ns.table_keys() if r in opts.regions}
+            t for r, t in ns.tables.region_pairs() if r in opts.regions}
         chosen = [t for t in tables.values()
                   if in_regions is None or t.table_id in in_regions]
         ids = None

@@ -2,7 +2,7 @@
 windows of entries a step larger than a task's share is cut into.
 
 The rule that keeps a split read the whole read is in
-:meth:`pyspark_durable.wal.reading.NamespaceReads.read_region_steps`: a window of a
+:meth:`pyspark_durable.wal.reading.StepReads.read_region_steps`: a window of a
 run is a run, checked entry by entry against its step.
 """
 

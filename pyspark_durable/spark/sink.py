@@ -157,7 +157,7 @@ def write_batches(opts: WalOptions, batches: Iterator[pa.RecordBatch], writer_id
                          pa.array([opts.table] * batch.num_rows, pa.string())})
         groups = list(route(keys, payload))  # slices of one sorted copy: no more memory
         # the batch's new tables defined in one commits record, not one fsync'd append each
-        ns.define_tables([(table, rows.schema) for _, table, rows in groups],
+        ns.tables.define_many([(table, rows.schema) for _, table, rows in groups],
                          opts.payload_format, opts.merge_schema)
         for region, table, rows in groups:
             attempt.write(table, rows, region, opts.payload_format, opts.merge_schema)
@@ -200,7 +200,7 @@ def commit_receipts(opts: WalOptions, messages: list, writer_id: str | None,
         return None
     if started_ms is not None:  # a driver whose clock is behind the WAL's starts at the
         # WAL's clock: a start the WAL can judge (ns.commit keeps it for its own retries)
-        started_ms = ns.one_off_start_ms(started_ms)
+        started_ms = ns.info.one_off_start_ms(started_ms)
     step = ns.commit(writer_id, writer_step, receipts, consecutive=consecutive,
                      started_ms=started_ms)
     log.info("namespace=%s writer=%s writer_step=%d committed as step %d (%d rows)",
@@ -223,7 +223,7 @@ def keep_retention(opts: WalOptions) -> None:
         return
     # namespace_for refreshed; a last pass more than an interval in the future (a host
     # ahead wrote it) is ignored, so one pass from that host stops nobody's cleaning
-    if not clean_due(time.time() * 1000, ns.last_clean_ms(), opts.clean_interval_ms):
+    if not clean_due(time.time() * 1000, ns.info.last_clean_ms(), opts.clean_interval_ms):
         return
     try:
         report = Cleaner(ns, grace_ms=opts.clean_grace_ms).run_once()

@@ -122,7 +122,7 @@ class ReadPlan:
         for sb in ns.read_region_steps(partition.region_id, partition.steps, tables,
                                        partition.windows):
             name = names.get(sb.table_id) or names.setdefault(
-                sb.table_id, ns.table(sb.table_id).name)
+                sb.table_id, ns.tables.lookup(sb.table_id).name)
             first_row = 0
             for batch in sb.batches:
                 n = batch.num_rows
@@ -172,7 +172,7 @@ def first_step(ns: Namespace, opts: WalOptions, stream: bool = False) -> int:
 
 def offset(ns: Namespace, step: int) -> dict:
     """A source offset: the next step, in one namespace and incarnation of the WAL."""
-    return {"step": step, "incarnation": ns.incarnation, "namespace": ns.name}
+    return {"step": step, "incarnation": ns.info.incarnation, "namespace": ns.name}
 
 
 def offset_step(ns: Namespace, found: object, what: str = "the checkpoint's offset") -> int:
@@ -216,15 +216,15 @@ def resume_step(ns: Namespace, opts: WalOptions, start: object) -> int:
     steps = ns.steps(refresh=False)
     known = start.get("incarnation")  # type: ignore[union-attr]  # a dict: offset_step
     problem, resume = None, step
-    if known is not None and known != ns.incarnation:
+    if known is not None and known != ns.info.incarnation:
         problem = (f"the checkpoint's offset (step {step}) is in WAL incarnation {known}, but "
-                   f"the WAL now is incarnation {ns.incarnation} with steps "
+                   f"the WAL now is incarnation {ns.info.incarnation} with steps "
                    f"[{steps.start}, {steps.stop}): it was lost or recreated")
         resume = steps.start
     elif step > steps.stop:
         problem = (f"the checkpoint's offset is step {step}, past the WAL's last step "
                    f"{steps.stop - 1} (steps [{steps.start}, {steps.stop}) in incarnation "
-                   f"{ns.incarnation}): the WAL went back (restored from an older copy?)")
+                   f"{ns.info.incarnation}): the WAL went back (restored from an older copy?)")
         resume = steps.stop
     if problem is None:
         return check_available(ns, opts, step)
@@ -280,7 +280,7 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         reader = self.opts.reader_id
         wanted = ReaderPosition(step, self.opts.hold_retention)
-        if (reader is not None and ns.reader_position(reader) != wanted
+        if (reader is not None and ns.info.reader_position(reader) != wanted
                 and step <= ns.steps(refresh=False).stop):
             ns.commit_reader(reader, step, hold=self.opts.hold_retention)  # refreshes after
         return step
@@ -336,7 +336,7 @@ class WalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ns = namespace_for(self.opts, create=False)
         begin = resume_step(ns, self.opts, start)
         stop = offset_step(ns, end, "the batch's end offset")
-        if end.get("incarnation", ns.incarnation) != ns.incarnation:
+        if end.get("incarnation", ns.info.incarnation) != ns.info.incarnation:
             # a batch planned in a WAL that is gone (failOnDataLoss=false got here): it
             # reads nothing, and the next batch starts at the new WAL's first step
             return []
@@ -384,9 +384,9 @@ class PushdownBatchReader(WalBatchReader):
         self.pruning, rest = push(filters, self.plan.with_metadata)
         if self.pruning.columns.keys() & {"_region", "_table"}:
             ns = namespace_for(self.plan.opts, create=False)
-            tables = {i for i, t in ns.tables().items()
+            tables = {i for i, t in ns.tables.by_id().items()
                       if self.pruning.admits("_table", t.name)}
-            regions = {r for r in ns.regions() if self.pruning.admits("_region", r)}
+            regions = {r for r in ns.info.regions() if self.pruning.admits("_region", r)}
             self.plan = replace(
                 self.plan,
                 table_ids=frozenset(tables if self.plan.table_ids is None

@@ -1,19 +1,36 @@
 """The WAL layer: namespaces, tables in regions, sequences, atomic idempotent steps.
 
-Code outside ``wal/`` opens a :class:`Namespace` and asks it questions; what it is made
+Use, in code order (a writer's step begins, writes, commits; a reader reads steps)::
+
+    ns = Namespace(open_store("file", "orders", path="/data/wal"))
+    attempt = ns.begin("ingest", 0)                     # writer "ingest", its step 0
+    attempt.write("orders", pa.table({"id": [1, 2]}))   # durable, invisible
+    receipt = attempt.receipt()                         # what the attempt hands on
+    step = ns.commit("ingest", 0, [receipt])            # the commit point; idempotent
+    for s in ns.steps():                                # committed, still readable
+        for batch in ns.read_step(s):                   # rows with where they came from
+            print(batch.table_id, batch.sequence_num, batch.batches)
+    ns.expire(step + 1)                                 # steps below are not needed
+    Cleaner(ns).run_once()                              # deletes what nothing needs
+
+Code outside ``wal/`` opens a :class:`Namespace` and asks it: its tables
+(``ns.tables``), its answers (``ns.info``), its reads and its writes. What it is made
 of lies in three rings below it, each importing only the rings listed before it:
 ``format/`` (what is written) knows nothing else of the WAL, ``replay/`` (how the log
 becomes state) reads ``format/``, the top modules drive both, and ``upkeep/`` (what runs
-beside the writers) drives the top. The modules, and what each is for:
+beside the writers) drives the top through the namespace's :class:`~.ledger.Ledger`. The
+modules, and what each is for:
 
 =================================  ========================================================
 module                             for
 =================================  ========================================================
 ``namespace``                      the commit protocol (rules 1-8) and the handle on one WAL
+``ledger``                         the commits log, its replayed state, lock and healing
+``arguments``                      typed errors for writer ids, steps and sequences
 ``attempt``                        one writer attempt: entries written, invisible until commit
-``tables``                         table names to ids, definitions, schema versions
+``tables``                         the table catalog: names to ids, definitions, versions
 ``reading``                        the read path: a step's entries, checked against its runs
-``queries``                        what a namespace answers about itself, as frozen values
+``queries``                        what a namespace answers about itself (``info``), frozen
 ``metadata``                       the columns a reader gets beside a table's rows
 ``reserve``                        room on a full disk for the records that free space
 ``failpoints``                     named points in the protocols where tests pause or kill

@@ -18,9 +18,9 @@ from pyspark_durable.codec.keys import U64_MAX
 from pyspark_durable.errors import RoutingError
 from pyspark_durable.log import Log, LogStore, Record
 from pyspark_durable.wal.format.receipts import AttemptReceipt, WrittenEntry, event_time_span
-from pyspark_durable.wal.format.records import TableInfo
 from pyspark_durable.wal.format.runs import entry_digest
 from pyspark_durable.wal.format.schemas import conform
+from pyspark_durable.wal.tables import TableCatalog
 
 INFLIGHT_BYTES_MAX = 32 << 20  # per attempt: bounds a writer's memory, keeps the log busy
 # entries handed to the log in one append: several appends stay in flight at once, and a
@@ -36,9 +36,7 @@ class WritesSteps(Protocol):
     store: LogStore
     namespace_id: int
     entry_max_bytes: int
-
-    def define_table(self, table: int | str, schema: pa.Schema, payload_format: str = ...,
-                     merge_schema: bool = ...) -> TableInfo: ...
+    tables: TableCatalog  # where an attempt defines the tables it writes
 
     def commit(self, writer_id: str, writer_step: int, receipts: list[AttemptReceipt],
                consecutive: bool = ..., started_ms: int | None = ...) -> int: ...
@@ -108,7 +106,7 @@ class Attempt:
 
         Rows are written as the table's newest schema version (missing columns null,
         narrower types cast up); ``merge_schema`` lets new columns and widenings add a
-        version first (see :meth:`Namespace.define_table`). A large ``data`` is encoded
+        version first (see :meth:`TableCatalog.define`). A large ``data`` is encoded
         and handed to the log slice by slice, so what this adds to the caller's memory
         is bounded (``INFLIGHT_BYTES_MAX`` plus an append group), not ``data``'s size.
         """
@@ -163,7 +161,7 @@ class Attempt:
                     payload_format: str, merge_schema: bool, whole: bool) -> int:
         """Encode and append entries of ``data``; without ``whole``, only full entries
         (the rows left over wait for the next chunk). Returns the rows appended."""
-        info = self.ns.define_table(table, data.schema, payload_format, merge_schema)
+        info = self.ns.tables.define(table, data.schema, payload_format, merge_schema)
         codec = codec_for(info.payload_format, info.schema)
         most = self.ns.entry_max_bytes
         chunk_rows = max(1, int(data.num_rows * most / max(data.nbytes, 1)))

@@ -46,10 +46,11 @@ the commits log after it; region logs are never scanned to recover.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+import pyarrow as pa
 
 import pyspark_durable.wal.failpoints as failpoints  # the module: tests swap its hooks
 from pyspark_durable.errors import (
@@ -58,14 +59,12 @@ from pyspark_durable.errors import (
     ConfigError,
     IncarnationMismatch,
     LogNotFound,
-    OffsetOutOfRange,
-    RoutingError,
-    StepExpired,
     StepNotCommitted,
     WriterStepExpired,
 )
 from pyspark_durable.log import LogStore
 from pyspark_durable.times import iso
+from pyspark_durable.wal.arguments import check_step_arg, check_writer
 from pyspark_durable.wal.attempt import Attempt
 from pyspark_durable.wal.format.receipts import AttemptReceipt, build_runs, event_time_span
 from pyspark_durable.wal.format.records import (
@@ -73,55 +72,38 @@ from pyspark_durable.wal.format.records import (
     CommitRecord,
     DedupRecord,
     ExpireRecord,
-    MarkRecord,
     NsRecord,
     OneOffsRecord,
     ReaderRecord,
     RetentionRecord,
     StepCommit,
     WriterRecord,
-    encode_meta,
 )
-from pyspark_durable.wal.queries import NamespaceQueries, handed_out
-from pyspark_durable.wal.reading import NamespaceReads
+from pyspark_durable.wal.ledger import Ledger
+from pyspark_durable.wal.queries import NamespaceInfo
+from pyspark_durable.wal.reading import StepBatch, StepReads
 from pyspark_durable.wal.replay.clocks import CLOCK_STEP_MS
-from pyspark_durable.wal.replay.copies import commit_entries
 from pyspark_durable.wal.replay.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.replay.retention import RetentionPolicy
-from pyspark_durable.wal.replay.snapshot_schedule import SnapshotSchedule
 from pyspark_durable.wal.replay.state import NamespaceState, ReaderPosition
 from pyspark_durable.wal.reserve import using_reserve
-from pyspark_durable.wal.tables import NamespaceTables
+from pyspark_durable.wal.tables import TableCatalog
 
 log = logging.getLogger(__name__)
 
-COMMITS_LOG = "commits"
 DEFAULT_TABLE = "default"
 ENTRY_MAX_BYTES = 900 * 1024  # below Kafka's default message.max.bytes (1 MiB)
 
 
-def check_writer(writer_id: object, writer_step: object, namespace: str) -> None:
-    """Writer ids are non-empty strings and writer steps integers >= 0 (typed errors)."""
-    if not isinstance(writer_id, str) or not writer_id:
-        raise ConfigError(f"writer id {writer_id!r} is not a non-empty string",
-                          namespace=namespace)
-    if not isinstance(writer_step, int) or isinstance(writer_step, bool) or writer_step < 0:
-        raise ConfigError(f"writer step {writer_step!r} is not an integer >= 0",
-                          namespace=namespace, writer=writer_id)
-
-
-def check_step_arg(name: str, value: object, namespace: str) -> int:
-    """Step and sequence arguments are integers >= 0 (typed errors, never a silent no-op)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ConfigError(f"{name} {value!r} is not an integer >= 0", namespace=namespace)
-    return value
-
-
-class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
+class Namespace:
     """One WAL namespace over a :class:`LogStore`; see the module docstring.
 
-    Outside ``wal/``, ask it questions (:class:`NamespaceQueries`, ``steps``, ``tables``,
-    ``table``, ``step_commit``, ``retention``); its replay state ``_state`` is its own.
+    A façade over the namespace's :class:`Ledger` (the commits log and the state
+    replayed from it): its tables (``tables``, a :class:`TableCatalog`), its answers
+    (``info``, a :class:`NamespaceInfo`), its reads (``steps``, ``step_commit``,
+    ``read_*``) and its writes (``begin``, ``commit`` and the records of readers,
+    retention and expiry). The ledger itself (``ledger``) is the door of the WAL's own
+    upkeep (cleaner, check, repair), not of code outside ``wal/``.
     """
 
     def __init__(
@@ -143,99 +125,73 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
         self.store = store
         self.name = store.namespace
         self.entry_max_bytes = entry_max_bytes
-        self._lock = threading.RLock()
-        try:
-            self._commits = store.open_log(COMMITS_LOG, create=create)
-        except LogNotFound:
-            names = [n for n in store.sibling_namespaces() if n != self.name]
-            raise LogNotFound(f"unknown namespace {self.name!r}; namespaces: "
-                              f"{', '.join(names) or 'none'} in {store.location()}") from None
-        self._state = NamespaceState.recover(store, self._commits)
-        self.snapshots = SnapshotSchedule(store)  # the committer's: every N records
-        if self._state.namespace_id is None and not create:
+        self.ledger = ledger = Ledger(store, create=create)
+        if ledger.state.namespace_id is None and not create:
             raise LogNotFound(f"namespace {self.name!r} in {store.location()} is empty: "
                               "nothing was ever committed to it")
         if namespace_id is None:
-            namespace_id = self._state.namespace_id
-        if self._state.namespace_id is None:
+            namespace_id = ledger.state.namespace_id
+        if ledger.state.namespace_id is None:
             incarnation = uuid.uuid4().hex
             # the first record carries the incarnation it starts as its tag, too
-            self._append_meta({**NsRecord(self.name, namespace_id, incarnation).to_json(),
-                               "i": incarnation})
-            self.refresh()
-            dedup = self._state.dedup  # a racing creator may have appended some already
+            ledger.append_json([{**NsRecord(self.name, namespace_id, incarnation).to_json(),
+                                 "i": incarnation}])
+            dedup = ledger.refreshed().dedup  # a racing creator may have appended some already
             policies = [record for missing, record in (
                 (dedup.window_ms is None, DedupRecord(DEDUP_WINDOW_MS, DEDUP_STEPS)),  # bounds
                 (dedup.step_ms is None, ClocksRecord(CLOCK_STEP_MS)),  # clock rules (clocks.py)
                 (dedup.max_one_offs is None, OneOffsRecord(DEDUP_ONE_OFFS)),  # one-off bound
             ) if missing]
             if policies:  # one append: one sync and one mark, however many
-                self._append_metas([record.to_json() for record in policies])
-                self.refresh()
-        if self._state.namespace_id != namespace_id:
+                ledger.append_json([record.to_json() for record in policies])
+                ledger.refreshed()
+        if ledger.state.namespace_id != namespace_id:
             raise ConfigError(
-                f"namespace was created with id {self._state.namespace_id}, opened with "
+                f"namespace was created with id {ledger.state.namespace_id}, opened with "
                 f"id {namespace_id}", namespace=self.name,
             )
-        self.namespace_id = namespace_id
-
-    # -- state ----------------------------------------------------------------
+        self.namespace_id: int = namespace_id
+        self.tables = TableCatalog(ledger)
+        self.info = NamespaceInfo(ledger)
+        self._reads = StepReads(ledger, namespace_id)
 
     def refresh(self) -> None:
         """Replay what any process appended to the commits log since we last looked.
 
         If a cleaner cleaned the log below where we are, the handle heals: it
         recovers again from the newest snapshot (rule 8 of the protocol). The replayed
-        state stays inside the WAL; ask the handle's queries what it holds.
+        state stays inside the WAL; ask ``info``, ``tables`` and the reads what it holds.
         """
-        self._refreshed()
+        self.ledger.refreshed()
 
-    def _refreshed(self) -> NamespaceState:
-        """:meth:`refresh`, returning the replayed state (for the WAL's own code)."""
-        with self._lock:
-            try:
-                self._state.replay(self._commits)
-            except OffsetOutOfRange:
-                log.info("namespace=%s: commits log cleaned below offset %d under this handle; "
-                         "recovering from the newest snapshot", self.name, self._state.next_offset)
-                self._state = NamespaceState.recover(self.store, self._commits)
-            except IncarnationMismatch as exc:
-                old = self._state.incarnation
-                self.store.reset()  # cached log state describes the WAL that is gone
-                self._commits = self.store.open_log(COMMITS_LOG, create=False)
-                self._state = NamespaceState.recover(self.store, self._commits)
-                raise IncarnationMismatch(
-                    f"{exc.args[0].split(': ', 1)[-1]} (this handle knew incarnation {old}; the "
-                    f"WAL now is incarnation {self._state.incarnation} with "
-                    f"{self._state.next_step} steps; this handle follows it from now on)",
-                    namespace=self.name) from exc
-            return self._state
+    # -- reading --------------------------------------------------------------
 
-    @property
-    def incarnation(self) -> str | None:
-        """The id this namespace got when it was created (None: an older WAL without one)."""
-        return self._state.incarnation
+    def steps(self, refresh: bool = True) -> range:
+        """Committed steps still readable: [first retained, next step) (:class:`StepReads`)."""
+        return self._reads.steps(refresh)
 
-    def append_record(self, record: CommitRecord) -> int:
-        """Append one record to the commits log; its offset. Replay decides what it
-        means: :meth:`refresh` to see it (a cleaner records its ``clean`` record so)."""
-        return self._append_meta(record.to_json())
+    def step_commit(self, step: int) -> StepCommit:
+        """A copy of a committed step's record (:class:`StepReads`)."""
+        return self._reads.step_commit(step)
 
-    def exclusive(self) -> threading.RLock:
-        """This handle's lock: hold it to refresh, decide and append as one unit."""
-        return self._lock
+    def read_step(
+        self, step: int, tables: set[int] | None = None, regions: set[int] | None = None
+    ) -> Iterator[StepBatch]:
+        """The rows of one committed step, region by region, in offset order."""
+        return self._reads.read_step(step, tables, regions)
 
-    def _append_meta(self, record: dict) -> int:
-        """Append one record's JSON, tagged with the incarnation it belongs to."""
-        return self._append_metas([record])[0]
+    def read_region_steps(
+        self, region_id: int, steps: Iterable[int], tables: set[int] | None = None,
+        windows: Sequence[tuple[int, int] | None] | None = None,
+    ) -> Iterator[StepBatch]:
+        """The rows of ``steps`` in one region, step by step: what one Spark task reads
+        (:meth:`StepReads.read_region_steps`)."""
+        return self._reads.read_region_steps(region_id, steps, tables, windows)
 
-    def _append_metas(self, records: list[dict]) -> list[int]:
-        """Append records' JSON in order as one append, each tagged with the incarnation."""
-        tag = {} if self._state.incarnation is None else {"i": self._state.incarnation}
-        copies = self.store.record_copies  # one append: the copies share its one sync
-        offsets = self._commits.append(commit_entries(
-            [encode_meta({**r, **tag}) for r in records], copies))
-        return offsets[::copies]  # a record's offset is its original's
+    def read_step_table(self, step: int, tables: set[int] | None = None,
+                        regions: set[int] | None = None) -> pa.Table | None:
+        """A step's rows of one schema as one Arrow table (None if empty)."""
+        return self._reads.read_step_table(step, tables, regions)
 
     # -- writing --------------------------------------------------------------
 
@@ -247,7 +203,7 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
     def committed_step(self, writer_id: str, writer_step: int) -> int | None:
         """The step that committed ``(writer_id, writer_step)``, or None."""
         check_writer(writer_id, writer_step, self.name)
-        return self._refreshed().dedup.committed(writer_id, writer_step)
+        return self.ledger.refreshed().dedup.committed(writer_id, writer_step)
 
     def commit(self, writer_id: str, writer_step: int, receipts: list[AttemptReceipt],
                consecutive: bool = False, started_ms: int | None = None) -> int:
@@ -269,55 +225,49 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
                      self.name, writer_id, writer_step, done)
             return done
         if consecutive:
-            self.check_consecutive(writer_id, writer_step)
+            self._check_consecutive(writer_id, writer_step)
         for r in receipts:
             if (r.writer_id, r.writer_step) != (writer_id, writer_step):
                 raise ConfigError(
                     f"attempt {r.attempt_id} belongs to ({r.writer_id}, {r.writer_step}), "
                     f"not ({writer_id}, {writer_step})", namespace=self.name)
+        # so the step's record names runs of its own writer's attempts only
+        assert all((r.writer_id, r.writer_step) == (writer_id, writer_step) for r in receipts)
         commit = StepCommit(writer_id, writer_step, tuple(r.attempt_id for r in receipts),
                             build_runs(receipts), int(time.time() * 1000),
                             event_time=event_time_span([r.event_time for r in receipts]),
                             started_ms=started_ms)
         self._raise_if_refused(commit)  # cheap early answer; the replay below decides
         failpoints.reached("commit.checked", writer_step=writer_step)
-        offset = self.append_record(commit)
+        offset = self.ledger.append(commit)
         failpoints.reached("commit.appended")
         step = self.committed_step(writer_id, writer_step)
+        assert step is None or step < self.ledger.state.next_step  # a pair names a replayed step
         if step is None:  # replay refused our record: too old to judge, or a bound before it
             self._raise_if_refused(commit)
             raise AttemptLost(  # pragma: no cover - only age or a bound refuse a new pair
                 f"step record at commits offset {offset} was refused", namespace=self.name,
                 writer=writer_id, writer_step=writer_step)
-        self.snapshot_if_due()
+        self.ledger.snapshot_if_due()
         return step
-
-    def snapshot_if_due(self) -> int | None:
-        """After a commit: a snapshot of the state as of the log's end if
-        ``SNAPSHOT_EVERY_RECORDS`` records came since the newest one (its version, or
-        None), so an open replays a bounded tail even where no cleaner runs
-        (:mod:`.snapshot_schedule`)."""
-        with self._lock:
-            if not self.snapshots.due(self._state):
-                return None
-            return self.healing(lambda _: self.snapshots.write_if_due(self._refreshed()))
 
     def note_writer_step(self, writer_id: str, writer_step: int) -> None:
         """Record that a consecutive writer finished ``writer_step`` without rows."""
         check_writer(writer_id, writer_step, self.name)
-        last = self._refreshed().dedup.last(writer_id)
+        last = self.ledger.refreshed().dedup.last(writer_id)
         if last is None or last < writer_step:
-            self.check_consecutive(writer_id, writer_step)
-            self.append_record(WriterRecord(writer_id, writer_step))
-            self.snapshot_if_due()
+            self._check_consecutive(writer_id, writer_step)
+            self.ledger.append(WriterRecord(writer_id, writer_step))
+            self.ledger.snapshot_if_due()
 
-    def check_consecutive(self, writer_id: str, writer_step: int) -> None:
-        last = self._state.dedup.last(writer_id)
+    def _check_consecutive(self, writer_id: str, writer_step: int) -> None:
+        """A consecutive writer's step must follow one this WAL knows (or be its first)."""
+        last = self.ledger.state.dedup.last(writer_id)
         if writer_step > 0 and (last is None or last < writer_step - 1):
             known = "none of its steps" if last is None else f"its steps up to {last}"
             raise IncarnationMismatch(
                 f"writer step {writer_step} follows step {writer_step - 1}, but this WAL "
-                f"(incarnation {self.incarnation}) knows {known}: the WAL was lost, recreated "
+                f"(incarnation {self.ledger.incarnation}) knows {known}: the WAL was lost, recreated "
                 "or restored from an older copy under the writer's checkpoint; start the "
                 "writer from a new checkpoint to write into this WAL",
                 namespace=self.name, writer=writer_id)
@@ -325,11 +275,11 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
     def _raise_if_refused(self, commit: StepCommit) -> None:
         """The typed error for a record replay refuses (a duplicate is not refused here:
         the committer asked before, and returns the step replay found)."""
-        too_old = self._state.dedup.too_old(commit.writer_id, commit.writer_step,
+        too_old = self.ledger.state.dedup.too_old(commit.writer_id, commit.writer_step,
                                            commit.started_ms)
-        own_ms, wal_ms = int(time.time() * 1000), self._state.dedup.clock_ms
+        own_ms, wal_ms = int(time.time() * 1000), self.ledger.state.dedup.clock_ms
         if too_old is not None and commit.started_ms is not None and \
-                self._state.dedup.step_ms is not None and own_ms < wal_ms - CLOCK_STEP_MS:
+                self.ledger.state.dedup.step_ms is not None and own_ms < wal_ms - CLOCK_STEP_MS:
             # refused because it began long ago by this host's clock, which is far behind
             # the WAL's: say so, not "too old" (under the clock rules one record moves the
             # WAL's clock at most CLOCK_STEP_MS, so it is most likely this clock)
@@ -338,7 +288,7 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
                 f" h behind the WAL's clock {iso(wal_ms)} (its newest commit time); {too_old}. "
                 "Nothing was committed: correct this host's clock (NTP) and write again; if "
                 "this clock is right, records older than the WAL's clock rules pushed its "
-                "clock ahead: start the writer at the WAL's clock (Namespace.one_off_start_ms)",
+                "clock ahead: start the writer at the WAL's clock (Namespace.info.one_off_start_ms)",
                 own_ms=own_ms, wal_ms=wal_ms, namespace=self.name,
                 writer=commit.writer_id, writer_step=commit.writer_step)
         if too_old is not None:
@@ -346,81 +296,24 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
                 f"{too_old}: the WAL no longer knows whether it was committed, so it commits "
                 "nothing; write the rows under a new writer id", namespace=self.name,
                 writer=commit.writer_id, writer_step=commit.writer_step)
-        run = self._state.lost_run(commit)
+        run = self.ledger.state.lost_run(commit)
         if run is not None:
             raise AttemptLost(
                 f"entries from offset {run.start} may have been cleaned (a cleaner recorded "
-                f"bound {self._state.clean_bounds[run.region_id]} before the step committed); "
+                f"bound {self.ledger.state.clean_bounds[run.region_id]} before the step committed); "
                 "write the step again", namespace=self.name, region=run.region_id,
                 writer=commit.writer_id, writer_step=commit.writer_step)
-
-    # -- reading --------------------------------------------------------------
-
-    def steps(self, refresh: bool = True) -> range:
-        """Committed steps still readable: [first retained, next step).
-
-        ``refresh=False``: as of this handle's last refresh, for a caller that just
-        refreshed (on Kafka a refresh costs broker round trips).
-        """
-        s = self._refreshed() if refresh else self._state
-        return range(s.expired_before, s.next_step)
-
-    def step_commit(self, step: int) -> StepCommit:
-        """A copy of a step's commit record (a committed step never changes: no refresh needed)."""
-        check_step_arg("step", step, self.name)
-        if step >= self._state.next_step or step < self._state.expired_before:
-            self.refresh()
-
-        def ask(s: NamespaceState) -> StepCommit:
-            if step < s.expired_before:
-                raise StepExpired(
-                    f"step {step} was expired; available steps are "
-                    f"[{s.expired_before}, {s.next_step})", namespace=self.name, step=step)
-            if step >= s.next_step:
-                raise StepNotCommitted(
-                    f"step {step} is not committed yet; committed steps are "
-                    f"[{s.expired_before}, {s.next_step})", namespace=self.name, step=step)
-            return handed_out(s.step(step))
-
-        return self.healing(ask)  # a healed state may have expired it meanwhile
 
     # -- retention ------------------------------------------------------------
 
     def expire(self, step: int) -> None:
         """Steps below ``step`` are no longer needed by step readers."""
         check_step_arg("expire step", step, self.name)
-        s = self._refreshed()
+        s = self.ledger.refreshed()
         if step > s.next_step:
             raise StepNotCommitted(f"cannot expire up to {step}: only steps below "
                                    f"{s.next_step} are committed", namespace=self.name)
         self._freeing(lambda st: step > st.expired_before, ExpireRecord(step))
-
-    def mark_deleted(self, table: int | str, sequence: int, region_id: int | None = None) -> None:
-        """Entries of ``table`` in a region with sequence below ``sequence`` are not needed.
-
-        Sequences count per (region, table): ``region_id`` may be left out only when
-        the table's entries live in one region.
-        """
-        check_step_arg("sequence", sequence, self.name)
-        info = self.table(table)
-        regions = self._state.table_regions(info.table_id)
-        if region_id is None:
-            if len(regions) > 1:
-                raise RoutingError(f"table has entries in regions {sorted(regions)}: name the "
-                                   "region whose sequences are marked", namespace=self.name,
-                                   table=info.name)
-            region_id = next(iter(regions), 0)
-        check_step_arg("region", region_id, self.name)
-        key = (region_id, info.table_id)
-        current = self._state.marks.get(key, 0)
-        limit = self._state.next_sequences.get(key, 0)
-        if sequence > limit:
-            raise RoutingError(f"sequence {sequence} is past the next sequence {limit} of the "
-                               f"table in region {region_id}", namespace=self.name,
-                               table=info.name, region=region_id)
-        if sequence > current:
-            self.append_record(MarkRecord(info.table_id, sequence, region_id))
-            self.refresh()
 
     # -- readers and the retention policy ------------------------------------------
 
@@ -434,13 +327,13 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
             raise ConfigError(f"reader id {reader_id!r} is not a non-empty string",
                               namespace=self.name)
         check_step_arg("reader next step", next_step, self.name)
-        s = self._refreshed()
+        s = self.ledger.refreshed()
         if next_step > s.next_step:
             raise StepNotCommitted(f"reader {reader_id!r} cannot have read up to step {next_step}"
                                    f": committed steps end at {s.next_step}", namespace=self.name)
         if s.readers.get(reader_id) != ReaderPosition(next_step, hold):
-            self.append_record(ReaderRecord(reader_id, next_step, hold))
-            self.refresh()
+            self.ledger.append(ReaderRecord(reader_id, next_step, hold))
+            self.ledger.refreshed()
 
     def drop_reader(self, reader_id: str) -> None:
         """Forget a reader (it no longer holds retention)."""
@@ -457,9 +350,9 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
         (:mod:`.reserve`; a second try decides again from a fresh replay)."""
 
         def append() -> None:
-            if needed(self._refreshed()):
-                self.append_record(record)
-                self.refresh()
+            if needed(self.ledger.refreshed()):
+                self.ledger.append(record)
+                self.ledger.refreshed()
 
         using_reserve(self.store, append)
 
@@ -469,13 +362,15 @@ class Namespace(NamespaceQueries, NamespaceReads, NamespaceTables):
         for name, value in (("dedup window", window_ms), ("dedup steps", steps)):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"{name} {value!r} is not an integer > 0", namespace=self.name)
-        d = self._refreshed().dedup
+        d = self.ledger.refreshed().dedup
         if (d.window_ms, d.steps) != (window_ms, steps):
-            self.append_record(DedupRecord(window_ms, steps))
-            self.refresh()
+            self.ledger.append(DedupRecord(window_ms, steps))
+            self.ledger.refreshed()
 
     def retention(self) -> RetentionPolicy:
-        return RetentionPolicy.from_json(self._refreshed().retention)
+        """The retention policy kept with the namespace (after a refresh)."""
+        return RetentionPolicy.from_json(self.ledger.refreshed().retention)
 
     def close(self) -> None:
+        """Close the store this namespace was opened on."""
         self.store.close()

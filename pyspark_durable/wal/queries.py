@@ -1,4 +1,4 @@
-"""The questions a :class:`~pyspark_durable.wal.namespace.Namespace` answers about itself.
+"""What a :class:`~pyspark_durable.wal.namespace.Namespace` answers about itself (``info``).
 
 Code outside ``wal/`` (the CLI, Spark, the endpoints) asks these instead of reading
 the replay state (:class:`~pyspark_durable.wal.replay.state.NamespaceState`), so the state can
@@ -12,20 +12,13 @@ trips, so a caller that needs what other processes appended since calls
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import TypeVar
 
-from pyspark_durable.errors import StepsTrimmed
-from pyspark_durable.log import Log, LogStore
 from pyspark_durable.wal.format.records import StepCommit
-from pyspark_durable.wal.replay.state import RECOVER_ATTEMPTS, NamespaceState, ReaderPosition
-
-log = logging.getLogger(__name__)
-
-T = TypeVar("T")
+from pyspark_durable.wal.ledger import Ledger
+from pyspark_durable.wal.replay.state import NamespaceState, ReaderPosition
 
 
 def handed_out(commit: StepCommit) -> StepCommit:
@@ -61,33 +54,20 @@ class TableSize:
     first_sequence: int
 
 
-class NamespaceQueries:
-    """Read-only questions; mixed into ``Namespace``, which keeps ``_state`` current."""
+class NamespaceInfo:
+    """Read-only answers about a namespace (``Namespace.info``), from its ledger."""
 
-    _state: NamespaceState
-    store: LogStore
-    name: str
-    _commits: Log
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
 
-    def healing(self, ask: Callable[[NamespaceState], T]) -> T:
-        """``ask(state)``; if it reads steps the commits log no longer holds
-        (:class:`StepsTrimmed`), recover from the newest snapshot and ask again.
+    @property
+    def _state(self) -> NamespaceState:
+        return self._ledger.state
 
-        A handle's step index is its view as of its last fold: cleaners in other
-        processes may meanwhile expire those steps, write two newer snapshots and trim
-        the log below them. Trimmed steps were unneeded in the newer snapshots' view,
-        and a step never becomes needed again, so the recovered state (the newest
-        snapshot, replayed to the log's end) answers as a fresh open would.
-        """
-        for attempt in range(RECOVER_ATTEMPTS):
-            try:
-                return ask(self._state)
-            except StepsTrimmed as exc:
-                if attempt == RECOVER_ATTEMPTS - 1:
-                    raise
-                log.info("namespace=%s: %s; recovering from the newest snapshot", self.name, exc)
-                self._state = NamespaceState.recover(self.store, self._commits)
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+    @property
+    def incarnation(self) -> str | None:
+        """The id this namespace got when it was created (None: an older WAL without one)."""
+        return self._ledger.incarnation
 
     def first_indexed_step(self) -> int:
         """The first step still indexed; steps below it were folded into a snapshot."""
@@ -95,23 +75,11 @@ class NamespaceQueries:
 
     def indexed_steps(self) -> tuple[StepCommit, ...]:
         """The indexed steps in step order, expired ones (still indexed) included (copies)."""
-        return self.healing(lambda s: tuple(handed_out(c) for c in s.index))
+        return self._ledger.healing(lambda s: tuple(handed_out(c) for c in s.index))
 
     def regions(self) -> tuple[int, ...]:
         """Regions that hold committed entries, ascending."""
         return tuple(self._state.regions())
-
-    def table_keys(self) -> frozenset[tuple[int, int]]:
-        """The (region, table) pairs that hold committed entries."""
-        return frozenset(self._state.next_sequences)
-
-    def table_regions(self, table_id: int) -> Mapping[int, int]:
-        """Region -> next sequence number, for the regions holding entries of a table."""
-        return MappingProxyType(self._state.table_regions(table_id))
-
-    def marked_before(self, region_id: int, table_id: int) -> int:
-        """The sequence below which entries of a (region, table) were marked deleted."""
-        return self._state.marks.get((region_id, table_id), 0)
 
     def readers(self) -> Mapping[str, ReaderPosition]:
         """Registered readers and their positions."""
@@ -120,10 +88,6 @@ class NamespaceQueries:
     def reader_position(self, reader_id: str) -> ReaderPosition | None:
         """A registered reader's position, or None if it is not registered."""
         return self._state.readers.get(reader_id)
-
-    def lost_steps(self) -> Mapping[int, str]:
-        """Steps an operator recorded as lost (``durablewal repair``), and why."""
-        return MappingProxyType(dict(self._state.lost))
 
     def last_clean_ms(self) -> int:
         """When the newest cleaner pass (in log order) recorded itself (0: never)."""
@@ -150,7 +114,7 @@ class NamespaceQueries:
         (a snapshot keeps each chunk's newest time, so one chunk is read). Steps no
         longer indexed (below :meth:`first_indexed_step`) have no known time.
         """
-        return self.healing(lambda s: s.first_step_committed_at(timestamp_ms))
+        return self._ledger.healing(lambda s: s.first_step_committed_at(timestamp_ms))
 
     def region_entries(self) -> tuple[RegionEntries, ...]:
         """Every region's entries by who refers to them (:class:`RegionEntries`): the
@@ -158,11 +122,11 @@ class NamespaceQueries:
         the last refresh (steps below :meth:`first_indexed_step` are not counted), taken
         from the step index's chunk counts where a watermark does not cut a chunk's runs."""
         watermarks, freed = {}, {}
-        for region_id in self.store.list_regions():
-            region = self.store.open_region(region_id, create=False)
+        for region_id in self._ledger.store.list_regions():
+            region = self._ledger.store.open_region(region_id, create=False)
             watermarks[region_id] = region.low_watermark(), region.high_watermark()
             freed[region_id] = sum(end - start for start, end in region.freed_ranges())
-        counts = self.healing(lambda s: s.index.region_spans(watermarks, s.expired_before))
+        counts = self._ledger.healing(lambda s: s.index.region_spans(watermarks, s.expired_before))
         return tuple(RegionEntries(region_id, low, high, *counts[region_id], freed[region_id])
                      for region_id, (low, high) in watermarks.items())
 
@@ -170,7 +134,7 @@ class NamespaceQueries:
         """Per (region, table), the rows and bytes the indexed steps from ``from_step``
         on hold there, and the sequence of their first entry. Counted from the step
         index's numbers: a namespace of a million steps reads one chunk at most."""
-        sizes = self.healing(lambda s: s.index.table_sizes(from_step))
+        sizes = self._ledger.healing(lambda s: s.index.table_sizes(from_step))
         return MappingProxyType({key: TableSize(*found) for key, found in sizes.items()})
 
     def newest_committed_writer_step(self, writer_id: str) -> int | None:

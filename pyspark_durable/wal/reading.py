@@ -5,30 +5,36 @@ the protocol in :mod:`pyspark_durable.wal.namespace`): it must lie in one of the
 step's runs, belong to one of its attempts, carry the namespace, region and table the
 run names, and each run must read back exactly its number of entries. Whatever reads
 (a Spark task, the Python API, the CLI, a split task reading a window of a step) goes
-through :meth:`NamespaceReads._step_batch`, so the checks are written once.
+through :meth:`StepReads._step_batch`, so the checks are written once.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from pyspark_durable.codec import codec_for, decode_key, decode_value
 from pyspark_durable.codec.payload import PayloadCodec
-from pyspark_durable.errors import ContentMismatch, CorruptEntryError, OffsetOutOfRange, StepLost
+from pyspark_durable.errors import (
+    ContentMismatch,
+    CorruptEntryError,
+    OffsetOutOfRange,
+    StepExpired,
+    StepLost,
+    StepNotCommitted,
+)
 from pyspark_durable.log import Entry, Log
 from pyspark_durable.log.base import Damaged, read_around_damage
+from pyspark_durable.wal.arguments import check_step_arg
 from pyspark_durable.wal.format.records import StepCommit, TableInfo
 from pyspark_durable.wal.format.runs import DIGEST_HEX, Run, entry_digest
 from pyspark_durable.wal.format.schemas import conform
-
-if TYPE_CHECKING:
-    from pyspark_durable.log import LogStore
-    from pyspark_durable.wal.replay.state import NamespaceState
+from pyspark_durable.wal.ledger import Ledger
+from pyspark_durable.wal.queries import handed_out
+from pyspark_durable.wal.replay.state import NamespaceState
 
 # foreign entries (other attempts, other tables) one region read may pass over to serve
 # two runs with one read: cheaper than a second bounds check and fetch set-up
@@ -85,15 +91,44 @@ def table_name(tables: Mapping[int, TableInfo], table_id: int) -> str:
     return f"{info.name} (id {table_id})" if info is not None else f"id {table_id}"
 
 
-class NamespaceReads:
-    """The read path, mixed into :class:`~pyspark_durable.wal.namespace.Namespace`."""
+class StepReads:
+    """The read path of a namespace, from its ledger: which steps there are, a step's
+    commit record, a step's rows (``Namespace`` hands these on)."""
 
-    name: str
-    store: LogStore
-    _state: NamespaceState
-    namespace_id: int
+    def __init__(self, ledger: Ledger, namespace_id: int) -> None:
+        self._ledger = ledger
+        self.name = ledger.name
+        self._namespace_id = namespace_id
 
-    step_commit: Callable[[int], StepCommit]  # provided by the Namespace this is mixed into
+    def steps(self, refresh: bool = True) -> range:
+        """Committed steps still readable: [first retained, next step).
+
+        ``refresh=False``: as of this handle's last refresh, for a caller that just
+        refreshed (on Kafka a refresh costs broker round trips).
+        """
+        s = self._ledger.refreshed() if refresh else self._ledger.state
+        return range(s.expired_before, s.next_step)
+
+    def step_commit(self, step: int) -> StepCommit:
+        """A copy of a step's commit record (a committed step never changes: no refresh
+        needed unless the step is outside what this handle knows)."""
+        check_step_arg("step", step, self.name)
+        state = self._ledger.state
+        if step >= state.next_step or step < state.expired_before:
+            self._ledger.refreshed()
+
+        def ask(s: NamespaceState) -> StepCommit:
+            if step < s.expired_before:
+                raise StepExpired(
+                    f"step {step} was expired; available steps are "
+                    f"[{s.expired_before}, {s.next_step})", namespace=self.name, step=step)
+            if step >= s.next_step:
+                raise StepNotCommitted(
+                    f"step {step} is not committed yet; committed steps are "
+                    f"[{s.expired_before}, {s.next_step})", namespace=self.name, step=step)
+            return handed_out(s.step(step))
+
+        return self._ledger.healing(ask)  # a healed state may have expired it meanwhile
 
     def read_step(
         self, step: int, tables: set[int] | None = None, regions: set[int] | None = None
@@ -151,11 +186,11 @@ class NamespaceReads:
         offset order with at most ``READ_GAP_ENTRIES`` foreign entries between two."""
         group: list[_RunRead] = []
         for item in runs:
-            if item.commit.step in self._state.lost:  # in order: the steps before it read
+            if item.commit.step in self._ledger.state.lost:  # in order: the steps before it read
                 if group:
                     yield from self._read_group(group)
                 raise StepLost(f"step {item.commit.step} is lost, as recorded by durablewal "
-                               f"repair: {self._state.lost[item.commit.step]}",
+                               f"repair: {self._ledger.state.lost[item.commit.step]}",
                                namespace=self.name, step=item.commit.step)
             if group and (item.run.region_id != group[-1].run.region_id
                           or not 0 <= item.run.start - group[-1].run.end <= READ_GAP_ENTRIES):
@@ -167,7 +202,7 @@ class NamespaceReads:
 
     def _read_group(self, group: list[_RunRead]) -> Iterator[StepBatch]:
         region_id = group[0].run.region_id
-        region = self.store.open_region(region_id, create=False)
+        region = self._ledger.store.open_region(region_id, create=False)
         try:
             # committed runs were acknowledged: read to their end, whatever this
             # handle's view of the region's end (Kafka: another process appended)
@@ -237,16 +272,16 @@ class NamespaceReads:
     def _step_batch(self, item: _RunRead, entry: Entry, index: int) -> StepBatch:
         """Check one entry against the step that committed it; decode its rows."""
         commit, run = item.commit, item.run
-        info = self._state.tables[run.table_id]
+        info = self._ledger.state.tables[run.table_id]
         if run.schema_version >= len(info.schemas):
             raise CorruptEntryError(
                 f"step {commit.step} names schema version {run.schema_version} of table "
                 f"{info.name}, which has {len(info.schemas)}", namespace=self.name,
                 region=run.region_id)
         problem = foreign_attempt(commit, entry)
-        key = decode_key(entry.key, expect_namespace_id=self.namespace_id,
+        key = decode_key(entry.key, expect_namespace_id=self._namespace_id,
                          expect_region_id=run.region_id, offset=entry.offset)
-        problem = problem or foreign_table(self._state.tables, commit, run, key.table_id)
+        problem = problem or foreign_table(self._ledger.state.tables, commit, run, key.table_id)
         if problem:
             raise CorruptEntryError(problem, namespace=self.name, region=run.region_id,
                                     offset=entry.offset, step=commit.step)

@@ -1,4 +1,5 @@
-"""Tables of a namespace: names to ids, definitions and schema versions.
+"""The table catalog of a namespace: names to ids, definitions, schema versions, and
+where each table's entries are (regions, sequences, marks).
 
 A table name maps to ``sha256(name)[:8]`` with the high bit set; an id is only ever
 given explicitly (an ``int``), never read out of a name. A table's first definition
@@ -11,26 +12,24 @@ from __future__ import annotations
 import difflib
 import json
 import logging
-import threading
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 import pyarrow as pa
 
 from pyspark_durable.codec import codec_for
 from pyspark_durable.codec.keys import U64_MAX
 from pyspark_durable.errors import RoutingError, SchemaMismatch
+from pyspark_durable.wal.arguments import check_step_arg
 from pyspark_durable.wal.format.records import (
-    CommitRecord,
+    MarkRecord,
     SchemaRecord,
     TableInfo,
     TableRecord,
     TablesRecord,
 )
 from pyspark_durable.wal.format.schemas import fits, merge
-
-if TYPE_CHECKING:
-    from pyspark_durable.wal.replay.state import NamespaceState
+from pyspark_durable.wal.ledger import Ledger
 
 log = logging.getLogger("pyspark_durable.wal.namespace")
 
@@ -46,24 +45,20 @@ def table_id_for_name(name: str) -> int:
     return int.from_bytes(digest[:8], "big") | HIGH_BIT
 
 
-class NamespaceTables:
-    """Table lookups and definitions, mixed into
-    :class:`~pyspark_durable.wal.namespace.Namespace`."""
+class TableCatalog:
+    """A namespace's tables (``Namespace.tables``): lookups, definitions, and where
+    their entries are; every answer a copy or a frozen record."""
 
-    name: str
-    _state: NamespaceState
-    _lock: threading.RLock
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+        self.name = ledger.name
 
-    # provided by the Namespace this is mixed into
-    refresh: Callable[[], None]
-    _refreshed: Callable[[], NamespaceState]
-    append_record: Callable[[CommitRecord], int]
-
-    def tables(self, refresh: bool = True) -> dict[int, TableInfo]:
+    def by_id(self, refresh: bool = True) -> dict[int, TableInfo]:
         """Table id -> table (a copy). ``refresh=False``: as of the last refresh."""
-        return dict((self._refreshed() if refresh else self._state).tables)
+        ledger = self._ledger
+        return dict((ledger.refreshed() if refresh else ledger.state).tables)
 
-    def resolve_table(self, table: int | str) -> int:
+    def resolve(self, table: int | str) -> int:
         """A table reference to its id: an ``int`` is an id, a ``str`` is always a name.
 
         A name is never read as a number: ``"7"``, ``"007"`` and ``"\u0667"`` are three
@@ -81,14 +76,19 @@ class NamespaceTables:
         raise RoutingError(f"table {table!r} is not a name (non-empty str) or id (int)",
                            namespace=self.name)
 
-    def table(self, table: int | str) -> TableInfo:
-        table_id = self.resolve_table(table)
-        info = self._state.tables.get(table_id) or self._refreshed().tables.get(table_id)
+    def lookup(self, table: int | str) -> TableInfo:
+        """The table a name or id refers to, as this handle knows it; the log is read
+        only for a table the handle does not know yet (a caller that needs a schema
+        version another process may have added refreshes first)."""
+        table_id = self.resolve(table)
+        state = self._ledger.state
+        info = state.tables.get(table_id) or self._ledger.refreshed().tables.get(table_id)
         if info is None:
-            known = ", ".join(t.name for t in self._state.tables.values()) or "none"
+            state = self._ledger.state
+            known = ", ".join(t.name for t in state.tables.values()) or "none"
             kind = "table id" if isinstance(table, int) else "table"
             hint = ""
-            by_id = [t for t in self._state.tables.values()
+            by_id = [t for t in state.tables.values()
                      if isinstance(table, str) and t.name == table and t.table_id != table_id]
             if by_id:  # created by id, or by an older version from a numeric name
                 hint = (f"; table id {by_id[0].table_id} is named {table!r} (created by id, or "
@@ -100,7 +100,7 @@ class NamespaceTables:
                                namespace=self.name)
         return info
 
-    def define_table(
+    def define(
         self, table: int | str, schema: pa.Schema, payload_format: str = "arrow",
         merge_schema: bool = False,
     ) -> TableInfo:
@@ -109,11 +109,11 @@ class NamespaceTables:
         Rows fit the table when their columns are some of its columns, of its types or
         narrower ones of the same kind (missing columns are written null). With
         ``merge_schema``, rows that do not fit add a schema version: new nullable
-        columns, lossless widenings. See :meth:`define_tables`.
+        columns, lossless widenings. See :meth:`define_many`.
         """
-        return self.define_tables([(table, schema)], payload_format, merge_schema)[0]
+        return self.define_many([(table, schema)], payload_format, merge_schema)[0]
 
-    def define_tables(
+    def define_many(
         self, wanted: Sequence[tuple[int | str, pa.Schema]], payload_format: str = "arrow",
         merge_schema: bool = False,
     ) -> list[TableInfo]:
@@ -139,7 +139,7 @@ class NamespaceTables:
           never holds a version of a table it defines: if that definition lost, the
           version would land on top of another definer's schema it never saw.
         """
-        ids = [self.resolve_table(t) for t, _ in wanted]
+        ids = [self.resolve(t) for t, _ in wanted]
         asked: dict[int, tuple[str, list[pa.Schema]]] = {}  # id -> (name, its schemas)
         for table_id, (table, schema) in zip(ids, wanted, strict=True):
             codec_for(payload_format, schema)  # rejects unknown formats and unmappable types
@@ -151,16 +151,16 @@ class NamespaceTables:
         except SchemaMismatch:  # maybe another writer added the version our rows need
             plan = None
         if plan is None or plan:  # decided on what this handle knew: read the log first
-            self.refresh()
+            self._ledger.refreshed()
             plan = self._plan(asked, payload_format, merge_schema)
         for _ in range(EVOLVE_ATTEMPTS):
             if not plan:
-                return [self._state.tables[i] for i in ids]
+                return [self._ledger.state.tables[i] for i in ids]
             tables = [r for r in plan if isinstance(r, TableRecord)]
             versions = [r for r in plan if isinstance(r, SchemaRecord)]
-            self.append_record(plan[0] if len(plan) == 1 else
-                               TablesRecord(tuple(tables), tuple(versions)))
-            self.refresh()  # the first definition, the first record of a version, wins
+            self._ledger.append(plan[0] if len(plan) == 1 else
+                                TablesRecord(tuple(tables), tuple(versions)))
+            self._ledger.refreshed()  # the first definition, the first record of a version, wins
             for v in versions:
                 log.info("namespace=%s table=%s: schema version %d is %s", self.name,
                          asked[v.table_id][0], v.version, _fmt(v.schema))
@@ -172,13 +172,13 @@ class NamespaceTables:
 
     def _plan(self, asked: dict[int, tuple[str, list[pa.Schema]]], payload_format: str,
               merge_schema: bool) -> list[TableRecord | SchemaRecord]:
-        """What to append so every asked schema fits its table, as of ``self._state``:
+        """What to append so every asked schema fits its table, as of the ledger's state:
         a definition per new table, a version per table whose rows do not fit (the
         rows of all its asked schemas merged into one version)."""
         plan: list[TableRecord | SchemaRecord] = []
         for table_id, (name, schemas) in asked.items():
             where = {"namespace": self.name, "table": name}
-            existing = self._state.tables.get(table_id)
+            existing = self._ledger.state.tables.get(table_id)
             if existing is None:
                 first = schemas[0]
                 target = _fold(first, schemas[1:], merge_schema, where)
@@ -193,6 +193,46 @@ class NamespaceTables:
                 codec_for(payload_format, target)
                 plan.append(SchemaRecord(table_id, len(existing.schemas), target))
         return plan
+
+    def region_pairs(self) -> frozenset[tuple[int, int]]:
+        """The (region, table) pairs that hold committed entries (as of the last refresh)."""
+        return frozenset(self._ledger.state.next_sequences)
+
+    def regions(self, table_id: int) -> Mapping[int, int]:
+        """Region -> next sequence number, for the regions holding entries of a table."""
+        return MappingProxyType(self._ledger.state.table_regions(table_id))
+
+    def marked_before(self, region_id: int, table_id: int) -> int:
+        """The sequence below which entries of a (region, table) were marked deleted."""
+        return self._ledger.state.marks.get((region_id, table_id), 0)
+
+    def mark_deleted(self, table: int | str, sequence: int, region_id: int | None = None) -> None:
+        """Entries of ``table`` in a region with sequence below ``sequence`` are not needed.
+
+        Sequences count per (region, table): ``region_id`` may be left out only when
+        the table's entries live in one region.
+        """
+        check_step_arg("sequence", sequence, self.name)
+        info = self.lookup(table)
+        state = self._ledger.state
+        regions = state.table_regions(info.table_id)
+        if region_id is None:
+            if len(regions) > 1:
+                raise RoutingError(f"table has entries in regions {sorted(regions)}: name the "
+                                   "region whose sequences are marked", namespace=self.name,
+                                   table=info.name)
+            region_id = next(iter(regions), 0)
+        check_step_arg("region", region_id, self.name)
+        key = (region_id, info.table_id)
+        current = state.marks.get(key, 0)
+        limit = state.next_sequences.get(key, 0)
+        if sequence > limit:
+            raise RoutingError(f"sequence {sequence} is past the next sequence {limit} of the "
+                               f"table in region {region_id}", namespace=self.name,
+                               table=info.name, region=region_id)
+        if sequence > current:
+            self._ledger.append(MarkRecord(info.table_id, sequence, region_id))
+            self._ledger.refreshed()
 
 
 def _fold(schema: pa.Schema, more: list[pa.Schema], merge_schema: bool,

@@ -48,7 +48,8 @@ def run(args: dict) -> object:
     if op == "batch":
         return commit(ns, args["writer"], 0, own_ms, consecutive=False)
     if op == "batch-sink":
-        start = getattr(ns, "one_off_start_ms", lambda ms: ms)(own_ms)  # (older code: own)
+        info = getattr(ns, "info", ns)  # older code answers on the namespace itself
+        start = getattr(info, "one_off_start_ms", lambda ms: ms)(own_ms)  # (older still: own)
         return commit(ns, args["writer"], 0, start, consecutive=False)
     if op == "stream":
         return commit(ns, args["writer"], args["step"], None, consecutive=True)

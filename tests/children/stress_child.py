@@ -79,7 +79,7 @@ def wait_for_reader(ns: Namespace, reader_id: str) -> None:
     """
     while True:
         end = ns.steps().stop  # steps() refreshes
-        position = ns.reader_position(reader_id)
+        position = ns.info.reader_position(reader_id)
         if end - (position.next_step if position else 0) <= MAX_READER_LAG:
             return
         time.sleep(POLL_S)
@@ -88,7 +88,7 @@ def wait_for_reader(ns: Namespace, reader_id: str) -> None:
 def writer(ns: Namespace, writer_id: str, n: int, reader_id: str, slow_s: float) -> None:
     rng = random.Random()
     ns.refresh()
-    start = ns.newest_committed_writer_step(writer_id) or 0  # redo the last one: a no-op commit
+    start = ns.info.newest_committed_writer_step(writer_id) or 0  # redo the last one: a no-op commit
     for ws in range(start, n):
         wait_for_reader(ns, reader_id)
         while True:
@@ -122,7 +122,7 @@ def read_one(ns: Namespace, step: int) -> str:
     got: dict[str, list[pa.RecordBatch]] = {}
     seqs: dict[str, list[int]] = {}
     for sb in ns.read_step(step):
-        name = ns.tables(refresh=False)[sb.table_id].name
+        name = ns.tables.by_id(refresh=False)[sb.table_id].name
         if sb.step != step or TABLES.get(name) != sb.region_id:
             bad(f"step {step}: entry of table {name} in region {sb.region_id} for step {sb.step}")
         got.setdefault(name, []).extend(sb.batches)
@@ -149,7 +149,7 @@ def read_one(ns: Namespace, step: int) -> str:
 
 def reader(ns: Namespace, reader_id: str, total: int) -> None:
     ns.refresh()
-    position = ns.reader_position(reader_id)
+    position = ns.info.reader_position(reader_id)
     next_step = position.next_step if position else 0
     ns.expire(next_step)  # a kill may have come between recording the position and expiring
     while next_step < total:

@@ -55,7 +55,7 @@ def run(backend: str, config: dict, namespace: str, mode: str, steps: int,
     ns = Namespace(open_store(backend, namespace, **config))
     cleaner = Cleaner(ns, grace_ms=0)
     ns.refresh()
-    start = ns.newest_committed_writer_step(WRITER) or 0  # redo the last one: a no-op commit
+    start = ns.info.newest_committed_writer_step(WRITER) or 0  # redo the last one: a no-op commit
     retry = mode.endswith("-retry")
     for ws in range(start, steps):
         for _ in range(2 if retry else 1):

@@ -344,7 +344,7 @@ def test_check_reports_wrong_attempt_and_table_in_a_step(wal_root, capsys):
     ghost = ns.begin("forger", 0)
     ghost.write("orders", orders(99))
     real = ghost.receipt()
-    other = ns.define_table("returns", orders(0).schema)
+    other = ns.tables.define("returns", orders(0).schema)
     forged = AttemptReceipt("not-the-writer", "forger", 0, tuple(
         WrittenEntry(e.region_id, other.table_id, e.offset, e.rows, e.size_bytes)
         for e in real.entries))
@@ -443,7 +443,7 @@ def test_a_command_recovers_the_namespace_once_and_names_an_empty_one(wal_root, 
     the snapshots and commits topics; it recovered twice), and a namespace whose
     commits log holds nothing yet is one line naming it as empty."""
     from pyspark_durable.log import open_store
-    from pyspark_durable.wal.namespace import COMMITS_LOG
+    from pyspark_durable.wal.ledger import COMMITS_LOG
     from pyspark_durable.wal.replay.state import NamespaceState
 
     real, calls = NamespaceState.recover, []

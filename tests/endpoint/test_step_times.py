@@ -48,7 +48,7 @@ def test_the_first_step_committed_at_or_after_a_time(timed, t: int, step: int):
     commit times are out of step order (2,000,000 finds step 1, stamped 3,000,000, not
     step 2), and the next step when every commit is before it."""
     _, ns = timed
-    assert ns.first_step_committed_at(t) == step
+    assert ns.info.first_step_committed_at(t) == step
 
 
 def test_read_steps_by_time_starts_at_the_later_step_and_ends_before(timed):
@@ -101,15 +101,15 @@ def test_cli_tail_since(timed, capsys):
 def test_the_search_follows_steps_committed_after_it_was_asked(timed, monkeypatch):
     """This tests that a handle that answered once answers for steps committed later too."""
     _, ns = timed
-    assert ns.first_step_committed_at(5_500_000) == 4
+    assert ns.info.first_step_committed_at(5_500_000) == 4
     import pyspark_durable.wal.namespace as namespace_module
 
     for step, millis in ((4, 4_000_000), (5, 6_000_000)):
         monkeypatch.setattr(namespace_module, "time",
                             types.SimpleNamespace(time=lambda m=millis: m / 1000))
         write_step(ns, "loader", step, {"t": [{"id": step}]})
-    assert ns.first_step_committed_at(3_500_000) == 3
-    assert ns.first_step_committed_at(5_500_000) == 5
+    assert ns.info.first_step_committed_at(3_500_000) == 3
+    assert ns.info.first_step_committed_at(5_500_000) == 5
 
 
 def test_a_stream_from_a_past_time_after_the_last_commit_starts_at_the_next_step(timed):

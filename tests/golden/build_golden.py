@@ -55,10 +55,13 @@ def main(out: Path, commit: str) -> None:
     store = open_store("file", NAMESPACE, path=str(root), segment_size_bytes=1024)
     ns = Namespace(store)
     # tables span regions from commit a167257 on (mark_deleted takes a region since)
-    span = "region_id" in inspect.signature(Namespace.mark_deleted).parameters
+    # the table calls live on the namespace until the table catalog (``ns.tables``)
+    catalog = ns if hasattr(ns, "mark_deleted") else ns.tables
+    span = "region_id" in inspect.signature(catalog.mark_deleted).parameters
     places = [("a", 0), ("b", 1)] + ([("a", 1), ("b", 0)] if span else [])
-    if hasattr(Namespace, "define_tables"):
-        ns.define_tables([(t, rows(t, 0, 0).schema) for t in ("a", "b")])
+    define_many = getattr(catalog, "define_tables", None) or getattr(catalog, "define_many", None)
+    if define_many is not None:
+        define_many([(t, rows(t, 0, 0).schema) for t in ("a", "b")])
     for step in range(STEPS):
         attempt = ns.begin("writer-1", step)
         for table, region in places:

@@ -236,4 +236,4 @@ def test_the_sink_refuses_an_unreadable_value_before_writing_anything(tmp_path):
     with pytest.raises(UnreadableValue, match=r"namespace=sink table=t: column 'v\.metadata'"):
         write_batches(opts, iter([bad]), "query", 0, "a0", stored)
     ns = namespace_for(opts)
-    assert ns.tables() == {} and ns.store.list_regions() == []
+    assert ns.tables.by_id() == {} and ns.store.list_regions() == []

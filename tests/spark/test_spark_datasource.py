@@ -302,7 +302,7 @@ def test_planning_a_micro_batch_catches_up_with_the_wal_once(tmp_path, monkeypat
     from pyspark.sql.datasource import ReadAllAvailable
 
     from pyspark_durable.spark.datasource import DurableWalDataSource
-    from pyspark_durable.wal.namespace import Namespace
+    from pyspark_durable.wal.ledger import Ledger
 
     opts = {"path": str(tmp_path), "namespace": "plan", "table": "t"}
     wal = {"backend": "file", "namespace": "plan", "options": {"path": str(tmp_path)}}
@@ -316,8 +316,8 @@ def test_planning_a_micro_batch_catches_up_with_the_wal_once(tmp_path, monkeypat
     start = {**stream.initialOffset(), "step": 1}  # as after a first batch [0, 1)
     write_step(ns, "w", 3, {"t": [{"id": 3}]})  # committed after the start offset was taken
 
-    real, calls = Namespace._refreshed, []  # noqa: SLF001 - every catch-up, public or the WAL's own
-    monkeypatch.setattr(Namespace, "_refreshed", lambda self: calls.append(1) or real(self))
+    real, calls = Ledger.refreshed, []  # every catch-up, public or the WAL's own
+    monkeypatch.setattr(Ledger, "refreshed", lambda self: calls.append(1) or real(self))
     end = stream.latestOffset(start, ReadAllAvailable())
     assert end["step"] == 4 and len(calls) == (3 if hold else 1)
     del calls[:]

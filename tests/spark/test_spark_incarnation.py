@@ -84,16 +84,16 @@ def test_reader_checkpoint_of_a_recreated_wal_fails_or_reads_the_new_one(spark, 
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     assert stream_read(spark, wal, out, ckpt).exception() is None
     assert len(rows(spark, out)) == 5
-    old_incarnation = old.incarnation
+    old_incarnation = old.info.incarnation
     old.close()
     new = recreate(wal)
     for i in range(2):
         write_step(new, "new", i, {"t": [{"id": 100 + i, "src": "new"}]})
-    assert new.incarnation != old_incarnation
+    assert new.info.incarnation != old_incarnation
     failed = stream_read(spark, wal, out, ckpt)
     text = str(failed.exception())
     assert failed.exception() is not None
-    assert f"incarnation {old_incarnation}" in text and f"incarnation {new.incarnation}" in text
+    assert f"incarnation {old_incarnation}" in text and f"incarnation {new.info.incarnation}" in text
     assert "set failOnDataLoss=false" in text
     assert len(rows(spark, out)) == 5  # nothing was read from the new WAL
     went_on = stream_read(spark, wal, out, ckpt, failOnDataLoss="false")

@@ -33,7 +33,7 @@ def write_six_steps(ns: Namespace) -> list:
         for table, region in PLACES:
             attempt.write(table, pa.table({"id": [step * 10 + region], "pad": [pad]}), region)
         attempt.commit()
-    b = ns.table("b").table_id
+    b = ns.tables.lookup("b").table_id
     return [r for s in range(6) for r in ns.step_commit(s).runs if s < 2 or r.table_id == b]
 
 

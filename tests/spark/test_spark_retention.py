@@ -60,15 +60,15 @@ class CleanerThread:
     def _loop(self) -> None:
         ns = self.cleaner.ns
         ns.refresh()
-        last_seen = ns.last_clean_ms()
+        last_seen = ns.info.last_clean_ms()
         while not self._stop.wait(self.interval_s):
             try:
                 ns.refresh()
-                if ns.last_clean_ms() > last_seen:
+                if ns.info.last_clean_ms() > last_seen:
                     self.other_passes += 1
                 self.reports.append(self.cleaner.run_once())
                 ns.refresh()
-                last_seen = ns.last_clean_ms()
+                last_seen = ns.info.last_clean_ms()
             except Exception as exc:  # noqa: BLE001 - the test fails on it, never hidden
                 self.errors.append(exc)
 
@@ -178,7 +178,7 @@ def test_writer_and_reader_stream_while_cleaners_run(spark, tmp_path):
               f"{sum(r.freed_entries for r in cleaner.reports)} entries; region 0 "
               f"[{region.low_watermark()}, {region.high_watermark()}), commits "
               f"[{commits.low_watermark()}, {commits.high_watermark()}); reader "
-              f"{ns.readers()[reader_id]}")
+              f"{ns.info.readers()[reader_id]}")
         assert reader_batches >= MIN_BATCHES
         assert steps.start > expired_by_driver
         assert region.low_watermark() > 0
@@ -263,7 +263,7 @@ def test_holding_reader_keeps_steps_it_has_not_read(spark, tmp_path):
     Cleaner(ns, grace_ms=0).run_once()
     assert ns.steps().start <= 3, (
         f"steps {ns.steps()} are left although reader 'holder' has not read step 3; "
-        f"readers recorded: {dict(ns.readers())}")
+        f"readers recorded: {dict(ns.info.readers())}")
     again = stream_read(spark, opts, out, ckpt)
     assert again.exception() is None, again.exception()
     assert sorted(r.id for r in spark.read.parquet(out).collect()) == list(range(10))

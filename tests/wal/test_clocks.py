@@ -36,7 +36,7 @@ from pyspark_durable.wal.format.records import (
     StepCommit,
     encode_meta,
 )
-from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.ledger import COMMITS_LOG
 from pyspark_durable.wal.replay.clocks import CLOCK_STEP_MS
 from pyspark_durable.wal.replay.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.replay.state import NamespaceState
@@ -98,7 +98,7 @@ def now_ms() -> int:
 
 def agree(path: Path, ns: Namespace) -> None:
     """A full replay, a recovery from the newest snapshot and this handle decide alike."""
-    states = [open_ns(path)._state]
+    states = [open_ns(path).ledger.state]
     commits = open_store("file", NAMESPACE, path=str(path)).open_log(COMMITS_LOG)
     if commits.low_watermark() == 0:  # (a cleaner may have trimmed the log below a snapshot)
         full = NamespaceState(NAMESPACE)
@@ -106,8 +106,8 @@ def agree(path: Path, ns: Namespace) -> None:
         states.append(full)
     for s in states:
         assert (s.next_step, s.pairs, s.dedup.clock_ms, s.dedup.forgot_start_ms) == \
-            (ns._state.next_step, ns._state.pairs, ns._state.dedup.clock_ms,
-             ns._state.dedup.forgot_start_ms)
+            (ns.ledger.state.next_step, ns.ledger.state.pairs, ns.ledger.state.dedup.clock_ms,
+             ns.ledger.state.dedup.forgot_start_ms)
 
 
 def test_a_commit_from_a_host_ahead_refuses_no_healthy_batch_write(clock_shim, wal):
@@ -120,7 +120,7 @@ def test_a_commit_from_a_host_ahead_refuses_no_healthy_batch_write(clock_shim, w
     assert commit(ns, "batch-a", started_ms=start_a) == 0
     assert host(clock_shim, AHEAD_MS, wal, op="batch", writer="batch-ahead")["result"] == 1
     ns.refresh()
-    assert ns.clock_ms() <= now_ms() + CLOCK_STEP_MS
+    assert ns.info.clock_ms() <= now_ms() + CLOCK_STEP_MS
     assert commit(ns, "batch-b", started_ms=now_ms()) == 2
     assert commit(ns, "batch-a", started_ms=start_a) == 0  # remembered: its step
     assert commit(ns, "q", 0, consecutive=True) == 3
@@ -136,13 +136,13 @@ def test_a_host_behind_gets_a_clock_error_naming_both_clocks_or_writes_safely(cl
     ns = open_ns(wal)
     t0 = now_ms()
     assert commit(ns, "batch-old", started_ms=t0 - DEDUP_WINDOW_MS + DAY_MS // 10) == 0
-    ns.append_record(CleanRecord(t0 + DAY_MS // 5, {}))  # a pass moves the clock 0.2 days
+    ns.ledger.append(CleanRecord(t0 + DAY_MS // 5, {}))  # a pass moves the clock 0.2 days
     ns.refresh()
-    assert "batch-old" not in ns._state.dedup.writers  # forgotten: its start is past the window
+    assert "batch-old" not in ns.ledger.state.dedup.writers  # forgotten: its start is past the window
     out = host(clock_shim, BEHIND_MS, wal, op="batch", writer="batch-late")
     assert out["error"]["type"] == "ClockSkew", out
     assert abs(out["error"]["own_ms"] - (t0 + BEHIND_MS)) < 60_000
-    assert out["error"]["wal_ms"] == ns.clock_ms()
+    assert out["error"]["wal_ms"] == ns.info.clock_ms()
     assert "behind the WAL's clock" in out["error"]["message"]
     assert ns.steps() == range(0, 1)
     assert host(clock_shim, BEHIND_MS, wal, op="batch-sink", writer="batch-late2")["result"] == 1
@@ -204,15 +204,15 @@ def test_one_pass_from_a_host_ahead_stops_no_writers_auto_clean(clock_shim, wal)
     for ws in range(3):
         commit(ns, "q", ws, consecutive=True)
     host(clock_shim, AHEAD_MS, wal, op="clean", grace_ms=0)
-    assert ns._refreshed().last_clean_ms > now_ms() + AHEAD_MS - 60_000
+    assert ns.ledger.refreshed().last_clean_ms > now_ms() + AHEAD_MS - 60_000
     opts = WalOptions.parse({"path": str(wal), "namespace": NAMESPACE,
                              "cleanIntervalMs": "60000", "retentionSteps": "1"})
     before = now_ms()
     keep_retention(opts)
-    assert before <= ns._refreshed().last_clean_ms <= now_ms()  # a pass ran, on our clock
+    assert before <= ns.ledger.refreshed().last_clean_ms <= now_ms()  # a pass ran, on our clock
     assert ns.steps() == range(2, 3)
     keep_retention(opts)  # not due again: the schedule holds
-    assert namespace_for(opts).last_clean_ms() == ns._refreshed().last_clean_ms
+    assert namespace_for(opts).info.last_clean_ms() == ns.ledger.refreshed().last_clean_ms
 
 
 def test_an_old_wal_with_a_skewed_record_replays_as_it_was_written(wal):
@@ -227,21 +227,21 @@ def test_an_old_wal_with_a_skewed_record_replays_as_it_was_written(wal):
                    DedupRecord(DEDUP_WINDOW_MS, DEDUP_STEPS).to_json()):
         commits.append([Record(b"", encode_meta({**record, "i": "inc0"}))])
     ns = Namespace(store)
-    assert ns._state.dedup.step_ms is None  # the old rules
+    assert ns.ledger.state.dedup.step_ms is None  # the old rules
     t0 = now_ms()
     assert commit(ns, "batch-1", started_ms=t0) == 0
-    ns.append_record(CleanRecord(t0 + AHEAD_MS, {}))  # an old pass from a host ahead
+    ns.ledger.append(CleanRecord(t0 + AHEAD_MS, {}))  # an old pass from a host ahead
     with pytest.raises(WriterStepExpired):
         commit(ns, "batch-2", started_ms=t0 + 1)
     assert commit(ns, "q", 0, consecutive=True) == 1
-    before = (ns._refreshed().next_step, ns._state.pairs, ns._state.index.refused)
+    before = (ns.ledger.refreshed().next_step, ns.ledger.state.pairs, ns.ledger.state.index.refused)
     Cleaner(ns, grace_ms=0).run_once()  # appends the `clocks` record
-    assert ns._state.dedup.step_ms == CLOCK_STEP_MS
+    assert ns.ledger.state.dedup.step_ms == CLOCK_STEP_MS
     full = NamespaceState(NAMESPACE)
     full.replay(open_store("file", NAMESPACE, path=str(wal)).open_log(COMMITS_LOG))
     assert (full.next_step, full.pairs) == before[:2]
     assert [ns.step_commit(s).writer_id for s in ns.steps()] == ["batch-1", "q"]
-    assert commit(ns, "batch-3", started_ms=ns.one_off_start_ms(now_ms())) == 2
+    assert commit(ns, "batch-3", started_ms=ns.info.one_off_start_ms(now_ms())) == 2
     agree(wal, ns)
 
 
@@ -253,13 +253,13 @@ def test_one_record_moves_the_clock_at_most_a_day_and_passes_do_not_add_up(wal):
     ns = open_ns(wal)
     t0 = now_ms()
     assert commit(ns, "q", 0, consecutive=True) == 0
-    first = ns._refreshed().dedup.step_clock_ms
+    first = ns.ledger.refreshed().dedup.step_clock_ms
     assert t0 <= first <= now_ms()
-    ns.append_record(StepCommit("x", 0, (), (), first + AHEAD_MS))  # a commit 8 days ahead
+    ns.ledger.append(StepCommit("x", 0, (), (), first + AHEAD_MS))  # a commit 8 days ahead
     for _ in range(10):
-        ns.append_record(CleanRecord(first + AHEAD_MS, {}))
-    ns.append_record(StepCommit("y", 0, (), (), first + BEHIND_MS))
-    d = ns._refreshed().dedup
+        ns.ledger.append(CleanRecord(first + AHEAD_MS, {}))
+    ns.ledger.append(StepCommit("y", 0, (), (), first + BEHIND_MS))
+    d = ns.ledger.refreshed().dedup
     assert (d.step_clock_ms, d.clock_ms) == (first + CLOCK_STEP_MS, first + 2 * CLOCK_STEP_MS)
     assert ns.steps() == range(0, 3)
     agree(wal, ns)

@@ -70,7 +70,7 @@ def write_snapshot(root: Path) -> int:
     without appending to the commits log; its version."""
     ns = open_namespace(config(root), create=False)
     try:
-        at, raw = ns._state.snapshot()  # noqa: SLF001 - no clean record appended
+        at, raw = ns.ledger.state.snapshot()  # no clean record appended
         ns.store.write_snapshot(SNAPSHOT_NAME, at, raw)
         return at
     finally:

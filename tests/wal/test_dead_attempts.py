@@ -51,7 +51,7 @@ def verify(store_path: Path, namespace: str, acked: dict[tuple[str, int], int]) 
 
 
 def uncommitted(ns: Namespace) -> dict[int, tuple[int, int]]:
-    return {r.region_id: (r.uncommitted, r.freed) for r in ns.region_entries()}
+    return {r.region_id: (r.uncommitted, r.freed) for r in ns.info.region_entries()}
 
 
 def region_blocks(root: Path, region_id: int) -> int:

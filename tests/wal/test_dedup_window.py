@@ -16,7 +16,7 @@ from pyspark_durable.log import Record
 from pyspark_durable.wal import Cleaner, Namespace, failpoints
 from pyspark_durable.wal.format.columns import decode_block, encode_blocks
 from pyspark_durable.wal.format.records import CleanRecord, NsRecord, OneOffsRecord, encode_meta
-from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.ledger import COMMITS_LOG
 from pyspark_durable.wal.replay.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS, Dedup
 from pyspark_durable.wal.replay.oneoff_block import ONE_OFF_SCHEMA
 from pyspark_durable.wal.replay.state import NamespaceState
@@ -42,10 +42,10 @@ def full_replay(ns: Namespace) -> NamespaceState:
 
 def agree(ns: Namespace, store) -> None:
     """A full replay, a recovery from the newest snapshot and this handle decide alike."""
-    full, recovered = full_replay(ns), Namespace(store)._state
+    full, recovered = full_replay(ns), Namespace(store).ledger.state
     for s in (full, recovered):
         assert (s.next_step, s.pairs, s.writer_last) == \
-            (ns._state.next_step, ns._state.pairs, ns._state.writer_last)
+            (ns.ledger.state.next_step, ns.ledger.state.pairs, ns.ledger.state.writer_last)
 
 
 @pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
@@ -56,11 +56,11 @@ def test_a_new_wal_remembers_a_writers_newest_steps_and_refuses_older_ones(make_
     forgotten writer step is WriterStepExpired with nothing committed, alike in a full
     replay, a recovery and the committing handle."""
     ns = Namespace(make_store())
-    assert (ns._state.dedup.window_ms, ns._state.dedup.steps) == (DEDUP_WINDOW_MS, DEDUP_STEPS)
+    assert (ns.ledger.state.dedup.window_ms, ns.ledger.state.dedup.steps) == (DEDUP_WINDOW_MS, DEDUP_STEPS)
     n = DEDUP_STEPS + 36
     steps = [write(ns, "q", i) for i in range(n)]
     assert steps == list(range(n))
-    assert sorted(ws for (w, ws) in ns._state.pairs if w == "q") == list(range(36, n))
+    assert sorted(ws for (w, ws) in ns.ledger.state.pairs if w == "q") == list(range(36, n))
     assert write(ns, "q", n - 1) == n - 1 and write(ns, "q", 40) == 40  # duplicates
     with pytest.raises(WriterStepExpired, match=r"writer step 7 of writer 'q' is older than "
                        rf"the {DEDUP_STEPS} newest writer steps the WAL remembers of it"):
@@ -81,11 +81,11 @@ def test_a_one_off_writer_is_forgotten_after_the_window_and_its_recommit_refused
     ns.set_dedup_window(WINDOW)
     t0 = int(time.time() * 1000)  # the commits' own times move the clock too
     assert write(ns, "batch-a", 0, started_ms=t0) == 0
-    ns.append_record(CleanRecord(t0 + WINDOW - 1, {}))  # a pass inside the window
+    ns.ledger.append(CleanRecord(t0 + WINDOW - 1, {}))  # a pass inside the window
     assert write(ns, "batch-a", 0, started_ms=t0) == 0  # still remembered: its step
-    ns.append_record(CleanRecord(t0 + WINDOW + 1, {}))  # the clock passes the window
+    ns.ledger.append(CleanRecord(t0 + WINDOW + 1, {}))  # the clock passes the window
     ns.refresh()
-    assert "batch-a" not in ns._state.dedup.writers
+    assert "batch-a" not in ns.ledger.state.dedup.writers
     with pytest.raises(WriterStepExpired, match=rf"began at {t0} ms, no later than a "
                        rf"one-off writer the WAL forgot \(begun at {t0} ms\)"):
         write(ns, "batch-a", 0, started_ms=t0)
@@ -104,11 +104,11 @@ def test_one_off_writers_past_the_bound_are_forgotten_oldest_start_first(make_st
     remembered is refused (it would be forgotten at once), one that began later
     commits; a full replay, a recovery and the handle agree."""
     ns = Namespace(make_store())
-    assert ns._state.dedup.max_one_offs == DEDUP_ONE_OFFS
-    ns.append_record(OneOffsRecord(3))
+    assert ns.ledger.state.dedup.max_one_offs == DEDUP_ONE_OFFS
+    ns.ledger.append(OneOffsRecord(3))
     t0 = int(time.time() * 1000)
     assert [write(ns, f"batch-{i}", 0, started_ms=t0 + i) for i in range(5)] == list(range(5))
-    assert sorted(ns._state.dedup.writers) == ["batch-2", "batch-3", "batch-4"]
+    assert sorted(ns.ledger.state.dedup.writers) == ["batch-2", "batch-3", "batch-4"]
     assert write(ns, "batch-3", 0, started_ms=t0 + 3) == 3  # remembered: its step
     with pytest.raises(WriterStepExpired, match=r"no later than a one-off writer the WAL "
                        rf"forgot \(begun at {t0 + 1} ms\)"):
@@ -117,10 +117,10 @@ def test_one_off_writers_past_the_bound_are_forgotten_oldest_start_first(make_st
         write(ns, "batch-late", 0, started_ms=t0 + 2)
     assert write(ns, "batch-5", 0, started_ms=t0 + 10) == 5
     assert ns.steps() == range(0, 6)
-    assert sorted(ns._state.dedup.writers) == ["batch-3", "batch-4", "batch-5"]
+    assert sorted(ns.ledger.state.dedup.writers) == ["batch-3", "batch-4", "batch-5"]
     Cleaner(ns, grace_ms=0).run_once()
     agree(ns, make_store())
-    assert Namespace(make_store())._state.dedup.max_one_offs == 3
+    assert Namespace(make_store()).ledger.state.dedup.max_one_offs == 3
 
 
 @pytest.mark.parametrize(("racing", "past"), [(True, False), (True, True), (False, True)])
@@ -149,7 +149,7 @@ def test_recommit_racing_a_cleaner_at_the_edge_of_the_window(make_store, racing,
         failpoints.install(None)
         if racing:
             assert write(other, "batch-x", 0, started_ms=t0) == 0
-        cleaner.append_record(CleanRecord(t0 + WINDOW + (1 if past else -1), {}))
+        cleaner.ledger.append(CleanRecord(t0 + WINDOW + (1 if past else -1), {}))
 
     failpoints.install(at_point)
     try:
@@ -176,13 +176,13 @@ def test_a_wal_without_a_dedup_record_keeps_every_pair_until_a_cleaner_bounds_it
     commits.append([Record(b"", encode_meta({**NsRecord("old", 0, "inc0").to_json(),
                                              "i": "inc0"}))])
     ns = Namespace(store)
-    assert ns._state.dedup.window_ms is None
+    assert ns.ledger.state.dedup.window_ms is None
     n = DEDUP_STEPS + 10
     assert [write(ns, "q", i) for i in range(n)] == list(range(n))
     assert write(ns, "q", 3) == 3  # every pair is remembered
     Cleaner(ns, grace_ms=0).run_once()
-    assert ns._state.dedup.window_ms == DEDUP_WINDOW_MS
-    assert len(ns._state.pairs) == DEDUP_STEPS
+    assert ns.ledger.state.dedup.window_ms == DEDUP_WINDOW_MS
+    assert len(ns.ledger.state.pairs) == DEDUP_STEPS
     with pytest.raises(WriterStepExpired):
         write(ns, "q", 3)
     agree(ns, make_store())

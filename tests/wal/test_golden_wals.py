@@ -77,7 +77,7 @@ def test_a_wal_an_older_release_wrote_reads_exactly_checks_clean_and_goes_on(fix
     if manifest["reader"]:
         reader, next_step = manifest["reader"]
         ns.refresh()
-        assert ns.readers()[reader].next_step == next_step
+        assert ns.info.readers()[reader].next_step == next_step
     assert problems(root) == []
     assert durablewal(["check", str(root), "--namespace", NS]) == 0
 

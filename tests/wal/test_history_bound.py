@@ -17,7 +17,7 @@ from pyspark_durable.errors import StepExpired
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Cleaner, Namespace
 from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME
-from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.ledger import COMMITS_LOG
 from pyspark_durable.wal.replay import snapshot_schedule, step_index
 from pyspark_durable.wal.replay.retention import RetentionPolicy
 from pyspark_durable.wal.replay.state import NamespaceState
@@ -86,8 +86,8 @@ def test_a_namespace_never_cleaned_opens_by_replaying_a_bounded_tail(make_store,
             versions_seen.append(versions[-1])
     assert ns.store.open_log(COMMITS_LOG).low_watermark() == 0  # no committer trims
     opened = Namespace(make_store())
-    assert 0 < opened._state.replayed < EVERY
-    same_state(opened._state, full_replay(make_store()))
+    assert 0 < opened.ledger.state.replayed < EVERY
+    same_state(opened.ledger.state, full_replay(make_store()))
     early = STEPS - 40  # within a writer's newest DEDUP_STEPS, covered by chunks
     writer, wstep, started = pair_of(shape, early)
     assert write(opened, writer, wstep, started) == early  # read back from the chunks
@@ -118,7 +118,7 @@ def test_concurrent_committers_in_processes_write_snapshots_safely(tmp_path):
         state.attach(store.open_log(COMMITS_LOG))
         same_state(state, full)
     recovered = Namespace(open_store("file", "race", path=str(tmp_path)))
-    same_state(recovered._state, full)
+    same_state(recovered.ledger.state, full)
     for p in range(PROCESSES):  # every pair a process committed is remembered as its step
         assert recovered.committed_step(f"p{p}-query", EACH // 2 - 1) is not None
         assert recovered.committed_step(f"p{p}-batch-{EACH - 1}", 0) is not None
@@ -128,7 +128,7 @@ def racing_reads(monkeypatch, ns: Namespace, race: Callable[[], None]) -> list[i
     """The first time ``ns`` reads steps back from its commits log (a chunk of its step
     index), ``race()`` runs first: other handles act between this handle's view and its
     read. Returns the commits log's start each racing read found, for the test to see."""
-    commits = ns._commits
+    commits = ns.ledger.commits
     read = commits.read
     found: list[int] = []
 
@@ -139,7 +139,7 @@ def racing_reads(monkeypatch, ns: Namespace, race: Callable[[], None]) -> list[i
         return read(start, end)
 
     monkeypatch.setattr(commits, "read", racing_read)
-    ns._state.attach(commits)  # its step index reads through racing_read from now on
+    ns.ledger.state.attach(commits)  # its step index reads through racing_read from now on
     return found
 
 
@@ -167,23 +167,23 @@ def test_a_handle_holding_an_old_index_heals_when_others_trim_under_it(make_stor
     for i in range(CHUNK * 4):
         write(a, "query", i)
     Cleaner(a, grace_ms=0).run_once()  # a's index: chunks from step 0
-    assert a.first_indexed_step() == 0
+    assert a.info.first_indexed_step() == 0
     b = Namespace(make_store())
     found = racing_reads(monkeypatch, a, lambda: run_ahead(b, CHUNK * 3, EVERY * 2 + 4))
     with pytest.raises(StepExpired):
         a.step_commit(1)  # as of a's view, retained: its chunk is read back
     assert found and found[0] > 0, "the race did not trim the commits log"
     assert a.step_commit(CHUNK * 3).step == CHUNK * 3  # retained: read back after healing
-    same_state(a._state, Namespace(make_store())._state)
+    same_state(a.ledger.state, Namespace(make_store()).ledger.state)
 
-    cut = a.first_indexed_step() + CHUNK + 3  # inside an old chunk, not one read lately
+    cut = a.info.first_indexed_step() + CHUNK + 3  # inside an old chunk, not one read lately
     a.set_retention(RetentionPolicy(max_steps=a.steps().stop - cut))
     a.refresh()
     found = racing_reads(monkeypatch, a, lambda: run_ahead(b, b.steps().stop - CHUNK, EVERY * 2 + 4))
     report = Cleaner(a, grace_ms=0).run_once()
     assert found and found[0] > 0, "the race did not trim the commits log"
     fresh = Namespace(make_store())
-    same_state(a._state, fresh._state)
+    same_state(a.ledger.state, fresh.ledger.state)
     assert report.first_retained_step >= fresh.steps().start - CHUNK
     for step in fresh.steps():
         assert a.step_commit(step).step == step

@@ -78,8 +78,8 @@ def view(root: Path) -> tuple:
         tables = {name: read_steps(ns, name).to_pylist() for name in ("orders", "items",
                                                                        "events")}
         ns.refresh()
-        readers = {r: p.next_step for r, p in ns.readers().items()}
-        return (ns.steps(), tables, readers, ns.incarnation)
+        readers = {r: p.next_step for r, p in ns.info.readers().items()}
+        return (ns.steps(), tables, readers, ns.info.incarnation)
     finally:
         ns.close()
 

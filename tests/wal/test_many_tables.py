@@ -23,7 +23,7 @@ from pyspark_durable.endpoint import read_steps
 from pyspark_durable.errors import SchemaMismatch
 from pyspark_durable.wal import Namespace
 from pyspark_durable.wal.format.records import StepCommit, TablesRecord, decode_record
-from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.ledger import COMMITS_LOG
 from pyspark_durable.wal.replay.copies import CommitsReader
 from pyspark_durable.wal.tables import table_id_for_name
 from pyspark_durable.wal.upkeep.check import Checker
@@ -51,9 +51,9 @@ def test_first_step_of_1000_new_tables_appends_two_records_and_round_trips(make_
     and one `step` record (not 1,001), that the step record stays under 24 bytes a run,
     and that every table and row reads back after a reopen, content digests checked."""
     ns = Namespace(make_store())
-    start = ns._refreshed().next_offset
+    start = ns.ledger.refreshed().next_offset
     names = [f"t{i}" for i in range(TABLES)]
-    infos = ns.define_tables([(n, ID) for n in names])
+    infos = ns.tables.define_many([(n, ID) for n in names])
     assert [i.table_id for i in infos] == [table_id_for_name(n) for n in names]
     attempt = ns.begin("loader", 0)
     for i, name in enumerate(names):
@@ -66,7 +66,7 @@ def test_first_step_of_1000_new_tables_appends_two_records_and_round_trips(make_
     assert len(step.runs) == TABLES and all(len(r.digests) == 16 for r in step.runs)
     assert step_bytes < STEP_BYTES_MAX, step_bytes
     again = Namespace(make_store())
-    assert {t.name for t in again.tables().values()} == set(names)
+    assert {t.name for t in again.tables.by_id().values()} == set(names)
     assert again.step_commit(0).runs == step.runs
     for i in (0, 1, 499, TABLES - 1):
         got = read_steps(again, f"t{i}", with_metadata=False)
@@ -81,12 +81,12 @@ def test_a_step_writing_1000_tables_commits_a_compact_record(make_store):
     lists took 64,000, with every run, digest and sequence number replayed alike."""
     ns = Namespace(make_store())
     names = [f"t{i}" for i in range(TABLES)]
-    ns.define_tables([(n, ID) for n in names])
+    ns.tables.define_many([(n, ID) for n in names])
     for ws in (0, 1):
         attempt = ns.begin("query", ws)
         for i, name in enumerate(names):
             attempt.write(name, rows(i + ws))
-        start = ns._refreshed().next_offset
+        start = ns.ledger.refreshed().next_offset
         attempt.commit()
     ((step, size),) = records_since(ns, start)
     assert size < STEP_BYTES_MAX, size
@@ -109,7 +109,7 @@ def test_sink_task_routing_1000_new_tables_defines_them_in_one_record(tmp_path):
     opts = WalOptions.parse({"path": str(tmp_path / "wal"), "namespace": "sink",
                              "tableColumn": "table"})
     ns = namespace_for(opts)
-    start = ns._refreshed().next_offset
+    start = ns.ledger.refreshed().next_offset
     batch = pa.record_batch({"table": [f"t{i % TABLES}" for i in range(3 * TABLES)],
                              "id": pa.array(range(3 * TABLES), pa.int64())})
     receipt = write_batches(opts, iter([batch]), "query", 0, "a0", batch.schema)
@@ -127,7 +127,7 @@ def test_write_step_defines_the_tables_in_memory_in_one_record(make_store):
     from pyspark_durable.endpoint import write_step
 
     ns = Namespace(make_store())
-    start = ns._refreshed().next_offset
+    start = ns.ledger.refreshed().next_offset
     data: dict = {f"t{i}": rows(i) for i in range(TABLES)}
     data["lazy"] = iter([rows(7), rows(9)])
     assert write_step(ns, "loader", 0, data) == 0
@@ -147,23 +147,23 @@ def test_racing_handles_agree_the_first_definition_wins(make_store):
     shared = [f"s{i}" for i in range(50)]
     only_b = [f"b{i}" for i in range(50)]
     appended: list[dict] = []
-    real_append = b._append_meta
+    real_append = b.ledger.append_json
 
-    def raced_append(record: dict) -> int:
-        if record["k"] == "tables" and not appended:
-            a.define_tables([(n, ID) for n in shared])  # lands first
-        appended.append(record)
-        return real_append(record)
+    def raced_append(records: list[dict]) -> list[int]:
+        if records[0]["k"] == "tables" and not appended:
+            a.tables.define_many([(n, ID) for n in shared])  # lands first
+        appended.extend(records)
+        return real_append(records)
 
-    b._append_meta = raced_append
-    infos = b.define_tables([(n, ID_NOTE) for n in shared + only_b], merge_schema=True)
+    b.ledger.append_json = raced_append
+    infos = b.tables.define_many([(n, ID_NOTE) for n in shared + only_b], merge_schema=True)
     assert [r["k"] for r in appended] == ["tables", "tables"]
     first, second = (TablesRecord.from_json(r) for r in appended)
     assert not first.versions  # a version is never computed against a definition that may lose
     assert not second.tables and {v.table_id for v in second.versions} == {
         table_id_for_name(n) for n in shared}
     for ns in (a, b, Namespace(make_store())):
-        tables = ns._refreshed().tables
+        tables = ns.ledger.refreshed().tables
         for n in shared:
             assert [s.names for s in tables[table_id_for_name(n)].schemas] == [
                 ["id"], ["id", "note"]], n
@@ -178,21 +178,21 @@ def test_a_refused_batch_defines_nothing_and_one_table_stays_its_own_record(make
     table defines none of the others), that a new table asked with two schemas is defined
     once with their merge, and that one definition alone is still a `table` record."""
     ns = Namespace(make_store())
-    start = ns._refreshed().next_offset
-    ns.define_table("old", ID)
+    start = ns.ledger.refreshed().next_offset
+    ns.tables.define("old", ID)
     with pytest.raises(SchemaMismatch, match=r"table=old: rows have new columns"):
-        ns.define_tables([("new", ID), ("old", ID_NOTE)])
-    assert set(ns.tables()) == {table_id_for_name("old")}
+        ns.tables.define_many([("new", ID), ("old", ID_NOTE)])
+    assert set(ns.tables.by_id()) == {table_id_for_name("old")}
     with pytest.raises(SchemaMismatch, match=r"column 'id' has type int64 in the table and"):
-        ns.define_tables([("new", ID), ("new", pa.schema([("id", pa.float64())]))],
+        ns.tables.define_many([("new", ID), ("new", pa.schema([("id", pa.float64())]))],
                          merge_schema=True)
-    info, same = ns.define_tables([("new", ID), ("new", ID_NOTE)], merge_schema=True)
+    info, same = ns.tables.define_many([("new", ID), ("new", ID_NOTE)], merge_schema=True)
     assert info is same and info.schema == ID_NOTE and len(info.schemas) == 1
     kinds = [r.kind for r, _ in records_since(ns, start)]
     assert kinds == ["table", "table"]
-    assert ns.define_tables([("old", ID), ("new", ID)]) == [ns.table("old"), info]
+    assert ns.tables.define_many([("old", ID), ("new", ID)]) == [ns.tables.lookup("old"), info]
     # tables that exist and fit append nothing (two records, each with its copies)
-    assert ns._refreshed().next_offset == start + 2 * ns.store.record_copies
+    assert ns.ledger.refreshed().next_offset == start + 2 * ns.store.record_copies
 
 
 CHILD = """
@@ -207,10 +207,10 @@ ns = Namespace(open_store("file", "race", path=path))
 print("ready", flush=True)
 while not os.path.exists(go):
     time.sleep(0.001)
-infos = ns.define_tables([(f"t{i}", schema) for i in range(count)], merge_schema=True)
+infos = ns.tables.define_many([(f"t{i}", schema) for i in range(count)], merge_schema=True)
 print(json.dumps({str(i.table_id): i.schema.names for i in infos}), flush=True)
 sys.stdin.readline()  # the other process is done too
-print(json.dumps({str(t): [s.names for s in i.schemas] for t, i in ns._refreshed().tables.items()}))
+print(json.dumps({str(t): [s.names for s in i.schemas] for t, i in ns.ledger.refreshed().tables.items()}))
 """
 
 
@@ -239,7 +239,7 @@ def test_racing_processes_agree_on_every_table(tmp_path):
         assert child.returncode == 0, err
         views.append(json.loads(out))
     fresh = Namespace(open_store("file", "race", path=path))
-    mine = {str(t): [s.names for s in i.schemas] for t, i in fresh._refreshed().tables.items()}
+    mine = {str(t): [s.names for s in i.schemas] for t, i in fresh.ledger.refreshed().tables.items()}
     assert views[0] == views[1] == mine
     ids = {str(table_id_for_name(f"t{i}")) for i in range(count)}
     assert set(mine) == set(got[0]) == set(got[1]) == ids

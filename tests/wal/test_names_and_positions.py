@@ -40,14 +40,14 @@ def test_names_that_look_like_numbers_are_separate_tables(ns):
     each read back under its own name, and none of them is table id 7."""
     for step, name in enumerate(NUMERIC_NAMES):
         write_step(ns, "w", step, {name: [{"id": step}]})
-    assert sorted(t.name for t in ns.tables().values()) == sorted(NUMERIC_NAMES)
-    assert 7 not in ns.tables()
+    assert sorted(t.name for t in ns.tables.by_id().values()) == sorted(NUMERIC_NAMES)
+    assert 7 not in ns.tables.by_id()
     for step, name in enumerate(NUMERIC_NAMES):
         back = read_steps(ns, name)
         assert back.column("id").to_pylist() == [step]
         assert back.column("_table").to_pylist() == [name]
     with pytest.raises(RoutingError, match="unknown table id 7"):
-        ns.table(7)
+        ns.tables.lookup(7)
 
 
 @pytest.mark.backends("memory")
@@ -77,11 +77,11 @@ def test_a_table_created_by_id_is_read_by_id_and_its_name_hints_there(ns):
     as id 7, named "7") stays readable by its id, and that asking for the name "7" fails
     saying where the table is instead of reading a new, empty one."""
     write_step(ns, "w", 0, {7: [{"id": 1}]})  # what the old code stored for "7"
-    assert ns.table(7).name == "7"
+    assert ns.tables.lookup(7).name == "7"
     assert read_steps(ns, 7).column("_table").to_pylist() == ["7"]
     with pytest.raises(RoutingError, match=r"unknown table '7'; tables: 7; table id 7 is named "
                        r"'7' .*read it by its id, 7 in Python or tables=\[7\] in Spark"):
-        ns.table("7")
+        ns.tables.lookup("7")
     write_step(ns, "w", 1, {"7": [{"id": 2}]})  # the name "7" is now its own table
     assert read_steps(ns, "7").column("id").to_pylist() == [2]
     assert read_steps(ns, 7).column("id").to_pylist() == [1]
@@ -229,7 +229,7 @@ def test_a_checkpoint_past_the_end_names_the_wal_going_back(three):
         resume_step(ns, WalOptions.parse(opts), ahead)
     assert resume_step(ns, WalOptions.parse({**opts, "failOnDataLoss": "false"}), ahead) == 3
     assert resume_step(ns, WalOptions.parse(opts), {**ahead, "step": 2}) == 2
-    old = {"step": 2, "incarnation": ns.incarnation}  # an offset written before namespaces
+    old = {"step": 2, "incarnation": ns.info.incarnation}  # an offset written before namespaces
     assert resume_step(ns, WalOptions.parse(opts), old) == 2
 
 

@@ -92,7 +92,7 @@ def verify(make_store, acked: dict[tuple[str, int], int], deep: bool = False) ->
         assert_acknowledged(ns, writer, ws, step)
         if step < steps.start:
             continue  # expired: the cleaner may have deleted it
-        got = {ns.tables(refresh=False)[sb.table_id].name: pa.Table.from_batches(sb.batches)
+        got = {ns.tables.by_id(refresh=False)[sb.table_id].name: pa.Table.from_batches(sb.batches)
                for sb in ns.read_step(step)}
         assert got == {t: rows_for(writer, ws, t) for t in ("a", "b")}, (writer, ws, step)
     report = Checker(make_store(), deep=deep).run()
@@ -174,7 +174,7 @@ def test_long_lived_handle_heals_after_clean(make_store):
     assert Namespace(make_store()).store.open_log("commits").low_watermark() > 0
     assert old.steps() == range(2, 3)
     acked[("old", 0)] = commit(old, "old", 0)
-    got = old.read_step_table(acked[("old", 0)], tables={old.resolve_table("a")})
+    got = old.read_step_table(acked[("old", 0)], tables={old.tables.resolve("a")})
     assert got.equals(rows_for("old", 0, "a"))
     assert old.committed_step("w", 1) == 1  # pairs survive in the snapshot
     verify(make_store, acked)

@@ -295,7 +295,7 @@ def test_acknowledged_steps_survive_kills_of_writers_reader_and_cleaners(
     assert ns.steps().stop == total
     for table in TABLES:
         key = (REGION_OF[table], table_id_for_name(table))
-        assert ns.table_regions(key[1])[key[0]] == next_seq[table], table
+        assert ns.tables.regions(key[1])[key[0]] == next_seq[table], table
     for pair, step in acked.items():
         assert_acknowledged(ns, *pair, step)
     report = Checker(make_store()).run()

@@ -110,6 +110,6 @@ def test_a_server_killed_under_a_writer_gives_typed_retriable_errors_then_exactl
     fresh = verify(lambda: open_store("s3", "down", **options), acked)
     assert fresh.steps() == range(0, 6)
     got = pa.Table.from_batches([b for sb in fresh.read_step(acked[("w", 4)])
-                                 if fresh.tables(refresh=False)[sb.table_id].name == "a"
+                                 if fresh.tables.by_id(refresh=False)[sb.table_id].name == "a"
                                  for b in sb.batches])
     assert got.equals(rows_for("w", 4, "a"))

@@ -16,7 +16,7 @@ from pyspark_durable.errors import CorruptEntryError
 from pyspark_durable.log import FileLogStore, LogStore
 from pyspark_durable.wal import Cleaner, Namespace
 from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME
-from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.ledger import COMMITS_LOG
 from pyspark_durable.wal.replay.snapshot_schedule import read_copies
 from pyspark_durable.wal.upkeep.check import run_check
 
@@ -37,7 +37,7 @@ def handle(store: LogStore) -> Namespace:
     """A fresh handle (it recovers from the newest snapshot it can decode) whose commits
     write a snapshot every EVERY records, on every backend alike."""
     ns = Namespace(store)
-    ns.snapshots.every_records = EVERY
+    ns.ledger.snapshots.every_records = EVERY
     return ns
 
 

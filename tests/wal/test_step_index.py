@@ -17,7 +17,7 @@ from pyspark_durable.errors import CorruptEntryError
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Cleaner, Namespace, RetentionPolicy
 from pyspark_durable.wal.format.records import CleanRecord, Run, StepCommit
-from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.ledger import COMMITS_LOG
 from pyspark_durable.wal.replay import step_index
 from pyspark_durable.wal.replay.copies import CommitsReader
 from pyspark_durable.wal.replay.state import NamespaceState
@@ -47,11 +47,11 @@ def commit_steps(ns: Namespace, first: int, count: int) -> None:
             a.write("u", rows(1, i * 10), region_id=1)
         a.commit()
         if i % 5 == 0:  # a racing committer's record of the same pair: refused
-            ns.append_record(ns.step_commit(ns.steps().stop - 1))
+            ns.ledger.append(ns.step_commit(ns.steps().stop - 1))
     # a step whose run starts below a recorded bound: refused in every replay
-    ns.append_record(CleanRecord(0, {7: 5}))
-    info = ns.table("t")
-    ns.append_record(StepCommit("late", 0, ("x",), (Run(7, info.table_id, 1, 2, 1, 8),), 0))
+    ns.ledger.append(CleanRecord(0, {7: 5}))
+    info = ns.tables.lookup("t")
+    ns.ledger.append(StepCommit("late", 0, ("x",), (Run(7, info.table_id, 1, 2, 1, 8),), 0))
     ns.refresh()
 
 
@@ -81,11 +81,11 @@ def test_a_snapshot_holds_chunks_and_every_step_reads_back_as_a_full_replay(make
     Cleaner(ns, grace_ms=0).run_once()
 
     opened = Namespace(make_store())
-    index = opened._state.index
+    index = opened.ledger.state.index
     assert index.tail == [] and len(index.chunks) == 4  # 30 steps in chunks of 8
     assert [c.steps for c in index.chunks] == [8, 8, 8, 6]
     assert any(c.refused for c in index.chunks)
-    assert {s: described(opened._state.step(s)) for s in range(30)} == reference
+    assert {s: described(opened.ledger.state.step(s)) for s in range(30)} == reference
     got = pa.Table.from_batches([b for sb in opened.read_step(29) for b in sb.batches])
     assert got.column("id").to_pylist() == [290, 291]
 
@@ -93,8 +93,8 @@ def test_a_snapshot_holds_chunks_and_every_step_reads_back_as_a_full_replay(make
     reference = full_replay(opened)
     Cleaner(opened, grace_ms=0).run_once()
     again = Namespace(make_store())
-    assert again._state.index.tail == []
-    assert {s: described(again._state.step(s)) for s in range(43)} == reference
+    assert again.ledger.state.index.tail == []
+    assert {s: described(again.ledger.state.step(s)) for s in range(43)} == reference
     got = pa.Table.from_batches([b for sb in again.read_step(36) for b in sb.batches])
     assert sorted(got.column("id").to_pylist()) == [360, 360, 361]
 
@@ -109,17 +109,17 @@ def test_a_refusal_after_a_snapshots_last_step_is_kept_for_the_next_fold(make_st
     ns = Namespace(make_store())
     for i in range(3):
         write_one(ns, i)
-    ns.append_record(ns.step_commit(2))  # refused: a duplicate of (w, 2)
+    ns.ledger.append(ns.step_commit(2))  # refused: a duplicate of (w, 2)
     Cleaner(ns, grace_ms=0).run_once()
     other = Namespace(make_store())
-    assert other._state.index.tail == [] and other._state.index.refused
+    assert other.ledger.state.index.tail == [] and other.ledger.state.index.refused
     for i in range(3, 5):
         write_one(other, i)
     reference = full_replay(other)
     Cleaner(other, grace_ms=0).run_once()
     opened = Namespace(make_store())
-    assert [c.steps for c in opened._state.index.chunks] == [5]  # one chunk, merged
-    assert {s: described(opened._state.step(s)) for s in range(5)} == reference
+    assert [c.steps for c in opened.ledger.state.index.chunks] == [5]  # one chunk, merged
+    assert {s: described(opened.ledger.state.step(s)) for s in range(5)} == reference
 
 
 @pytest.mark.backends("file", "memory", "kafka-confluent", "kafka-python")
@@ -169,8 +169,8 @@ def test_retention_cuts_the_first_chunk_exactly(make_store):
     report = Cleaner(ns, grace_ms=0).run_once()
     assert report.first_retained_step == 13
     reopened = Namespace(make_store())
-    assert reopened._state.base_step == 13 and reopened.steps() == range(13, 20)
-    assert {s: described(reopened._state.step(s)) for s in range(13, 20)} == \
+    assert reopened.ledger.state.base_step == 13 and reopened.steps() == range(13, 20)
+    assert {s: described(reopened.ledger.state.step(s)) for s in range(13, 20)} == \
         {s: reference[s] for s in range(13, 20)}
     for region_id in (0, 1):  # freed up to the first entry a retained step refers to
         assert reopened.store.open_region(region_id).low_watermark() == min(
@@ -185,7 +185,7 @@ def test_a_chunk_that_does_not_match_its_records_is_corrupt(make_store):
     ns = Namespace(make_store())
     commit_steps(ns, 0, 10)
     Cleaner(ns, grace_ms=0).run_once()
-    chunk = Namespace(make_store())._state.index.chunks[0]
+    chunk = Namespace(make_store()).ledger.state.index.chunks[0]
     commits = ns.store.open_log(COMMITS_LOG)
 
     def decode(value: bytes, offset: int):
@@ -227,12 +227,12 @@ def test_a_pass_snapshots_only_when_the_replay_after_the_newest_grew(make_store,
     assert ns.store.snapshot_versions("wal") == first
     reference = full_replay(ns)
     opened = Namespace(make_store())
-    assert [c.step for c in opened._state.index.tail] == list(range(10, 14))
-    assert {s: described(opened._state.step(s)) for s in range(14)} == reference
+    assert [c.step for c in opened.ledger.state.index.tail] == list(range(10, 14))
+    assert {s: described(opened.ledger.state.step(s)) for s in range(14)} == reference
     commit_steps(ns, 14, 20)
     Cleaner(ns, grace_ms=0).run_once()
     newest = ns.store.snapshot_versions("wal")[-1]
-    assert newest > first[-1] and Namespace(make_store())._state.index.tail == []
+    assert newest > first[-1] and Namespace(make_store()).ledger.state.index.tail == []
 
 
 CHILD = """
@@ -274,12 +274,12 @@ def test_cleaner_killed_mid_snapshot_leaves_a_namespace_that_reads_every_step(
     steps = opened.steps()
     assert steps == range(19, 31)  # the killed pass's expire record is in the log
     for s in steps:
-        assert described(opened._state.step(s)) == reference[s]
+        assert described(opened.ledger.state.step(s)) == reference[s]
         assert sum(b.num_rows for sb in opened.read_step(s) for b in sb.batches) == \
             sum(r.rows for r in reference[s][4])
     Cleaner(opened, grace_ms=0).run_once()
     last = Namespace(open_store("file", namespace, path=str(path)))
-    assert {s: described(last._state.step(s)) for s in range(19, 31)} == \
+    assert {s: described(last.ledger.state.step(s)) for s in range(19, 31)} == \
         {s: reference[s] for s in range(19, 31)}
 
 
@@ -304,12 +304,12 @@ def test_a_pass_reads_few_region_entries_and_none_below_the_recorded_bound(tmp_p
     monkeypatch.setattr(FileLog, "read", counted)
     report = Cleaner(ns).run_once()  # the default grace: an hour, nothing is that old
     assert report.freed_entries == 0
-    for region_id in ns.regions():
+    for region_id in ns.info.regions():
         high = ns.store.open_region(region_id).high_watermark()
         mine = [at for name, at in reads if name == f"region_{region_id}"]
         assert 0 < len(mine) <= 2 + high.bit_length(), (region_id, mine)
     Cleaner(ns, grace_ms=0).run_once()  # everything but the newest entries is old now
-    bounds = dict(ns._refreshed().clean_bounds)
+    bounds = dict(ns.ledger.refreshed().clean_bounds)
     assert bounds and all(b > 0 for b in bounds.values())
     reads.clear()
     Cleaner(ns, grace_ms=0).run_once()
@@ -365,15 +365,15 @@ def test_tables_and_regions_count_from_the_chunks_reading_only_the_cut_one(make_
             ns.set_retention(retention)
             Cleaner(ns, grace_ms=0).run_once()
         opened = Namespace(make_store())
-        index = opened._state.index
+        index = opened.ledger.state.index
         loaded = []
         loader = index._loader
         index.attach(lambda chunk, loader=loader, loaded=loaded:
                      loaded.append(chunk.first_step) or loader(chunk))
         start = opened.steps().start
         sizes = {k: (s.rows, s.size_bytes, s.first_sequence)
-                 for k, s in opened.table_sizes(start).items()}
-        spans = {r.region_id: (r.retained, r.expired) for r in opened.region_entries()}
+                 for k, s in opened.info.table_sizes(start).items()}
+        spans = {r.region_id: (r.retained, r.expired) for r in opened.info.region_entries()}
         assert sizes == counted_sizes(reference, start)
         assert spans == counted_spans(reference, opened, index.base)
         if retention is None:
@@ -386,6 +386,6 @@ def test_tables_and_regions_count_from_the_chunks_reading_only_the_cut_one(make_
             refused=index.refused)
         stripped.attach(loader)
         assert stripped.table_sizes(start) == index.table_sizes(start)
-        watermarks = {r.region_id: (r.low, r.high) for r in opened.region_entries()}
+        watermarks = {r.region_id: (r.low, r.high) for r in opened.info.region_entries()}
         assert stripped.region_spans(watermarks, start) == \
             index.region_spans(watermarks, start)

@@ -54,15 +54,15 @@ def test_one_table_over_regions_has_dense_sequences_per_region(open_ns):
     for region in (0, 1, 2):
         part = got.filter(pa.compute.equal(got.column("_region"), region))
         seqs = sorted(set(part.column("_sequence").to_pylist()))
-        end = ns.table_regions(table_id_for_name("orders"))[region]
+        end = ns.tables.regions(table_id_for_name("orders"))[region]
         assert seqs == list(range(end - len(seqs), end)) and len(seqs) > 3, region
         assert {i // 1000 % 10 for i in part.column("id").to_pylist()} == {region}
         assert part.num_rows == 3 * (400 + region * 100)  # steps 1..3 are retained
-    assert ns.table_regions(table_id_for_name("orders")).keys() == {0, 1, 2}
+    assert ns.tables.regions(table_id_for_name("orders")).keys() == {0, 1, 2}
     with pytest.raises(RoutingError, match=r"entries in regions \[0, 1, 2\]: name the region"):
-        ns.mark_deleted("orders", 1)
-    ns.mark_deleted("orders", 1, region_id=2)
-    assert [ns.marked_before(r, table_id_for_name("orders")) for r in (0, 1, 2)] == [0, 0, 1]
+        ns.tables.mark_deleted("orders", 1)
+    ns.tables.mark_deleted("orders", 1, region_id=2)
+    assert [ns.tables.marked_before(r, table_id_for_name("orders")) for r in (0, 1, 2)] == [0, 0, 1]
     assert not Checker(ns.store).run().problems
 
 
@@ -85,7 +85,7 @@ def test_merge_schema_adds_versions_and_old_rows_read_as_newest(open_ns, store_c
     write_step(ns, "w", 1, {"t": v1}, payload_format=fmt, merge_schema=True)
     write_step(ns, "w", 2, {"t": pa.table({"note": ["only a note"]})}, payload_format=fmt)
     reopened = open_ns()
-    info = reopened.table("t")
+    info = reopened.tables.lookup("t")
     assert [s.names for s in info.schemas] == [["id", "x"], ["id", "x", "note"]]
     assert info.schema.field("id").type == pa.int64() and info.schema.field("x").type == pa.float64()
     got = read_steps(reopened, "t", with_metadata=False)
@@ -104,21 +104,21 @@ def test_racing_writers_agree_on_one_schema_history(open_ns):
     first, second = open_ns(), open_ns()
     write_step(first, "w", 0, {"t": pa.table({"id": [1]})})
     appended: list[dict] = []
-    real_append = second._append_meta
+    real_append = second.ledger.append_json
 
-    def paused_append(record: dict) -> int:
-        if record["k"] == "schema" and not appended:
+    def paused_append(records: list[dict]) -> list[int]:
+        if records[0]["k"] == "schema" and not appended:
             # the race: `first` lands its version 1 between our decision and our append
             write_step(first, "a", 0, {"t": pa.table({"id": [2], "a": ["from a"]})},
                        merge_schema=True)
-        appended.append(record)
-        return real_append(record)
+        appended.extend(records)
+        return real_append(records)
 
-    second._append_meta = paused_append
+    second.ledger.append_json = paused_append
     write_step(second, "b", 0, {"t": pa.table({"id": [3], "b": [3.5]})}, merge_schema=True)
     assert [r["v"] for r in appended if r["k"] == "schema"] == [1, 2]  # lost v1, merged again
     for ns in (first, second, open_ns()):
-        info = ns._refreshed().tables[table_id_for_name("t")]
+        info = ns.ledger.refreshed().tables[table_id_for_name("t")]
         assert [s.names for s in info.schemas] == [["id"], ["id", "a"], ["id", "a", "b"]]
         assert read_steps(ns, "t", with_metadata=False).to_pylist() == [
             {"id": 1, "a": None, "b": None}, {"id": 2, "a": "from a", "b": None},
@@ -136,7 +136,7 @@ def test_case_twins_and_real_conflicts_are_refused(open_ns):
         write_step(ns, "w", 1, {"t": pa.table({"Name": ["y"]})}, merge_schema=True)
     with pytest.raises(SchemaMismatch, match=r"column 'id' has type int64 in the table and double"):
         write_step(ns, "w", 1, {"t": pa.table({"id": [1.5]})}, merge_schema=True)
-    assert len(ns.table("t").schemas) == 1
+    assert len(ns.tables.lookup("t").schemas) == 1
 
 
 def test_union_by_name_widens_and_names_conflicts():
@@ -205,8 +205,8 @@ def test_wal_written_before_tables_spanned_regions_still_opens(make_store):
            {"k": "mark", "table": tid, "seq": 1}]
     commits.append([Record(b"", encode_meta(r)) for r in old])
     ns = Namespace(make_store())
-    assert ns.table_keys() == {(4, tid)} and ns.table_regions(tid) == {4: 1}
-    assert ns.marked_before(4, tid) == 1
+    assert ns.tables.region_pairs() == {(4, tid)} and ns.tables.regions(tid) == {4: 1}
+    assert ns.tables.marked_before(4, tid) == 1
     assert read_steps(ns, "old").column("id").to_pylist() == [7, 8]
     doc = {"v": 2, "namespace_id": 0, "at": 4, "incarnation": None, "next_step": 1,
            "expired_before": 0, "tables": [old[1]], "next_sequences": {str(tid): 1},

@@ -50,7 +50,7 @@ def test_step_round_trip_regions_tables_formats(open_ns):
     a.write(42, rows("n", 3), region_id=2)
     step = a.commit()
     assert step == 0 and ns.steps() == range(0, 1)
-    got = {(sb.region_id, ns.tables(refresh=False)[sb.table_id].name): pa.Table.from_batches(sb.batches)
+    got = {(sb.region_id, ns.tables.by_id(refresh=False)[sb.table_id].name): pa.Table.from_batches(sb.batches)
            for sb in ns.read_step(0)}
     assert got[(0, "orders")].equals(rows("o", 25))
     assert got[(2, "events")].equals(rows("e", 7))
@@ -103,7 +103,7 @@ def test_region_steps_read_in_one_pass_equal_step_by_step_reads(open_ns, monkeyp
         return [(sb.step, sb.sequence_num, tag) for sb in batches
                 for b in sb.batches for tag in b.column("tag").to_pylist()]
 
-    by_name = {info.name: tid for tid, info in ns.tables(refresh=False).items()}
+    by_name = {info.name: tid for tid, info in ns.tables.by_id(refresh=False).items()}
     for tables in (None, {by_name["a"]}, {by_name["b"]}):
         for region in (0, 2):
             one_by_one = [sb for s in steps for sb in ns.read_step(s, tables, {region})]
@@ -182,8 +182,8 @@ def test_sequences_dense_per_table_across_reopen_and_clean(open_ns):
         seqs = read_steps(ns, table).column("_sequence").to_pylist()
         distinct = sorted(set(seqs))
         assert distinct == list(range(distinct[0], distinct[-1] + 1)), table
-        assert distinct[-1] + 1 == ns.table_regions(ns.resolve_table(table))[0]
-    assert ns.table_regions(ns.resolve_table("a"))[0] > 9  # several entries per write
+        assert distinct[-1] + 1 == ns.tables.regions(ns.tables.resolve(table))[0]
+    assert ns.tables.regions(ns.tables.resolve("a"))[0] > 9  # several entries per write
 
 
 def test_table_routing_and_schema_errors(open_ns):
@@ -201,7 +201,7 @@ def test_table_routing_and_schema_errors(open_ns):
                                              r".*mergeSchema"):
         a.write("t", pa.table({"id": [1], "extra": ["x"]}), region_id=3)
     with pytest.raises(RoutingError, match="unknown table 'nope'"):
-        ns.table("nope")
+        ns.tables.lookup("nope")
 
 
 def test_expire_clean_and_expired_step_error(open_ns):
@@ -231,19 +231,19 @@ def test_mark_deleted_table_claims_keep_data(open_ns):
         a.write("kept", rows("k", 2), region_id=0)
         a.write("free", rows("f", 2), region_id=1)
         a.commit()
-    ns.mark_deleted("kept", 1)  # kept: entries with sequence >= 1 are still needed
+    ns.tables.mark_deleted("kept", 1)  # kept: entries with sequence >= 1 are still needed
     ns.expire(4)
     Cleaner(ns, grace_ms=0).run_once()
     reopened = open_ns()
     assert reopened.steps() == range(4, 4)
-    assert reopened.first_indexed_step() == 1  # step 1 holds kept's sequence 1
+    assert reopened.info.first_indexed_step() == 1  # step 1 holds kept's sequence 1
     assert reopened.store.open_region(0).low_watermark() == 1  # kept's sequence 1, step 1
     assert reopened.store.open_region(1).low_watermark() == 1  # whole steps are kept
-    reopened.mark_deleted("kept", 4)
+    reopened.tables.mark_deleted("kept", 4)
     Cleaner(reopened, grace_ms=0).run_once()
-    assert reopened.first_indexed_step() == 4
+    assert reopened.info.first_indexed_step() == 4
     with pytest.raises(RoutingError, match="past the next sequence 4 of the table in region 0"):
-        reopened.mark_deleted("kept", 9)
+        reopened.tables.mark_deleted("kept", 9)
 
 
 def clean_around_slow_attempt(ns: Namespace, grace_ms: float):
@@ -460,7 +460,7 @@ def test_holding_reader_keeps_steps_until_it_commits_them(open_ns):
     (lambda ns: write_step(ns, "odd", -1, {"t": rows("x", 1)}), "writer step -1 is not"),
     (lambda ns: write_step(ns, "odd", True, {"t": rows("x", 1)}), "writer step True is not"),
     (lambda ns: ns.expire(-3), "expire step -3 is not an integer >= 0"),
-    (lambda ns: ns.mark_deleted("t", -4), "sequence -4 is not an integer >= 0"),
+    (lambda ns: ns.tables.mark_deleted("t", -4), "sequence -4 is not an integer >= 0"),
     (lambda ns: DurableInputEndpoint(ns).commit(-1), "step -1 is not an integer >= 0"),
     (lambda ns: ns.commit_reader("", 0), "reader id '' is not a non-empty string"),
 ])
@@ -497,7 +497,7 @@ def test_namespace_created_by_many_handles_at_once_has_one_incarnation(make_stor
     for t in threads:
         t.join()
     assert not errors, errors
-    assert len({ns.incarnation for ns in handles}) == 1 and handles[0].incarnation
+    assert len({ns.info.incarnation for ns in handles}) == 1 and handles[0].info.incarnation
     for i, ns in enumerate(handles):
         write_step(ns, f"w{i}", 0, {"t": rows(f"h{i}", 2)})
     assert Namespace(make_store()).steps() == range(0, 4)

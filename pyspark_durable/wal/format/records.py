@@ -170,7 +170,7 @@ class TablesRecord(CommitRecord):
     record, then each version as its own ``schema`` record, so their rules hold
     unchanged: the first definition of an id wins, the first record of a version wins.
     A writer puts in ``versions`` only versions of tables defined *before* this record
-    (:meth:`NamespaceTables.define_tables`): a version is computed against the
+    (:meth:`TableCatalog.define_many`): a version is computed against the
     table's committed newest schema, never against a definition that may lose.
 
     Stored with each distinct schema once (``schemas``), referred to by index: the

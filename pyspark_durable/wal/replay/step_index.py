@@ -72,6 +72,8 @@ class StepIndex(Sequence[StepCommit]):
     def append(self, commit: StepCommit) -> None:
         if not self.tail and not self._chunks:
             self.base = self.tail_base = commit.step
+        # replay numbers steps densely, in log order: each one the next of the index
+        assert commit.step == self.tail_base + len(self.tail), (commit.step, self.tail_base)
         self.tail.append(commit)
 
     def note_refused(self, offset: int) -> None:

@@ -41,7 +41,7 @@ from pyspark_durable.wal import failpoints
 from pyspark_durable.wal.format.records import StepCommit, decode_record
 from pyspark_durable.wal.format.runs import DIGEST_HEX, Run, entry_digest
 from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME
-from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.ledger import COMMITS_LOG
 from pyspark_durable.wal.progress import Progress, Silent
 from pyspark_durable.wal.reading import foreign_attempt, foreign_table, table_name
 from pyspark_durable.wal.replay.copies import CommitsReader, Lost, Saved

@@ -47,7 +47,8 @@ from pyspark_durable.log import Log
 from pyspark_durable.log.base import Reserve
 from pyspark_durable.wal.format.records import CleanRecord, ClocksRecord, DedupRecord, OneOffsRecord
 from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME
-from pyspark_durable.wal.namespace import COMMITS_LOG, Namespace
+from pyspark_durable.wal.ledger import COMMITS_LOG
+from pyspark_durable.wal.namespace import Namespace
 from pyspark_durable.wal.progress import Progress, Silent
 from pyspark_durable.wal.replay.clocks import (
     CLOCK_STEP_MS,
@@ -204,11 +205,11 @@ class Cleaner:
         """A pass that found steps its handle holds trimmed under it (other cleaners
         trimmed below newer snapshots) heals and runs again from step 1: any number of
         passes may run, and the healed state is as new as the log."""
-        return self.ns.healing(lambda _: self._pass_once(watch))
+        return self.ns.ledger.healing(lambda _: self._pass_once(watch))
 
     def _pass_once(self, watch: _Watch) -> CleanReport:
         ns = self.ns
-        with ns.exclusive():
+        with ns.ledger.exclusive():
             state = self._bounded_state()
             expired = state.expired_before
             own_ms = int(time.time() * 1000)
@@ -216,16 +217,16 @@ class Cleaner:
                 state, age_reference_ms(own_ms, state.dedup.step_clock_ms))
             if target > expired:
                 ns.expire(target)
-            state = ns._refreshed()
+            state = ns.ledger.refreshed()
             proposed, regions = self._propose(state, own_ms, watch)
             failpoints.reached("clean.proposed")
             now_ms = int(time.time() * 1000)
             # a pass with no bound to move records only its time, and not more than once
             # per RECORD_INTERVAL_MS (passes back to back would only lengthen every replay)
             if proposed or clean_due(now_ms, state.last_clean_ms, RECORD_INTERVAL_MS):
-                ns.append_record(CleanRecord(now_ms, proposed))
+                ns.ledger.append(CleanRecord(now_ms, proposed))
             failpoints.reached("clean.recorded")
-            state = ns._refreshed()  # every step ordered before our bound is in this replay
+            state = ns.ledger.refreshed()  # every step ordered before our bound is in this replay
             needed = state.needed_starts()
             first_step = state.first_needed_step()
             report = CleanReport(0, first_step, expired_before=(expired, state.expired_before))
@@ -286,16 +287,16 @@ class Cleaner:
         """The replayed state, after bounding a WAL an older version made: its dedup
         window, the clock rules (clocks.py) and the number of one-offs."""
         ns = self.ns
-        state = ns._refreshed()
+        state = ns.ledger.refreshed()
         if state.dedup.window_ms is None:
-            ns.append_record(DedupRecord(DEDUP_WINDOW_MS, DEDUP_STEPS))
-            state = ns._refreshed()
+            ns.ledger.append(DedupRecord(DEDUP_WINDOW_MS, DEDUP_STEPS))
+            state = ns.ledger.refreshed()
         if state.dedup.step_ms is None:
-            ns.append_record(ClocksRecord(CLOCK_STEP_MS))
-            state = ns._refreshed()
+            ns.ledger.append(ClocksRecord(CLOCK_STEP_MS))
+            state = ns.ledger.refreshed()
         if state.dedup.max_one_offs is None:
-            ns.append_record(OneOffsRecord(DEDUP_ONE_OFFS))
-            state = ns._refreshed()
+            ns.ledger.append(OneOffsRecord(DEDUP_ONE_OFFS))
+            state = ns.ledger.refreshed()
         return state
 
     def _propose(self, state: NamespaceState, own_ms: int, watch: _Watch
@@ -349,8 +350,8 @@ class Cleaner:
             # a repair: a fresh copy, at a version past every stored one (a record with
             # this pass's time moves the log's end when a stored snapshot already sits there)
             if at <= max(versions + list(copies.good)):
-                ns.append_record(CleanRecord(int(time.time() * 1000), {}))
-                state = ns._refreshed()
+                ns.ledger.append(CleanRecord(int(time.time() * 1000), {}))
+                state = ns.ledger.refreshed()
                 at, raw = state.snapshot(first_step, record_copies=ns.store.record_copies)
             ns.store.write_snapshot(SNAPSHOT_NAME, at, raw)
             copies.good[at] = state.snapshot_keep_from(ns.name, raw, at)
@@ -358,7 +359,7 @@ class Cleaner:
                         ns.name, at, sorted(copies.damaged))
         report.snapshot_at = at
         if copies.good or versions:
-            ns.snapshots.newest = max(ns.snapshots.newest, *copies.good, *versions)
+            ns.ledger.snapshots.newest = max(ns.ledger.snapshots.newest, *copies.good, *versions)
         failpoints.reached("clean.snapshotted")
         commits = ns.store.open_log(COMMITS_LOG)
         before = commits.low_watermark()

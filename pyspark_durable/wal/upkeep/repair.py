@@ -42,15 +42,14 @@ class RepairReport:
 def repair(ns: Namespace, progress: Progress | None = None) -> RepairReport:
     """Record the steps ``check`` finds lost, rewrite damaged snapshots; see the module."""
     found = run_check(ns.store, progress)
-    ns.refresh()
-    known = ns.lost_steps()
+    known = dict(ns.ledger.refreshed().lost)  # step -> why, recorded before this run
     recorded: dict[int, str] = {}
     for problem in found.problems:
         step = problem.where.get("step")
         if problem.fix is Fix.RESTORE and isinstance(step, int) and step not in known:
             recorded.setdefault(step, problem.text())
     for step, why in sorted(recorded.items()):
-        ns.append_record(LostRecord(step, why))
+        ns.ledger.append(LostRecord(step, why))
     replaced = list(Cleaner(ns).run_once(progress).replaced) \
         if any(p.fix is Fix.CLEAN for p in found.problems) else []
     return RepairReport(run_check(ns.store, progress), recorded, sorted(known), replaced)

@@ -40,7 +40,7 @@ from pyspark_durable.cli import main
 from pyspark_durable.endpoint import open_namespace, read_batches, write_step
 from pyspark_durable.errors import AccessDenied
 from pyspark_durable.log.kafka.acls import Right, role_rights
-from pyspark_durable.wal.namespace import COMMITS_LOG
+from pyspark_durable.wal.ledger import COMMITS_LOG
 from pyspark_durable.wal.replay.retention import RetentionPolicy
 from pyspark_durable.wal.upkeep.cleaner import Cleaner
 
@@ -345,7 +345,7 @@ def test_a_registered_reader_needs_write_on_the_commits_topic_only(cluster, acls
         assert extra == [Right("WRITE", pattern="LITERAL", name=f"{ns}_commits")]
         acls.grant(lurker, extra)
         handle.commit_reader("dashboard", 1)
-        assert handle.reader_position("dashboard") is not None
+        assert handle.info.reader_position("dashboard") is not None
         after = acls.ends(cluster, f"{ns}_")
         assert {t: after[t] - before[t] for t in after if after[t] != before[t]} == \
             {f"{ns}_commits": 1}

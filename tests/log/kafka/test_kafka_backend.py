@@ -680,7 +680,7 @@ def test_a_handle_follows_a_recreated_wal_whose_old_snapshots_are_gone(kafka_bro
     for ws in range(3):
         write_step(ns, "w", ws, {"t": [{"id": ws}]})
     Cleaner(ns, grace_ms=0).run_once()  # a snapshot as of the old log's end
-    old = ns.incarnation
+    old = ns.info.incarnation
     admin = KafkaAdminClient(bootstrap_servers=kafka_broker)
     try:
         topics = [t for t in admin.list_topics() if t.startswith(f"{namespace}_")]
@@ -700,7 +700,7 @@ def test_a_handle_follows_a_recreated_wal_whose_old_snapshots_are_gone(kafka_bro
     try:
         with pytest.raises(IncarnationMismatch, match=f"this handle knew incarnation {old}; "
                                                       f"the WAL now is incarnation "
-                                                      f"{fresh.incarnation}"):
+                                                      f"{fresh.info.incarnation}"):
             ns.steps()
         assert ns.steps() == range(0, 1)
         assert read_steps(ns, "t").column("id").to_pylist() == [100]

@@ -102,7 +102,7 @@ def test_a_committed_step_is_read_whole_through_a_stale_view(kafka_broker, names
             assert reader.steps().stop == step + 1
             got: dict[str, list[pa.RecordBatch]] = {"a": [], "b": []}
             for batch in reader.read_step(step):
-                got[reader.tables(refresh=False)[batch.table_id].name].extend(batch.batches)
+                got[reader.tables.by_id(refresh=False)[batch.table_id].name].extend(batch.batches)
             for table, batches in got.items():
                 expect = rows_for("w", ws, table)
                 assert pa.Table.from_batches(batches, schema=expect.schema).equals(expect)

@@ -95,7 +95,7 @@ class TableCatalog:
                         "from a numeric name by an older version): read it by its id, "
                         f"{by_id[0].table_id} in Python or tables=[{by_id[0].table_id}] in Spark")
             elif isinstance(table, str):
-                hint = _name_hint(table, [t.name for t in self._state.tables.values()])
+                hint = _name_hint(table, [t.name for t in state.tables.values()])
             raise RoutingError(f"unknown {kind} {table!r}; tables: {known}{hint}",
                                namespace=self.name)
         return info

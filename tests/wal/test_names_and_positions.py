@@ -58,17 +58,17 @@ def test_an_unknown_table_name_points_at_the_table_meant(ns, tmp_path):
     it."""
     write_step(ns, "w", 0, {"orders": [{"id": 1}], "a,b": [{"id": 2}], " edge": [{"id": 3}]})
     with pytest.raises(RoutingError, match=r"unknown table 'ordres'.*did you mean 'orders'"):
-        ns.table("ordres")
+        ns.tables.lookup("ordres")
     parsed = WalOptions.parse({"path": str(tmp_path), "tables": "a,b"}).tables
     assert parsed == ("a", "b")
     with pytest.raises(RoutingError, match=re.escape(
             """did you mean the table 'a,b'? A name with a comma or edge spaces is selected """
             """with the JSON-list form: tables='["a,b"]'""")):
-        ns.table(parsed[0])
+        ns.tables.lookup(parsed[0])
     assert WalOptions.parse({"path": str(tmp_path), "tables": '["a,b"]'}).tables == ("a,b",)
     assert read_steps(ns, "a,b").column("id").to_pylist() == [2]
     with pytest.raises(RoutingError, match=re.escape("""tables='[" edge"]'""")):
-        ns.table("edge")
+        ns.tables.lookup("edge")
 
 
 @pytest.mark.backends("file")

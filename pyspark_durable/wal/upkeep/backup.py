@@ -50,7 +50,8 @@ from pyspark_durable.errors import BackupCheckFailed, BackupRefused
 from pyspark_durable.log import LogStore
 from pyspark_durable.log.file import FileLogStore
 from pyspark_durable.log.file.disk import fsync_dir, storage_errors
-from pyspark_durable.wal.namespace import COMMITS_LOG, Namespace
+from pyspark_durable.wal.ledger import COMMITS_LOG
+from pyspark_durable.wal.namespace import Namespace
 from pyspark_durable.wal.progress import Progress, Silent
 from pyspark_durable.wal.upkeep.check import run_check
 from pyspark_durable.wal.upkeep.check_report import CheckReport

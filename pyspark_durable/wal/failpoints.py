@@ -21,8 +21,8 @@ the snapshot is written), ``clean.snapshotted`` (before the commits log is clean
 ``backup.captured`` (a backup holds its capture: the files open, the copy locks taken,
 nothing written yet), ``backup.copied`` (the copy written and fsync'd in ``DEST.partial``,
 before its check and rename), ``check.commits_read`` (a check has read the commits
-log, before the regions), ``check.region_reading`` (a region's bounds read, its read
-begun).
+log, before the regions), ``check.region_opening`` (a region's bounds read, its read
+not yet opened), ``check.region_reading`` (its first entry read).
 """
 
 from __future__ import annotations

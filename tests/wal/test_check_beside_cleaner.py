@@ -58,11 +58,13 @@ def at(point: str, act):
     return done
 
 
-@pytest.mark.parametrize("point", ["check.commits_read", "check.region_reading"])
+@pytest.mark.parametrize("point", ["check.commits_read", "check.region_opening",
+                                   "check.region_reading"])
 def test_entries_a_cleaner_released_during_the_check_are_not_damage(wal, point):
-    """This tests that a check paused after reading the commits log (or with a region's
-    read begun) while a cleaner expires 20 of 30 steps and deletes their segments reports
-    nothing: those steps were released, not lost; the 10 kept still read whole."""
+    """This tests that a check paused after reading the commits log, after reading a
+    region's bounds (its read not opened yet), or in the middle of a region's read,
+    while a cleaner expires 20 of 30 steps and deletes their segments, reports nothing:
+    those steps were released, not lost; the 10 kept still read whole."""
     root, ns = wal
 
     def clean() -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,38 @@ class _RunCheck:
     settled: bool = False  # reported or finished: no further verdict
     mismatched: bool = False  # an entry of another table: row counts mean nothing
     lost: bool = False  # one of its entries is damaged: reported as a lost step
+
+
+class _LogNow:
+    """The commits log as it is now, for a check that finds entries gone which a step of
+    the state it read needs: a cleaner records an expiry (and a clean bound) before it
+    deletes or frees, so the log read *after* that observation says whether a cleaner
+    released them (the step is no longer needed) or they are lost. Recovered once, at
+    the first question, so an observation costs one recovery however many runs it
+    touches; a later observation makes a new one (the cleaner goes on)."""
+
+    def __init__(self, store: LogStore) -> None:
+        self.store = store
+        self._state: NamespaceState | None = None
+        self._read = False
+
+    def state(self) -> NamespaceState | None:
+        if not self._read:
+            self._read = True
+            try:
+                commits = self.store.open_log(COMMITS_LOG, create=False)
+                self._state = NamespaceState.recover(self.store, commits)
+            except DurableWalError:
+                pass  # the commits log itself is judged by its own pass: nothing released
+        return self._state
+
+    def released(self, rc: _RunCheck) -> bool:
+        state = self.state()
+        return state is not None and not state.needed(rc.commit)
+
+    def clean_bound(self, region_id: int) -> int:
+        state = self.state()
+        return 0 if state is None else state.clean_bounds.get(region_id, 0)
 
 
 class Checker:
@@ -102,28 +135,6 @@ class Checker:
                                      p.where.get("log") == COMMITS_LOG
                                      for p in self.report.problems):
             self.problem_from(exc, log=COMMITS_LOG)
-
-    # -- a cleaner running beside the check ---------------------------------------
-
-    def _gone_since(self, rc: _RunCheck) -> bool:
-        """Whether a cleaner released the step's entries after this check read the
-        commits log. A cleaner records an expiry (and a clean bound) in the commits log
-        before it deletes or frees anything, so the log as it is now says so; damage or
-        a cleaner that deleted without recording does not. Read again at each question:
-        the cleaner goes on while the check runs."""
-        try:
-            commits = self.store.open_log(COMMITS_LOG, create=False)
-            now = NamespaceState.recover(self.store, commits)
-        except DurableWalError:
-            return False  # the commits log itself is judged by its own pass
-        return not now.needed(rc.commit)
-
-    def _clean_bound_now(self, region_id: int) -> int:
-        try:
-            commits = self.store.open_log(COMMITS_LOG, create=False)
-            return NamespaceState.recover(self.store, commits).clean_bounds.get(region_id, 0)
-        except DurableWalError:
-            return 0
 
     # -- problems -----------------------------------------------------------------
 
@@ -406,11 +417,13 @@ class Checker:
         self._check_freed(region_id, region, runs)
         pending = [rc for rc in runs if not rc.settled]
         i, offset = 0, low
-        entries = iter(region.read(low, high)) if high > low else iter(())
-        failpoints.reached("check.region_reading")
+        failpoints.reached("check.region_opening")
+        entries = _entries(region, low, high)
         while True:
             try:
                 entry = next(entries)
+                if offset == low:
+                    failpoints.reached("check.region_reading")
             except StopIteration:
                 break
             except DurableWalError as exc:
@@ -422,12 +435,12 @@ class Checker:
                     if not _freed_now(region, at):
                         self._damaged_entry(state, region_id, exc, at, pending)
                     offset = at + 1
-                    entries = iter(region.read(offset, high)) if high > offset else iter(())
+                    entries = _entries(region, offset, high)
                     continue
                 moved = self._deleted_under_read(region_id, region, offset, pending[i:])
                 if moved is not None:  # a cleaner deleted what it had expired: read on
                     offset = moved
-                    entries = iter(region.read(offset, high)) if high > offset else iter(())
+                    entries = _entries(region, offset, high)
                     continue
                 self.problem_from(exc, region=region_id, offset=offset)
                 if offset < high:
@@ -461,9 +474,10 @@ class Checker:
             return None
         if low <= offset:
             return None
+        now = _LogNow(self.store)
         for rc in pending:
             if rc.run.start < low and not rc.settled:
-                self._cleaned_below(rc, region_id, low)
+                self._cleaned_below(rc, region_id, low, now)
         return low
 
     def _damaged_entry(self, state: NamespaceState | None, region_id: int,
@@ -491,9 +505,10 @@ class Checker:
     def _check_freed(self, region_id: int, region: Log, runs: list[_RunCheck]) -> None:
         """A step that refers to a freed entry lost it: named, and not read again."""
         freed = region.freed_ranges()
+        now = _LogNow(self.store)
         for rc in runs:
             gone = [(a, b) for a, b in freed if a < rc.run.end and b > rc.run.start]
-            if gone and not rc.settled and self._gone_since(rc):
+            if gone and not rc.settled and now.released(rc):
                 rc.settled = True  # freed by a cleaner that expired it during the check
             elif gone and not rc.settled:
                 a, b = max(gone[0][0], rc.run.start), min(gone[0][1], rc.run.end)
@@ -508,7 +523,8 @@ class Checker:
         # a release before `clean` records deleted without recording: nothing to compare
         bound = None if state is None or state.bounds_unrecorded else \
             state.clean_bounds.get(region_id, 0)
-        if bound is not None and low > bound and low > self._clean_bound_now(region_id):
+        now = _LogNow(self.store)  # read after ``low``: what a cleaner recorded before it
+        if bound is not None and low > bound and low > now.clean_bound(region_id):
             self.problem(f"the region was cleaned below {low}, above the bound {bound} the "
                          "commit log recorded: a cleaner deleted without recording first",
                          region=region_id, offset=bound)
@@ -519,17 +535,17 @@ class Checker:
                              region=region_id)
         for rc in runs:
             if rc.run.start < low:
-                self._cleaned_below(rc, region_id, low)
+                self._cleaned_below(rc, region_id, low, now)
             elif rc.run.end > high:
                 self.problem(f"step {rc.commit.step} needs entries [{rc.run.start}, "
                              f"{rc.run.end}) but the region ends at {high}",
                              region=region_id, offset=high, step=rc.commit.step)
                 rc.settled = True
 
-    def _cleaned_below(self, rc: _RunCheck, region_id: int, low: int) -> None:
+    def _cleaned_below(self, rc: _RunCheck, region_id: int, low: int, now: _LogNow) -> None:
         """A run below the region's low watermark: lost, unless a cleaner expired its
         step after the check read the commits log (then there is nothing to check)."""
-        if not self._gone_since(rc):
+        if not now.released(rc):
             self.problem(f"step {rc.commit.step} needs entries [{rc.run.start}, "
                          f"{rc.run.end}) but the region was cleaned below {low}",
                          region=region_id, offset=rc.run.start, step=rc.commit.step)
@@ -601,6 +617,14 @@ class Checker:
         steps = sorted({rc.commit.step for rc in runs})
         self.problem(f"{len(runs)} runs of steps {_steps_text(steps)} could not be verified",
                      region=region_id, offset=offset)
+
+
+def _entries(region: Log, start: int, end: int) -> Iterator[Entry]:
+    """The entries of ``[start, end)``, read lazily: a read that fails as it opens (a
+    cleaner deleted segments since the bounds were read) fails at the first ``next``,
+    where the check's read loop judges every read error."""
+    if end > start:
+        yield from region.read(start, end)
 
 
 def _freed_now(region: Log, offset: int) -> bool:

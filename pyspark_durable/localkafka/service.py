@@ -209,11 +209,12 @@ def find_running(folder: Path) -> BrokerState | None:
 
 
 def died(folder: Path) -> str | None:
-    """Why no broker runs though ``broker.json`` says one was started (``stop`` removes
-    it): when it started, that it ended without ``stop``, and its log; None when the
-    state file is absent. Its exit status is not known: it was no process's child here."""
+    """For a folder where :func:`find_running` found no broker: why, though
+    ``broker.json`` says one was started (``stop`` removes it): when it started, that
+    it ended without ``stop``, and its log; None when the state file is absent. Its exit
+    status is not known: it was no process's child here."""
     state = read_state(folder)
-    if state is None or find_running(folder) is not None:
+    if state is None:
         return None
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.started_ms / 1000))
     log = Path(state.folder) / "node1" / "server.log"

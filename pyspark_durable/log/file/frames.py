@@ -16,7 +16,8 @@ from typing import BinaryIO
 
 from pyspark_durable.log.base import Entry, Record
 
-try:  # ISA-L's CRC-32 gives zlib's values ~4x as fast: every byte of an entry passes it twice
+try:  # ISA-L's CRC-32 gives zlib's values ~4x as fast: every byte of an entry passes it
+    # twice (written, read), and segments.py's scans use it too: one frame CRC in one place
     from isal.isal_zlib import crc32
 except ModuleNotFoundError:  # pragma: no cover - the same function, slower
     from zlib import crc32

@@ -36,7 +36,6 @@ import logging
 import mmap
 import os
 import struct
-import zlib
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ from pyspark_durable.log.file.frames import (
     FRAME_HEAD,
     MAX_BODY,
     MIN_BODY,
+    crc32,
     frame_size,
 )
 from pyspark_durable.log.file.freed import FreedFrames
@@ -174,7 +174,7 @@ def walk_frames(f: BinaryIO, pos: int, size: int, expect: int,
             return found, pos, expect, BadFrame(
                 pos, end, f"frame length {length} runs past the end of the segment")
         body = f.read(length)
-        if zlib.crc32(body) != crc:
+        if crc32(body) != crc:
             return found, pos, expect, BadFrame(pos, end, "CRC mismatch")
         held = BODY_HEAD.unpack_from(body)[0]
         if held != expect:
@@ -236,7 +236,7 @@ def frame_follows(f: Any, pos: int, size: int, offset: int) -> bool:
             if head > pos:
                 length, crc = FRAME_HEAD.unpack_from(m, head)
                 fits = MIN_BODY <= length <= size - hit
-                if fits and zlib.crc32(m[hit : hit + length]) == crc:
+                if fits and crc32(m[hit : hit + length]) == crc:
                     return True
             hit = m.find(needle, hit + 1)
     return False
@@ -258,7 +258,7 @@ def next_frame(f: Any, pos: int, size: int, expect: int, stop: int) -> tuple[int
             while hit != -1:
                 head = hit - FRAME_HEAD.size
                 length, crc = FRAME_HEAD.unpack_from(m, head)
-                if MIN_BODY <= length <= size - hit and zlib.crc32(m[hit : hit + length]) == crc:
+                if MIN_BODY <= length <= size - hit and crc32(m[hit : hit + length]) == crc:
                     return head, offset
                 hit = m.find(needle, hit + 1)
     return None

@@ -175,7 +175,9 @@ def test_partitions_under_running_queries(spark, kafka_cluster, net, progress, t
         reader.processAllAvailable()
         slow_s = time.monotonic() - slow_at
         link[COMMITS_LEADER].set("forward")
-        assert progress.rows_of(writer) - started["w"] >= 2 * ROWS_PER_FILE
+        # progress events arrive after processAllAvailable returns: wait on them
+        progress.wait_until([writer, reader], lambda: progress.rows_of(writer) - started["w"]
+                            >= 2 * ROWS_PER_FILE, "the writer's progress of the 2 slow files")
         report.append(f"{LATENCY_MS} ms per chunk to node {COMMITS_LEADER} (commits leader): "
                       f"2 files through in {slow_s:.1f}s ({took:.1f}s with a node cut), "
                       f"{progress.rows_of(writer) - started['w']} rows written and "

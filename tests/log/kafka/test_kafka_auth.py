@@ -401,7 +401,8 @@ def test_no_cli_command_prints_a_secret_at_any_verbosity(cluster, shop, short_pa
         namespace = [] if command[0] == "namespaces" else ["--namespace", shop]
         runs.append((name, command, cli_process(
             [*command, *namespace, "--kafka-config", str(confs[name]), "-vv",
-             "--timeout-ms", "20000", "--kafka-option", f"client={client}",
+             # a SCRAM login with every DEBUG line took kafka-python over 20 s under load
+             "--timeout-ms", "60000", "--kafka-option", f"client={client}",
              "--kafka-option", "request_timeout_ms=90000", *debug])))
     shown = "\n".join(outputs)
     assert shown.count("durablewal: debug: ") > 100  # the clients' chatter was printed

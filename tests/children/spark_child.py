@@ -1,11 +1,12 @@
-"""Child process of the Spark crash tests: runs two streaming queries until done or killed.
+"""Child process of the Spark crash tests: runs streaming queries until done or killed.
 
-Usage: python spark_child.py SINK_WAL_JSON SOURCE_WAL_JSON FOLDER
-The sink query: JSON files of FOLDER/in (one per micro-batch) -> durablewal (SINK_WAL).
-The source query: durablewal (SOURCE_WAL, one step per micro-batch) -> parquet FOLDER/out.
-Both run at once in one Spark application, so one kill lands in both; each has its own
-checkpoint (FOLDER/ckpt-sink, FOLDER/ckpt-source). Prints ``BATCH <id>`` after each
-micro-batch of either query and ``DONE`` when both ended (flushed).
+Usage: python spark_child.py PAIRS_JSON FOLDER
+PAIRS_JSON is a list of {"name", "sink", "source"}: for each, a sink query (JSON files of
+FOLDER/in, one per micro-batch -> durablewal SINK) and a source query (durablewal
+SOURCE, one step per micro-batch -> parquet FOLDER/NAME/out). All run at once in one
+Spark application, so one kill lands in every backend's queries; each has its own
+checkpoint (FOLDER/NAME/ckpt-sink, FOLDER/NAME/ckpt-source). Prints ``BATCH <id>`` after
+each micro-batch of any query and ``DONE`` when all ended (flushed).
 """
 
 from __future__ import annotations
@@ -34,24 +35,26 @@ class Progress(StreamingQueryListener):
 
 
 def main() -> None:
-    sink_wal, source_wal = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-    folder = sys.argv[3]
+    pairs, folder = json.loads(sys.argv[1]), sys.argv[2]
     spark = spark_builder(short_lived=True).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     pyspark_durable.register(spark)
     spark.streams.addListener(Progress())
-    stream = (spark.readStream.schema("id long, payload string")
-              .option("maxFilesPerTrigger", 1).json(f"{folder}/in"))
-    sink = (stream.writeStream.format("durablewal").options(**sink_wal)
-            .option("checkpointLocation", f"{folder}/ckpt-sink")
-            .trigger(availableNow=True).start())
-    steps = (spark.readStream.format("durablewal").options(**source_wal)
-             .option("maxStepsPerTrigger", 1).load())
-    rows = steps.select("id", "payload", "_step", "_region", "_table", "_sequence", "_row")
-    source = (rows.writeStream.format("parquet")
-              .option("checkpointLocation", f"{folder}/ckpt-source")
-              .trigger(availableNow=True).start(f"{folder}/out"))
-    for query in (sink, source):
+    queries = []
+    for pair in pairs:
+        own = f"{folder}/{pair['name']}"
+        stream = (spark.readStream.schema("id long, payload string")
+                  .option("maxFilesPerTrigger", 1).json(f"{folder}/in"))
+        queries.append(stream.writeStream.format("durablewal").options(**pair["sink"])
+                       .option("checkpointLocation", f"{own}/ckpt-sink")
+                       .trigger(availableNow=True).start())
+        steps = (spark.readStream.format("durablewal").options(**pair["source"])
+                 .option("maxStepsPerTrigger", 1).load())
+        rows = steps.select("id", "payload", "_step", "_region", "_table", "_sequence", "_row")
+        queries.append(rows.writeStream.format("parquet")
+                       .option("checkpointLocation", f"{own}/ckpt-source")
+                       .trigger(availableNow=True).start(f"{own}/out"))
+    for query in queries:
         query.awaitTermination()
         if query.exception() is not None:
             raise SystemExit(f"query failed: {query.exception()}")

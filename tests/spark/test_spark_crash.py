@@ -1,11 +1,12 @@
 """Exactly-once across real crashes: streaming queries SIGKILLed mid-batch and restarted.
 
-The child (``spark_child.py``) runs a sink query (JSON files -> durablewal) and a
-source query (durablewal -> parquet) at once, in its own process group (Python
-driver, JVM, Python workers); the test kills the whole group with SIGKILL, like a
-machine dying, at a random moment after a micro-batch of either, then restarts both
-from their checkpoints. One Spark start per kill serves both queries. At the end every
-input row must be in each output exactly once, checked by content.
+The child (``spark_child.py``) runs, for the file log and for Kafka, a sink query
+(JSON files -> durablewal) and a source query (durablewal -> parquet), all at once, in
+its own process group (Python driver, JVM, Python workers); the test kills the whole
+group with SIGKILL, like a machine dying, at a random moment after a micro-batch of
+any, then restarts all from their checkpoints. One Spark start per kill serves every
+query of both backends. At the end every input row must be in each output exactly
+once, checked by content.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 import zlib
 from pathlib import Path
 
@@ -25,10 +27,10 @@ from helpers import CHILDREN, wal_config
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 
-pytestmark = [pytest.mark.spark, pytest.mark.crash, pytest.mark.backends("file", "kafka-confluent")]
+pytestmark = [pytest.mark.spark, pytest.mark.crash, pytest.mark.kafka]
 HERE = Path(__file__).parent
 KILLS = 2  # each restart costs a Spark start (~15-40 s): 2 random kills prove the point
-FILES = 8  # 16 micro-batches in all: the kills (after 1-5 batches) land in the first half
+FILES = 8  # 8 micro-batches per query: the kills (after 1-5 batches of any) land early
 ROWS_PER_FILE = 40
 
 
@@ -36,15 +38,15 @@ def payload(i: int) -> str:
     return f"row-{i}-" + "p" * (i % 17)
 
 
-def run_child(sink_wal: dict, source_wal: dict, folder: Path,
-              kill_after_batches: int | None, rng: random.Random) -> tuple[bool, str]:
+def run_child(pairs: list[dict], folder: Path, kill_after_batches: int | None,
+              rng: random.Random) -> tuple[bool, str]:
     """Run the child; kill its process group after N batches. Return (finished, stderr)."""
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent.parent)])}
     proc = subprocess.Popen(
-        [sys.executable, str(CHILDREN / "spark_child.py"), json.dumps(sink_wal),
-         json.dumps(source_wal), str(folder)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=env, start_new_session=True)
+        [sys.executable, str(CHILDREN / "spark_child.py"), json.dumps(pairs), str(folder)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True)
     batches = 0
     killed = False
     try:
@@ -62,74 +64,81 @@ def run_child(sink_wal: dict, source_wal: dict, folder: Path,
         _, err = proc.communicate(timeout=300)
     if killed:
         return False, err
-    assert proc.returncode == 0, err[-3000:]
+    assert proc.returncode == 0, why(err)
     return True, err
 
 
-@pytest.fixture
-def crash_wal(wal: dict) -> tuple[dict, dict]:
-    """(Spark options, endpoint config) of a fresh namespace on the test's backend."""
-    return wal, wal_config(wal)
+def why(err: str) -> str:
+    """The child's error lines (a JVM trace buries the cause under frames), then its end."""
+    causes = [ln for ln in err.splitlines() if "Error" in ln or "Exception" in ln
+              or "query failed" in ln][:12]
+    return "\n".join(causes) + "\n...\n" + err[-1500:]
 
 
-def crash_loop(sink_wal: dict, source_wal: dict, folder: Path) -> int:
+def crash_loop(pairs: list[dict], folder: Path) -> int:
     rng = random.Random(zlib.crc32(b"sink and source"))
     kills = 0
     for _ in range(KILLS * 3):
-        done, _ = run_child(sink_wal, source_wal, folder, rng.randint(1, 5), rng)
+        done, _ = run_child(pairs, folder, rng.randint(1, 5), rng)
         if done:
             break
         kills += 1
         if kills >= KILLS:
             break
-    done, err = run_child(sink_wal, source_wal, folder, None, rng)
-    assert done, err[-3000:]
+    done, err = run_child(pairs, folder, None, rng)
+    assert done, why(err)
     return kills
 
 
-def test_sink_and_source_exactly_once_across_kills(spark, crash_wal, tmp_path):
-    """This tests that JSON files -> durablewal and durablewal -> parquet, running at once
-    and killed mid-batch ≥3 times, each hold every row once: the sink's WAL has each
-    batch committed once, in order; the source's output has each row once, and every
-    row's key (_region, _table, _sequence, _row) is unique and the one a fresh batch read
-    of the WAL gives that row (stable across kills and replays); on the file log and on
-    Kafka."""
-    spark_opts, config = crash_wal
-    source_opts = {**spark_opts, "namespace": spark_opts["namespace"] + "src"}
-    source_ns = open_namespace({**config, "namespace": source_opts["namespace"]})
-    for step in range(FILES):
-        write_step(source_ns, "loader", step, {"default": [
-            {"id": step * ROWS_PER_FILE + i, "payload": payload(step * ROWS_PER_FILE + i)}
-            for i in range(ROWS_PER_FILE)]})
+def test_sink_and_source_exactly_once_across_kills(spark, kafka_broker, tmp_path):
+    """This tests that JSON files -> durablewal and durablewal -> parquet, on the file log
+    and on Kafka (confluent), all running at once and killed mid-batch, each hold every
+    row once: each sink's WAL has each batch committed once, in order; each source's
+    output has each row once, and every row's key (_region, _table, _sequence, _row) is
+    unique and the one a fresh batch read of the WAL gives that row (stable across kills
+    and replays)."""
+    ns = f"s{uuid.uuid4().hex[:10]}"
+    backends = {"file": {"namespace": ns, "path": str(tmp_path / "wal")},
+                "kafka": {"namespace": ns, "backend": "kafka",
+                          "kafka.bootstrap.servers": kafka_broker, "kafka.client": "confluent"}}
+    pairs = [{"name": name, "sink": opts, "source": {**opts, "namespace": ns + "src"}}
+             for name, opts in backends.items()]
+    for pair in pairs:
+        source_ns = open_namespace(wal_config(pair["source"]))
+        for step in range(FILES):
+            write_step(source_ns, "loader", step, {"default": [
+                {"id": step * ROWS_PER_FILE + i, "payload": payload(step * ROWS_PER_FILE + i)}
+                for i in range(ROWS_PER_FILE)]})
     in_dir = tmp_path / "in"
     in_dir.mkdir()
     for f in range(FILES):
         rows = [{"id": f * ROWS_PER_FILE + i, "payload": payload(f * ROWS_PER_FILE + i)}
                 for i in range(ROWS_PER_FILE)]
         (in_dir / f"{f:04d}.json").write_text("\n".join(json.dumps(r) for r in rows))
-    kills = crash_loop(spark_opts, source_opts, tmp_path)
+    kills = crash_loop(pairs, tmp_path)
     assert kills >= KILLS
-    check_sink(open_namespace(config))
-    check_source(spark, source_opts, tmp_path / "out")
+    for pair in pairs:
+        check_sink(open_namespace(wal_config(pair["sink"])), pair["name"])
+        check_source(spark, pair["source"], tmp_path / pair["name"] / "out", pair["name"])
 
 
-def check_sink(ns) -> None:
+def check_sink(ns, name: str) -> None:
     got = read_steps(ns, "default")
     ids = got.column("id").to_pylist()
-    assert sorted(ids) == list(range(FILES * ROWS_PER_FILE)), "sink: lost or duplicated rows"
-    assert all(p == payload(i) for i, p in zip(ids, got.column("payload").to_pylist(), strict=False))
+    assert sorted(ids) == list(range(FILES * ROWS_PER_FILE)), f"{name} sink: lost or duplicated rows"
+    assert all(p == payload(i) for i, p in zip(ids, got.column("payload").to_pylist(), strict=True))
     writer_steps = [ns.step_commit(s).writer_step for s in ns.steps()]
-    assert len(writer_steps) == len(set(writer_steps)), "a batch committed twice"
-    assert writer_steps == sorted(writer_steps)
+    assert len(writer_steps) == len(set(writer_steps)), f"{name}: a batch committed twice"
+    assert writer_steps == sorted(writer_steps), name
 
 
-def check_source(spark, source_opts: dict, out: Path) -> None:
+def check_source(spark, source_opts: dict, out: Path, name: str) -> None:
     rows = spark.read.parquet(str(out)).collect()  # honours _spark_metadata
     ids = sorted(r.id for r in rows)
-    assert ids == list(range(FILES * ROWS_PER_FILE)), "source: lost or duplicated rows"
+    assert ids == list(range(FILES * ROWS_PER_FILE)), f"{name} source: lost or duplicated rows"
     assert all(r.payload == payload(r.id) and r._step == r.id // ROWS_PER_FILE for r in rows)
     key = ("_region", "_table", "_sequence", "_row")
     keys = {r.id: tuple(r[k] for k in key) for r in rows}
-    assert len(set(keys.values())) == len(rows), "a row key names two rows"
+    assert len(set(keys.values())) == len(rows), f"{name}: a row key names two rows"
     again = spark.read.format("durablewal").options(**source_opts).load().select("id", *key)
-    assert {r.id: tuple(r[k] for k in key) for r in again.collect()} == keys
+    assert {r.id: tuple(r[k] for k in key) for r in again.collect()} == keys, name

@@ -11,14 +11,12 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from helpers import CHILDREN
 
 import pyspark_durable
 from pyspark_durable.spark import DurableWalDataSource
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
-CHILD = CHILDREN / "autoregister_child.py"
 README = (ROOT / "README.md").read_text()
 # what a fresh clone needs to install (the rest of the checkout is not the package's)
 CLONE = ["setup.py", "pyproject.toml", "README.md", "pyspark_durable"]
@@ -29,18 +27,6 @@ def test_default_source_is_the_data_source():
     the name Spark's lookup of installed pyspark_* packages asks for."""
     assert pyspark_durable.DefaultSource is DurableWalDataSource
     assert DurableWalDataSource.name() == "durablewal"
-
-
-def test_a_new_session_reads_and_writes_without_register(tmp_path):
-    """This tests that a new Spark session whose Python finds pyspark_durable on a plain
-    sys.path entry (as an installed package is found) writes, reads and streams
-    format("durablewal") without ever calling register."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
-    proc = subprocess.run([sys.executable, str(CHILD), str(tmp_path)], capture_output=True,
-                          text=True, env=env, cwd=tmp_path, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
-    assert "ROWS [(0, 0), (1, 2), (2, 4), (3, 6), (4, 8)]" in proc.stdout, proc.stdout
-    assert "STREAMED 5" in proc.stdout, proc.stdout
 
 
 def readme_install() -> str:
@@ -64,7 +50,8 @@ def clone(dest: Path) -> Path:
 def test_readme_quickstart_needs_no_register_after_the_readmes_install(tmp_path):
     """This tests that after exactly README's install (`pip install -e .` into a new venv
     of a clone), the quickstart's Spark block, a plain SparkSession.builder, runs in a new
-    process and finds format("durablewal"), the package imported from the clone. The new
+    process and finds format("durablewal") for a batch write, a batch read and a stream,
+    the driver never importing the package, which is the clone's. The new
     venv sees this venv's site-packages as a plain path (its .pth files not run) so that
     pip finds the dependencies installed instead of downloading them."""
     project = clone(tmp_path / "clone")
@@ -81,10 +68,12 @@ def test_readme_quickstart_needs_no_register_after_the_readmes_install(tmp_path)
                       if lang == "python")
     assert "register(" not in quickstart and "SparkSession.builder" in quickstart, quickstart
     code = (quickstart.replace("/tmp/", f"{tmp_path}/")
+            + "\nprint('IMPORTED', 'pyspark_durable' in sys.modules)"
             + "\nimport pyspark_durable\nprint('PACKAGE', pyspark_durable.__file__)\n")
     proc = subprocess.run([str(project / ".venv" / "bin" / "python"), "-c", code],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert re.search(r"^streaming copy: 1000 new rows in \d+ micro-batch\(es\); the parquet "
                      r"copy holds 1000 rows$", proc.stdout, re.M), proc.stdout
+    assert "IMPORTED False" in proc.stdout, "the driver imported the package: " + proc.stdout
     assert f"PACKAGE {project / 'pyspark_durable' / '__init__.py'}" in proc.stdout, proc.stdout

@@ -323,8 +323,13 @@ def _read(ns: Namespace, start: int, stop: int) -> list[tuple[int, str, int]]:
 
 def test_exhaustive_recovery(make_store, store_config):
     """This tests that every (snapshot point, seek, replay count, extend) reads what a straight read does."""
-    backend, _ = store_config
+    backend, options = store_config
+    # a remote log opens slower: the first, a middle and the last snapshot point; the
+    # pure-Python Kafka client (its open is the slowest) the middle one only, since the
+    # recovery above the log is the same whichever client reads
     points = range(len(STEP_SIZES) + 1) if backend not in ("kafka", "s3") else [0, 2, 5]
+    if options.get("client") == "kafka-python":
+        points = [2]
     for snap in points:
         store = make_store(f"{make_store().namespace}-p{snap}")
         ns = Namespace(store)

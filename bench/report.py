@@ -61,7 +61,7 @@ HEADLINE = (
 
 def headline(results: list[Result]) -> str:
     """durablewal against Spark's own Kafka connector, Avro first (how typed rows travel
-    in Kafka), per Kafka run: the table README's Performance section carries."""
+    in Kafka), per Kafka run: the table docs/performance.md carries."""
     labels = list(dict.fromkeys(m.group(1) for r in results
                                 if (m := re.match(r"7 \w+ \[([^\]]+)\]: ", r.pair))))
     if not labels:

@@ -1,6 +1,6 @@
 """How far a registered reader is behind the WAL's end: steps, rows, bytes, seconds.
 
-A reader registers with ``readerId`` (see README, Retention): the commit log records
+A reader registers with ``readerId`` (see docs/operations.md, Retention): the commit log records
 the next step it needs. Its lag is what lies between that step and the next step to
 be committed. ``durablewal lag`` and :class:`pyspark_durable.spark.lag.LagListener`
 both ask here, so they say the same thing.

@@ -1,11 +1,11 @@
 """Every option of the ``durablewal`` data source, once: the table that parsing, the
-defaults, the did-you-mean hint and the README's options table all come from.
+defaults, the did-you-mean hint and docs/options.md's table all come from.
 
 Each option names its parser (:mod:`pyspark_durable.spark.option_values`), its minimum
 and the :class:`~pyspark_durable.spark.options.WalOptions` field it sets, so
 ``WalOptions.parse`` is one loop over the table plus the rules that span options.
-``python -m pyspark_durable.spark.option_table`` prints the README table;
-``tests/spark/test_option_table.py`` fails when README.md's differs, or when a parsed
+``python -m pyspark_durable.spark.option_table`` prints the docs table;
+``tests/spark/test_option_table.py`` fails when docs/options.md's differs, or when a parsed
 default differs from the one written here. Default values that belong to a concept
 of another layer are that layer's constants (the cleaner's grace, the entry size
 limit, the default table), never a second literal.
@@ -67,7 +67,7 @@ OPTION_TABLE: tuple[Opt, ...] = (
         "file backend: a region log starts a new segment file at this size (at least "
         "1024). The cleaner frees whole segments, so the default follows the file system "
         "the WAL is on (measured when a store opens) and retention frees space on a small "
-        "disk too ([docs/backends.md](docs/backends.md#a-full-disk))",
+        "disk too ([backends.md](backends.md#a-full-disk))",
         passthrough=True,
     ),
     Opt(
@@ -76,8 +76,8 @@ OPTION_TABLE: tuple[Opt, ...] = (
         "file backend: who may read the folders and files the WAL makes: `private` (folders "
         "0700, files 0600: the owner only) or `group` (0750 and 0640: the group may read). "
         "Set on creation whatever the umask; existing ones keep their mode, and "
-        "`durablewal check` warns about wider ones ([docs/operations.md]"
-        "(docs/operations.md#a-wal-in-a-folder-the-file-log))",
+        "`durablewal check` warns about wider ones ([operations.md]"
+        "(operations.md#a-wal-in-a-folder-the-file-log))",
         passthrough=True,
     ),
     Opt(
@@ -428,7 +428,7 @@ def default(name: str) -> Any:
 
 
 def markdown() -> str:
-    """README.md's options table."""
+    """docs/options.md's options table (its links are relative to docs/)."""
     head = "| option | default | meaning |\n|---|---|---|\n"
     return head + "".join(f"| `{o.name}` | {o.shown} | {o.doc} |\n" for o in OPTION_TABLE)
 

@@ -33,7 +33,7 @@ _ONE_OF = (("startingStep", "startingTimestamp", "startingEventTime"), ("endingS
 
 @dataclass(frozen=True)
 class WalOptions:
-    """Every option of the data source, typed; see README's options table. The defaults are
+    """Every option of the data source, typed; see docs/options.md. The defaults are
     the table's, so a WalOptions built in code means what the same options parsed mean."""
 
     backend: str = D("backend")

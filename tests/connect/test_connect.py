@@ -55,6 +55,6 @@ def test_add_artifacts_serves_batch_but_not_streaming_spark_behaviour(bare_conne
     wal = {"namespace": "art", "path": str(tmp_path / "wal")}
     assert client.ok("batch", wal=wal) == BATCH_ROWS
     answer = client.call("stream_read", wal=wal, work=str(tmp_path))
-    assert not answer["ok"], "a streaming read through addArtifacts works now: update the README"
+    assert not answer["ok"], "a streaming read through addArtifacts works now: update docs/deploying.md"
     assert "No module named 'pyspark_durable'" in answer["message"]
     assert "python_streaming_source_runner" in answer["message"]

@@ -1,6 +1,6 @@
 """durablewal in a Spark Declarative Pipeline: examples/pipeline run by spark-pipelines.
 
-What must hold: the example pipeline, run as README says (``spark-pipelines run
+What must hold: the example pipeline, run as docs/deploying.md says (``spark-pipelines run
 --remote sc://...`` against a Connect server whose Python has pyspark_durable), reads a
 durablewal stream into a streaming table and appends the large orders to another
 durablewal namespace, every row exactly once, and a second run takes only the steps
@@ -122,7 +122,7 @@ def numbers():
 def test_spark_pipelines_exits_1_after_any_python_data_source_spark_behaviour(connect_server, tmp_path):
     """This tests that Spark 4.3's spark-pipelines exits 1 after a completed run that read a tiny
     Python data source and no durablewal at all: the exit the test above accepts is Spark's, and
-    this fails when Spark fixes it (then the README's note goes)."""
+    this fails when Spark fixes it (then docs/deploying.md's note goes)."""
     (tmp_path / "transformations").mkdir()
     (tmp_path / "transformations" / "tiny.py").write_text(TINY_SOURCE_PIPELINE)
     (tmp_path / "spark-pipeline.yml").write_text(
@@ -131,5 +131,5 @@ def test_spark_pipelines_exits_1_after_any_python_data_source_spark_behaviour(co
     done = spark_pipelines_run(tmp_path, connect_server.url)
     output = done.stdout + done.stderr
     assert "Run is COMPLETED" in output, output[-6000:]
-    assert done.returncode == 1, "spark-pipelines exits 0 now: drop the README's note"
+    assert done.returncode == 1, "spark-pipelines exits 0 now: drop docs/deploying.md's note"
     assert all(s in output for s in SPARK_43_EXIT), output[-6000:]

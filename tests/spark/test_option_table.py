@@ -1,5 +1,5 @@
-"""The options table (spark/option_table.py) is the one place options are written: the
-README's table, the parsed defaults and the accepted names all come from it."""
+"""The options table (spark/option_table.py) is the one place options are written:
+docs/options.md's table, the parsed defaults and the accepted names all come from it."""
 
 from __future__ import annotations
 
@@ -12,17 +12,17 @@ from pyspark_durable.errors import ConfigError
 from pyspark_durable.spark.option_table import OPTION_TABLE, OPTIONS, markdown
 from pyspark_durable.spark.options import WalOptions
 
-README = ROOT / "README.md"
+OPTIONS_PAGE = ROOT / "docs" / "options.md"
 
 
-def test_readme_options_table_is_the_option_table():
-    """This tests that README.md's options table is exactly the one the option table
+def test_docs_options_table_is_the_option_table():
+    """This tests that docs/options.md's options table is exactly the one the option table
     renders, so a new option or a changed default cannot be documented differently."""
-    text = README.read_text()
+    text = OPTIONS_PAGE.read_text()
     start = text.index("| option | default | meaning |")
     end = text.index("\n\n", start)
     assert text[start : end + 1] == markdown(), (
-        "README.md's options table differs from pyspark_durable/spark/option_table.py: "
+        "docs/options.md's options table differs from pyspark_durable/spark/option_table.py: "
         "regenerate it with `python -m pyspark_durable.spark.option_table`"
     )
 

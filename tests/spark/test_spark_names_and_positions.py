@@ -134,7 +134,7 @@ def test_new_stream_past_the_end_names_the_real_cause(spark, three, tmp_path):
 @pytest.mark.parametrize("damaged, message", [
     ('{"step": -1}', "names step -1, not a step number >= 0"),
     # not JSON: pyspark's runner decodes the offset before the source sees it, so the
-    # error is its JSONDecodeError (see README, Known limits); nothing is re-delivered
+    # error is its JSONDecodeError (see docs/operations.md, Known limits); nothing is re-delivered
     ("xyz", None),
 ])
 def test_damaged_checkpoint_offset_never_redelivers(spark, tmp_path, damaged, message):

@@ -176,6 +176,27 @@ def test_the_wal_module_map_names_every_module():
                           f"not modules: {sorted(rows - found)}"
 
 
+SHOWCASE_MAPS = ("showcase", "showcase/demo", "showcase/localkafka")
+
+
+def test_the_showcase_module_maps_name_every_module():
+    """This tests that the module map in the docstring of showcase/, showcase/demo/ and
+    showcase/localkafka/ has one row for each module and sub-package there (``__init__``
+    and ``__main__`` aside) and none for one that is gone."""
+    for package in SHOWCASE_MAPS:
+        folder = PACKAGE / package
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+        lines = doc.splitlines()
+        rules = [n for n, line in enumerate(lines) if line.startswith("=====")]
+        rows = {line.split()[0].strip("`").rstrip("/") for line in lines[rules[1] + 1:rules[-1]]
+                if line and not line[0].isspace()}
+        found = {p.stem for p in folder.glob("*.py")} | \
+            {p.parent.name for p in folder.glob("*/__init__.py")}
+        aside = {"__init__", "__main__"}
+        assert rows - aside == found - aside, f"{package}: missing from the map: " \
+            f"{sorted(found - rows - aside)}; not modules: {sorted(rows - found - aside)}"
+
+
 MAX_FUNCTION_LINES = 60
 
 

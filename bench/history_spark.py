@@ -301,7 +301,7 @@ def main() -> None:
     def say(msg: str) -> None:
         print(msg, flush=True)
 
-    from pyspark_durable.session import local_session
+    from pyspark_durable.showcase.session import local_session
 
     (HERE / "out").mkdir(exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="history-spark-", dir=HERE / "out"))

@@ -227,7 +227,7 @@ def report(table: list[dict], args: argparse.Namespace, load: tuple[float, ...])
 
 
 def run(args: argparse.Namespace) -> list[dict]:
-    from pyspark_durable.localkafka.cluster import start_cluster
+    from pyspark_durable.showcase.localkafka.cluster import start_cluster
 
     counts = [int(x) for x in args.regions.split(",")]
     clients = args.clients.split(",")

@@ -203,7 +203,7 @@ def main() -> None:
             if backend == "file":
                 table += run("file", None, scratch / "file", args)
                 continue
-            from pyspark_durable.localkafka.cluster import start_cluster
+            from pyspark_durable.showcase.localkafka.cluster import start_cluster
             broker = start_cluster(scratch / "kafka")
             try:
                 table += run("kafka", broker.bootstrap, scratch, args)

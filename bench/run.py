@@ -159,7 +159,7 @@ def main() -> None:
     brokers = Brokers(work, backends)
     spark = None
     try:
-        from pyspark_durable.session import local_session
+        from pyspark_durable.showcase.session import local_session
 
         # Spark's Python workers import bench/python_floor.py (the pyfloor source/sink)
         os.environ["PYTHONPATH"] = os.pathsep.join(

@@ -176,7 +176,7 @@ def child(args: argparse.Namespace) -> int:
 
     import pyspark_durable
     from pyspark_durable.endpoint import open_namespace
-    from pyspark_durable.session import local_session
+    from pyspark_durable.showcase.session import local_session
 
     run = Path(args.run_dir)
     status_path, verdict_path = run / "status.json", run / "verdict.json"

@@ -38,7 +38,7 @@ def main() -> None:
 
     import pyspark_durable.wal.attempt as attempt_module
     from pyspark_durable.endpoint import open_namespace
-    from pyspark_durable.session import local_session
+    from pyspark_durable.showcase.session import local_session
 
     with tempfile.TemporaryDirectory(prefix="verified-", dir=os.environ.get("TMPDIR")) as root:
         wal = os.path.join(root, "wal")

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 # one port rule for brokers and every other server a test starts
-from pyspark_durable.localkafka.cluster import _ephemeral_ports, free_port  # noqa: F401
+from pyspark_durable.showcase.localkafka.ports import _ephemeral_ports, free_port  # noqa: F401
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent  # the repository

@@ -1,7 +1,7 @@
 """Apache Kafka itself (KRaft, no ZooKeeper) for tests and benchmarks.
 
 The brokers are started by the package's one implementation,
-:mod:`pyspark_durable.localkafka.cluster` (the same that ``durablewal kafka start``
+:mod:`pyspark_durable.showcase.localkafka.cluster` (the same that ``durablewal kafka start``
 uses); read its docstring for the jars, listeners, logs and kills. Every broker a test
 starts is *attached* to the test process: it dies with it, ``kill -9`` included, so a
 crashed run leaves no orphan broker behind. This module adds what only tests need: the
@@ -15,18 +15,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pyspark_durable.localkafka.cluster import (
-    HEAP,
-    Auth,
-    BrokerStartError,
-    KafkaCluster,
-    Node,
-    free_port,
-    kafka_classpath,
-    random_cluster_id,
-    wait_ready,
-)
-from pyspark_durable.localkafka.cluster import start_cluster as _start_cluster
+from pyspark_durable.showcase.localkafka.cluster import KafkaCluster, random_cluster_id, wait_ready
+from pyspark_durable.showcase.localkafka.cluster import start_cluster as _start_cluster
+from pyspark_durable.showcase.localkafka.jars import kafka_classpath
+from pyspark_durable.showcase.localkafka.node import HEAP, BrokerStartError, Node
+from pyspark_durable.showcase.localkafka.ports import free_port
+from pyspark_durable.showcase.localkafka.settings import Auth
 
 __all__ = [
     "HEAP",
@@ -51,7 +45,7 @@ __all__ = [
 def start_cluster(
     work_dir: Path, size: int = 1, *, tls: bool = False, auth: Auth | None = None, **kwargs
 ) -> KafkaCluster:
-    """:func:`pyspark_durable.localkafka.cluster.start_cluster`, with a test CA made for
+    """:func:`pyspark_durable.showcase.localkafka.cluster.start_cluster`, with a test CA made for
     a TLS listener (:func:`kafka_tls.make_ca_and_server`) when ``auth`` has none."""
     if tls:
         auth = auth or Auth()

@@ -52,13 +52,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark_durable.localkafka.cluster import (
-    _ephemeral_ports,
-    _given,
-    die_with_caller,
-    free_port,
-    port_free,
-)
+from pyspark_durable.showcase.localkafka.node import die_with_caller
+from pyspark_durable.showcase.localkafka.ports import _ephemeral_ports, _given, free_port, port_free
 
 GRPC_OFFSET = 10_000  # SeaweedFS's gRPC port is its HTTP port + 10000 by default
 VOLUMES = 200  # -volume.max: one volume per bucket (see master.toml), plus growth

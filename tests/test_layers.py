@@ -9,15 +9,18 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "pyspark_durable"
 
 # what each layer must not import (docs/design.md, "Layers"): codec and log are the
-# bottom, side by side; spark reaches the logs only through endpoint and wal
+# bottom, side by side; spark reaches the logs only through endpoint and wal; showcase
+# (demo, local broker, notebook) is on top beside cli, which starts it, and no layer
+# a job runs on imports it
 FORBIDDEN = {
-    "codec": {"log", "wal", "endpoint", "spark", "cli"},
-    "log": {"codec", "wal", "endpoint", "spark", "cli"},
-    "wal": {"endpoint", "spark", "cli"},
-    "endpoint": {"spark", "cli"},
-    "spark": {"log", "cli"},
+    "codec": {"log", "wal", "endpoint", "spark", "cli", "showcase"},
+    "log": {"codec", "wal", "endpoint", "spark", "cli", "showcase"},
+    "wal": {"endpoint", "spark", "cli", "showcase"},
+    "endpoint": {"spark", "cli", "showcase"},
+    "spark": {"log", "cli", "showcase"},
+    "showcase": {"cli"},
 }
-LAYERS = {"codec", "log", "wal", "endpoint", "spark", "cli"}
+LAYERS = {"codec", "log", "wal", "endpoint", "spark", "cli", "showcase"}
 BASE_MODULES = ("errors", "times", "secrets", "config_files")  # below every layer: they import none
 
 
@@ -78,7 +81,8 @@ def unit(module: str) -> str:
 def test_layers_import_only_downwards():
     """This tests that codec and log import no other layer, wal nothing above it,
     endpoint nothing from spark, spark nothing from log (only through endpoint and wal),
-    and errors, times and secrets no layer at all."""
+    no layer below showcase imports it, showcase nothing from cli, and errors, times
+    and secrets no layer at all."""
     wrong = []
     for module, edges in sorted(import_graph().items()):
         here = unit(module)
@@ -86,6 +90,14 @@ def test_layers_import_only_downwards():
         wrong += [f"{module} imports {target} (line {line})"
                   for target, line in sorted(edges.items()) if unit(target) in banned]
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_package_root_holds_only_layers_and_base_modules():
+    """This tests that each module at the package's top is a layer of the map above, a
+    base module or the package's own ``__init__``/``__main__``: try-it code lives in
+    showcase/, so a new module at the top must first take a place in the layers."""
+    top = {unit(module) for module in modules()} - {""}
+    assert top - LAYERS - set(BASE_MODULES) == {"__main__"}
 
 
 def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
@@ -162,6 +174,27 @@ def test_the_wal_module_map_names_every_module():
              if name.startswith("pyspark_durable.wal.") and path.name != "__init__.py"}
     assert rows == found, f"missing from the map: {sorted(found - rows)}; " \
                           f"not modules: {sorted(rows - found)}"
+
+
+SHOWCASE_MAPS = ("showcase", "showcase/demo", "showcase/localkafka")
+
+
+def test_the_showcase_module_maps_name_every_module():
+    """This tests that the module map in the docstring of showcase/, showcase/demo/ and
+    showcase/localkafka/ has one row for each module and sub-package there (``__init__``
+    and ``__main__`` aside) and none for one that is gone."""
+    for package in SHOWCASE_MAPS:
+        folder = PACKAGE / package
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+        lines = doc.splitlines()
+        rules = [n for n, line in enumerate(lines) if line.startswith("=====")]
+        rows = {line.split()[0].strip("`").rstrip("/") for line in lines[rules[1] + 1:rules[-1]]
+                if line and not line[0].isspace()}
+        found = {p.stem for p in folder.glob("*.py")} | \
+            {p.parent.name for p in folder.glob("*/__init__.py")}
+        aside = {"__init__", "__main__"}
+        assert rows - aside == found - aside, f"{package}: missing from the map: " \
+            f"{sorted(found - rows - aside)}; not modules: {sorted(rows - found - aside)}"
 
 
 MAX_FUNCTION_LINES = 60

@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from pyspark_durable.notebook import QUICKSTART, execute
+from pyspark_durable.showcase.notebook import QUICKSTART, execute
 from pyspark_durable.wal.metadata import METADATA_NAMES
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.ipynb"
@@ -84,7 +84,7 @@ def deterministic_outputs(nb) -> list[list[tuple[str, object]]]:
 
 def test_committed_notebook_is_executed():
     """This tests that notebooks/quickstart.ipynb is committed with its outputs and plots
-    (run `python -m pyspark_durable.notebook --in-place` after changing it)."""
+    (run `python -m pyspark_durable.showcase.notebook --in-place` after changing it)."""
     nbf = nbformat()
     assert QUICKSTART == NOTEBOOK, "the runner's default is the committed notebook"
     check_executed(nbf.read(NOTEBOOK, as_version=4))
@@ -108,7 +108,7 @@ def test_notebook_names_every_metadata_column():
 @pytest.mark.spark
 def test_quickstart_notebook_executes_and_matches_its_stored_outputs(tmp_path):
     """This tests that the quickstart notebook runs cleanly on a fresh WAL and draws its
-    plots, through the same runner as `python -m pyspark_durable.notebook`, on a copy,
+    plots, through the same runner as `python -m pyspark_durable.showcase.notebook`, on a copy,
     and that every cell shows what the committed notebook stores for it (schemas, row
     counts, columns, the tables' cells; times, paths and query ids aside)."""
     nbf = nbformat()
@@ -136,4 +136,4 @@ def test_quickstart_notebook_executes_and_matches_its_stored_outputs(tmp_path):
     assert len(stored) == len(ran)
     for index, (was, now) in enumerate(zip(stored, ran, strict=True)):
         assert was == now, (f"code cell {index} shows other outputs than the committed "
-                            "notebook stores: run `python -m pyspark_durable.notebook --in-place`")
+                            "notebook stores: run `python -m pyspark_durable.showcase.notebook --in-place`")

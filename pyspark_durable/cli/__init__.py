@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_maintenance_commands(add)
     kafka.add_parser(sub)
     p = sub.add_parser("demo", add_help=False, help="run the demo (arguments pass through)",
-                       description="Run pyspark_durable.demo; every argument passes through.")
+                       description="Run pyspark_durable.showcase.demo; every argument passes through.")
     p.set_defaults(handler=commands.cmd_demo)
     return parser
 

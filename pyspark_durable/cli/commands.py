@@ -335,13 +335,13 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Run :func:`pyspark_durable.demo.main` with every argument after ``demo``."""
+    """Run :func:`pyspark_durable.showcase.demo.main` with every argument after ``demo``."""
     try:
-        demo = importlib.import_module("pyspark_durable.demo")
+        demo = importlib.import_module("pyspark_durable.showcase.demo")
     except ModuleNotFoundError as exc:
-        if exc.name != "pyspark_durable.demo":
+        if exc.name not in ("pyspark_durable.showcase", "pyspark_durable.showcase.demo"):
             raise
         raise CliError("the demo is not available in this installation "
-                       "(no module pyspark_durable.demo)") from None
+                       "(no module pyspark_durable.showcase.demo)") from None
     result = demo.main(list(args.demo_args))
     return result if isinstance(result, int) else 0

@@ -66,7 +66,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _folder(args: argparse.Namespace) -> Path:
-    from pyspark_durable.localkafka.service import default_folder
+    from pyspark_durable.showcase.localkafka.service import default_folder
 
     return (args.dir or default_folder()).resolve()
 
@@ -82,7 +82,7 @@ def _data_line(started: Any) -> str:
 
 
 def _describe(state: Any, args: argparse.Namespace, head: str, started: Any = None) -> None:
-    from pyspark_durable.localkafka.service import paste_lines
+    from pyspark_durable.showcase.localkafka.service import paste_lines
 
     doc = {
         "running": True,
@@ -118,7 +118,7 @@ def _describe(state: Any, args: argparse.Namespace, head: str, started: Any = No
 
 def _foreground(cluster: Any, folder: Path) -> int:
     """Wait on the broker; SIGTERM, SIGHUP and Ctrl-C stop it (so does our death)."""
-    from pyspark_durable.localkafka.service import forget
+    from pyspark_durable.showcase.localkafka.service import forget
 
     def interrupted(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -141,7 +141,7 @@ def _foreground(cluster: Any, folder: Path) -> int:
 
 
 def cmd_kafka(args: argparse.Namespace) -> int:
-    from pyspark_durable.localkafka import service
+    from pyspark_durable.showcase.localkafka import service
 
     folder = _folder(args)
     if args.action == "start":

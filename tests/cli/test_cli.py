@@ -486,11 +486,11 @@ def test_float_columns_show_even_decimals(tmp_path, capsys):
 
 
 def test_demo_passes_remaining_arguments_through(monkeypatch, capsys):
-    """This tests that `demo` imports pyspark_durable.demo lazily and hands it every argument."""
+    """This tests that `demo` imports pyspark_durable.showcase.demo lazily and hands it every argument."""
     seen: list[list[str]] = []
-    fake = types.ModuleType("pyspark_durable.demo")
+    fake = types.ModuleType("pyspark_durable.showcase.demo")
     fake.main = lambda argv: seen.append(argv) or 3  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "pyspark_durable.demo", fake)
+    monkeypatch.setitem(sys.modules, "pyspark_durable.showcase.demo", fake)
     assert main(["demo", "--rows", "5", "--path", "/x", "-v", "--json"]) == 3
     assert seen == [["--rows", "5", "--path", "/x", "-v", "--json"]]
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import pyspark
 from helpers import free_port
 
-from pyspark_durable.localkafka.cluster import die_with_caller
+from pyspark_durable.showcase.localkafka.node import die_with_caller
 
 SPARK_HOME = Path(pyspark.__file__).parent
 MAIN_PYTHON = Path(sys.executable)

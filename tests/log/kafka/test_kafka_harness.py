@@ -9,7 +9,7 @@ import threading
 
 from kafka_broker import random_cluster_id
 
-from pyspark_durable.localkafka.cluster import die_with_caller
+from pyspark_durable.showcase.localkafka.node import die_with_caller
 
 BOUND_S = 60.0  # far beyond a process start: reaching it means the start hung
 

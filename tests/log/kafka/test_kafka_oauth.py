@@ -29,9 +29,9 @@ from oauth_server import Client, TokenServer
 
 from pyspark_durable.endpoint import open_namespace, write_step
 from pyspark_durable.errors import AuthenticationFailed, BackendUnavailable, DurableWalError
-from pyspark_durable.localkafka.cluster import OAuthValidation
 from pyspark_durable.log import Record, open_store
 from pyspark_durable.secrets import REDACTED
+from pyspark_durable.showcase.localkafka.settings import OAuthValidation
 
 pytestmark = pytest.mark.kafka
 

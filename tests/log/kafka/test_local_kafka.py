@@ -18,7 +18,7 @@ from helpers import TESTS, free_port
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import ConfigError
-from pyspark_durable.localkafka.service import client_settings
+from pyspark_durable.showcase.localkafka.service import client_settings
 
 pytestmark = pytest.mark.kafka
 

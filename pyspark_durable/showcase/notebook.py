@@ -1,6 +1,6 @@
 """Execute a notebook (by default ``notebooks/quickstart.ipynb``) on this Python.
 
-    python -m pyspark_durable.notebook [NOTEBOOK] [--output PATH | --in-place]
+    python -m pyspark_durable.showcase.notebook [NOTEBOOK] [--output PATH | --in-place]
 
 The executed notebook is written to ``NAME.executed.ipynb`` in the working folder (or
 ``--output``), so a checkout stays clean; ``--in-place`` rewrites the notebook itself,
@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-QUICKSTART = Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.ipynb"
+QUICKSTART = Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb"
 KERNEL_NAME = "durablewal-python"
 CELL_TIMEOUT_S = 300
 
@@ -100,7 +100,7 @@ def execute(notebook: Path, output: Path | None = None, env: Mapping[str, str] |
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pyspark_durable.notebook",
+    parser = argparse.ArgumentParser(prog="python -m pyspark_durable.showcase.notebook",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("notebook", nargs="?", type=Path, default=QUICKSTART,
                         help=f"the notebook (default: {QUICKSTART})")

@@ -32,8 +32,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from pyspark_durable.errors import ConfigError, DurableWalError
-
-from .cluster import Auth, KafkaCluster, port_free, start_cluster
+from pyspark_durable.showcase.localkafka.cluster import KafkaCluster, start_cluster
+from pyspark_durable.showcase.localkafka.ports import port_free
+from pyspark_durable.showcase.localkafka.settings import Auth
 
 DEFAULT_PORT = 9092
 DEFAULT_SASL_PORT = 9094
@@ -295,12 +296,12 @@ def paste_lines(state: BrokerState, folder_flag: str) -> list[str]:
             f'  .option("kafka.sasl.plain.username", "{state.sasl_user}")'
             '.option("kafka.sasl.plain.password", ...)  # the password: '
             f"{state.client_file} (not shown)",
-            "  or all of them: from pyspark_durable.localkafka.service import client_settings",
+            "  or all of them: from pyspark_durable.showcase.localkafka.service import client_settings",
             f'  .option("backend", "kafka").options(**{{"kafka." + k: v for k, v in {where}.items()}})',
         ]
     lines += [
         "Python API:",
-        "  from pyspark_durable.localkafka.service import client_settings",
+        "  from pyspark_durable.showcase.localkafka.service import client_settings",
         f'  open_namespace({{"backend": "kafka", "namespace": "shop", "options": {where}}})',
         "CLI:",
         f"  durablewal namespaces --kafka-config {state.client_file}"

@@ -95,13 +95,13 @@ class NotAWal(LogNotFound):
 
 class UnknownNamespace(LogNotFound):
     """A name that is no namespace of the WAL, opened where nothing may be created; it
-    carries the namespaces the WAL holds and, when known, where (a folder, a broker), for
-    a message that names what to give instead."""
+    carries the namespaces the WAL holds and, when known, their location (a folder, a
+    broker), for a message that names what to give instead."""
 
-    def __init__(self, namespace: str, names: list[str], where: str | None = None) -> None:
-        self.namespace, self.names, self.where = namespace, list(names), where
+    def __init__(self, namespace: str, names: list[str], location: str | None = None) -> None:
+        self.namespace, self.names, self.location = namespace, list(names), location
         super().__init__(f"unknown namespace {namespace!r}; namespaces: "
-                         f"{', '.join(names) or 'none'}" + (f" in {where}" if where else ""))
+                         f"{', '.join(names) or 'none'}" + (f" in {location}" if location else ""))
 
 
 class SchemaMismatch(DurableWalError, ValueError):

@@ -41,7 +41,7 @@ def _open_for_read(opts: WalOptions) -> Namespace:
     try:
         return namespace_for(opts, create=False)
     except UnknownNamespace as exc:
-        where = exc.where or "the WAL"
+        where = exc.location or "the WAL"
         default = (' (the default: no .option("namespace", ...) was given)'
                    if opts.namespace == "default" else "")
         if exc.names:

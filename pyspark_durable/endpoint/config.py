@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_durable.config_files import read_config_text
-from pyspark_durable.endpoint.namespaces import holds_namespace, namespaces_held, namespaces_or_none
-from pyspark_durable.errors import ConfigError, DurableWalError, UnknownNamespace
+from pyspark_durable.endpoint.namespaces import checkpoint_named, namespaces_held, namespaces_or_none
+from pyspark_durable.errors import ConfigError, DurableWalError, LogNotFound, UnknownNamespace
 from pyspark_durable.log import LogStore, open_store, resolved_backend
 from pyspark_durable.log.base import is_decimal
 from pyspark_durable.wal import DEFAULT_TABLE, Namespace
@@ -101,17 +101,28 @@ def open_namespace(config: EndpointConfig | Mapping[str, Any], create: bool = Tr
     """Open a namespace; without ``create`` nothing is created, and a name that is no
     namespace of the WAL (:func:`is_wal_namespace`: missing, a stray folder, a Spark
     checkpoint) is :class:`~pyspark_durable.errors.UnknownNamespace` naming the
-    namespaces there are and where, before anything of it is opened."""
+    namespaces there are and where. A Spark checkpoint is refused before anything of it
+    is opened; any other name is judged only when opening it failed, so that opening a
+    namespace costs no listing of the WAL."""
     cfg = _config(config)
     store = open_store(cfg.backend, cfg.namespace, **dict(cfg.options))
     try:
-        if not create and not holds_namespace(store, cfg.backend, cfg.options):
-            raise UnknownNamespace(cfg.namespace, namespaces_or_none(cfg.backend, cfg.options),
-                                   store.location())
-        return Namespace(store, cfg.namespace_id, create=create)
+        if not create and checkpoint_named(cfg.backend, cfg.options, cfg.namespace):
+            raise _unknown(cfg, store)
+        try:
+            return Namespace(store, cfg.namespace_id, create=create)
+        except LogNotFound:
+            if create or is_wal_namespace(cfg):
+                raise  # a namespace, with another problem (empty), named by the WAL
+            raise _unknown(cfg, store) from None
     except BaseException:
         store.close()
         raise
+
+
+def _unknown(cfg: EndpointConfig, store: LogStore) -> UnknownNamespace:
+    return UnknownNamespace(cfg.namespace, namespaces_or_none(cfg.backend, cfg.options),
+                            store.location())
 
 
 # -- which namespaces a WAL holds, creating nothing -----------------------------------

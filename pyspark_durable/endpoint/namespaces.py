@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_durable.errors import LogNotFound
-from pyspark_durable.log import LogStore, store_class
+from pyspark_durable.log import store_class
 from pyspark_durable.wal.ledger import COMMITS_LOG
 
 SPARK_CHECKPOINT_FILE = "metadata"
@@ -49,7 +49,10 @@ def namespace_folder(folder: Path) -> bool:
     return (folder / COMMITS_LOG).is_dir() and not spark_checkpoint(folder)
 
 
-def _spark_folder(backend: str, options: Mapping[str, Any], name: str) -> bool:
+def checkpoint_named(backend: str, options: Mapping[str, Any], name: str) -> bool:
+    """Whether ``name`` in the WAL of ``backend`` at ``options`` is a Spark checkpoint:
+    the one kind of listed name with a commits log that is no namespace, and that must be
+    refused before it is opened (a file log would write into Spark's folder)."""
     return backend == "file" and spark_checkpoint(Path(options.get("path", "")) / name)
 
 
@@ -57,7 +60,7 @@ def namespaces_held(backend: str, options: Mapping[str, Any]) -> list[str]:
     """The namespaces the WAL of ``backend`` at ``options`` holds, sorted; a WAL root that
     does not exist is :class:`~pyspark_durable.errors.LogNotFound`, as the backend says."""
     names = store_class(backend).namespaces_holding(options, COMMITS_LOG)
-    return sorted(n for n in names if not _spark_folder(backend, options, n))
+    return sorted(n for n in names if not checkpoint_named(backend, options, n))
 
 
 def namespaces_or_none(backend: str, options: Mapping[str, Any]) -> list[str]:
@@ -72,10 +75,3 @@ def namespaces_or_none(backend: str, options: Mapping[str, Any]) -> list[str]:
 def folder_namespaces(folder: Path) -> list[str]:
     """The namespaces of the file WAL rooted at ``folder`` (empty: it is no WAL root)."""
     return namespaces_or_none("file", {"path": folder})
-
-
-def holds_namespace(store: LogStore, backend: str, options: Mapping[str, Any]) -> bool:
-    """Whether an open store (of ``backend`` at ``options``) is a namespace, by the rule
-    of :func:`namespaces_held`, asking for its own logs only."""
-    return COMMITS_LOG in store.list_logs() and not _spark_folder(backend, options,
-                                                                  store.namespace)

@@ -94,13 +94,14 @@ class NotAWal(LogNotFound):
 
 
 class UnknownNamespace(LogNotFound):
-    """A namespace the backend does not list, opened where nothing may be created; it
-    carries the namespaces listed there, for a message that names what to give instead."""
+    """A name that is no namespace of the WAL, opened where nothing may be created; it
+    carries the namespaces the WAL holds and, when known, their location (a folder, a
+    broker), for a message that names what to give instead."""
 
-    def __init__(self, namespace: str, names: list[str]) -> None:
-        self.namespace, self.names = namespace, list(names)
+    def __init__(self, namespace: str, names: list[str], location: str | None = None) -> None:
+        self.namespace, self.names, self.location = namespace, list(names), location
         super().__init__(f"unknown namespace {namespace!r}; namespaces: "
-                         f"{', '.join(names) or 'none'}")
+                         f"{', '.join(names) or 'none'}" + (f" in {location}" if location else ""))
 
 
 class SchemaMismatch(DurableWalError, ValueError):

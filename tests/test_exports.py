@@ -25,8 +25,8 @@ WAL_EXPORTS = [
 ]
 ENDPOINT_EXPORTS = [
     "DurableInputEndpoint", "EndpointConfig", "InputConsumer", "OutputEndpoint",
-    "input_endpoint", "load_config", "open_namespace", "output_endpoint", "read_batches",
-    "read_steps", "write_step",
+    "input_endpoint", "is_wal_namespace", "load_config", "open_namespace", "output_endpoint",
+    "read_batches", "read_steps", "wal_namespaces", "write_step",
 ]
 NAMESPACE_NAMES = [
     # what it is

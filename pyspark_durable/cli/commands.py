@@ -35,7 +35,6 @@ from .shared import (
     CliError,
     endpoint_config,
     namespaces_of,
-    no_namespace_folder,
     open_namespace,
     opened_namespace,
     output,
@@ -53,9 +52,6 @@ def _schema_text(info: TableInfo) -> str:
 
 def _namespace_summary(cfg: EndpointConfig, names: list[str]) -> dict[str, Any]:
     name = cfg.namespace
-    kind = no_namespace_folder(cfg)
-    if kind is not None:
-        return {"name": name, "error": f"{kind}: it is no namespace"}
     try:
         ns = open_namespace(cfg, names)
     except (DurableWalError, CliError) as exc:
@@ -70,22 +66,22 @@ def _namespace_summary(cfg: EndpointConfig, names: list[str]) -> dict[str, Any]:
 
 
 def _not_a_wal_root(cfg: EndpointConfig, names: list[str]) -> DurableWalError | CliError | None:
-    """Why ``cfg`` is no folder of namespaces, if it is not: a file WAL's PATH that is
-    one namespace's own folder (it has a commits log), or a folder none of whose folders
-    is a namespace (Spark checkpoints and output folders are named as such, and a WAL
-    root among them is the PATH to give). A table of notes would bury the mistake."""
-    if cfg.backend != "file":
+    """Why ``cfg`` is no folder of namespaces, if the endpoint found none in it
+    (``names``): a file WAL's PATH that is one namespace's own folder, or a folder none
+    of whose folders is a namespace (Spark checkpoints and output folders are named as
+    such, and a WAL root among them is the PATH to give). A table of notes would bury
+    the mistake."""
+    if cfg.backend != "file" or names:
         return None
     root = Path(cfg.options["path"])
     if layout.wal_namespace(root):
         return CliError(f"PATH {root} is the namespace {root.name!r} itself; give its parent "
                         f"folder {root.parent}")
-    if layout.namespaces_in(root):
-        return None
     hint = layout.one_level_off(root, None)
     if hint:
         return NotAWal(f"no WAL namespace in {where(cfg)}: {hint}")
-    inside = f"its folders {', '.join(names)} have" if names else "it is empty: it has"
+    folders = layout.folder_names(root)
+    inside = f"its folders {', '.join(folders)} have" if folders else "it is empty: it has"
     return CliError(f"no WAL namespace in {where(cfg)} ({inside} no {COMMITS_LOG} log); "
                     "give the WAL root folder, the one a query's .save(path) or "
                     ".start(path) was given")

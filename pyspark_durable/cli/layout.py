@@ -1,15 +1,13 @@
-"""What a folder is, as the CLI must tell before it opens anything in it.
+"""What a folder is, as the CLI tells the user when a path or a name is no namespace.
 
 A WAL is often kept beside a query's other folders (``/jobs/orders/{wal,ckpt,out}``),
-and a user points the CLI one folder too high. A Spark checkpoint has a ``commits``
-folder, as a namespace has, so taking every folder with one for a namespace would list
-checkpoints as empty namespaces, and opening one would write a file log into Spark's
-folder. So a folder is recognised by its layout first:
+and a user points the CLI one folder too high. Whether a folder is a namespace is the
+endpoint's to say (:mod:`pyspark_durable.endpoint.namespaces`: a commits log, and no
+Spark checkpoint); this module only names the rest for messages:
 
 * a **Spark checkpoint**: a ``metadata`` file beside an ``offsets`` or ``commits``
   folder (what Spark's ``checkpointLocation`` holds);
 * a **Spark output folder**: a ``_spark_metadata`` folder (a file sink's log);
-* a **WAL namespace**: a ``commits`` folder, and not a Spark checkpoint;
 * a **WAL root**: a folder holding at least one WAL namespace.
 
 Only the file backend has folders; this module knows nothing of Kafka.
@@ -19,12 +17,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pyspark_durable.endpoint.namespaces import (
+    folder_namespaces,
+    namespace_folder,
+    spark_checkpoint,
+    spark_output,
+)
 from pyspark_durable.errors import NotAWal
 from pyspark_durable.wal.ledger import COMMITS_LOG
-
-SPARK_CHECKPOINT_FILE = "metadata"
-SPARK_CHECKPOINT_LOGS = ("offsets", COMMITS_LOG)
-SPARK_SINK_LOG = "_spark_metadata"
 
 
 def _folders(folder: Path) -> list[Path]:
@@ -34,29 +34,20 @@ def _folders(folder: Path) -> list[Path]:
         return []
 
 
-def spark_checkpoint(folder: Path) -> bool:
-    """Spark's ``checkpointLocation`` layout: a ``metadata`` file (the query id) beside
-    an ``offsets`` or ``commits`` folder. No namespace has a ``metadata`` file (its
-    folder holds logs, snapshots and the cleaner's reserve), so a checkpoint that an
-    older CLI wrote a file log into is still recognised."""
-    return (folder / SPARK_CHECKPOINT_FILE).is_file() and any(
-        (folder / name).is_dir() for name in SPARK_CHECKPOINT_LOGS
-    )
-
-
-def spark_output(folder: Path) -> bool:
-    """A Spark file sink's output folder (its ``_spark_metadata`` log)."""
-    return (folder / SPARK_SINK_LOG).is_dir()
+def folder_names(folder: Path) -> list[str]:
+    """The names of the folders directly in ``folder`` (hidden ones aside)."""
+    return [p.name for p in _folders(folder)]
 
 
 def wal_namespace(folder: Path) -> bool:
-    """A namespace of the file log: its commits log, in a folder that is no checkpoint."""
-    return (folder / COMMITS_LOG).is_dir() and not spark_checkpoint(folder)
+    """Whether ``folder`` is a namespace of a file WAL, as the endpoint judges it."""
+    return namespace_folder(folder)
 
 
 def namespaces_in(folder: Path) -> list[str]:
-    """The WAL namespaces directly in ``folder`` (empty: it is no WAL root)."""
-    return [p.name for p in _folders(folder) if wal_namespace(p)]
+    """The WAL namespaces directly in ``folder``, as the endpoint lists them (empty: it
+    is no WAL root)."""
+    return folder_namespaces(folder)
 
 
 def what_it_is(folder: Path) -> str | None:
@@ -83,8 +74,9 @@ def others_note(root: Path) -> str:
     """What the folders of ``root`` that are neither namespaces nor WAL roots are:
     "ckpt, ckpt-r are Spark checkpoints, not WALs; out is a Spark output folder"."""
     groups: dict[int, list[str]] = {}
+    held = set(namespaces_in(root))
     for sub in _folders(root):
-        if wal_namespace(sub) or namespaces_in(sub):
+        if sub.name in held or namespaces_in(sub):
             continue
         kind = next(i for i, (test, _, _) in enumerate(_KINDS) if test(sub))
         groups.setdefault(kind, []).append(sub.name)

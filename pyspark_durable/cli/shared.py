@@ -2,10 +2,11 @@
 :class:`~pyspark_durable.endpoint.EndpointConfig`, opening it through
 :mod:`pyspark_durable.endpoint` (never creating anything), and printing.
 
-The command line is checked here, whole, before anything is opened: which backend,
-where, and (file backend) whether the folders given are a WAL at all. Then one call
-into the endpoint opens what exists; when it says the namespace is not there, the
-message is rewritten here with what the user should give instead.
+The command line is checked here, whole, before anything is opened: which backend and
+where. Then one call into the endpoint opens what exists; the endpoint alone decides
+which names are namespaces, and when it says the namespace is not there, the message
+is rewritten here with what the user should give instead (what the folder of that name
+is, or the folder that holds the namespace).
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from typing import Any
 import pyspark_durable.cli.layout as layout
 from pyspark_durable.endpoint.config import (
     EndpointConfig,
-    list_namespaces,
     open_existing_namespace,
     open_existing_store,
     resolved_backend,
+    wal_namespaces,
 )
 from pyspark_durable.errors import DurableWalError, NotAWal, UnknownNamespace
 from pyspark_durable.log import LogStore
@@ -166,13 +167,12 @@ def where(cfg: EndpointConfig) -> str:
 
 
 def _unknown_namespace(cfg: EndpointConfig, names: list[str]) -> DurableWalError | CliError:
-    """Why ``cfg``'s namespace is not there, and what to give instead: a namespace given
-    by default is said to be one, and a file WAL's PATH one level off gets the folder that
-    holds the namespace (or what its folders are: Spark checkpoints, output, a WAL root)."""
+    """Why ``cfg``'s namespace is none of the WAL's ``names`` (the endpoint's list), and
+    what to give instead: a namespace given by default is said to be one, and on a file
+    WAL a folder of that name is said to be what it is (a Spark checkpoint, a WAL root),
+    and a PATH one level off gets the folder that holds the namespace (or what its
+    folders are: Spark checkpoints, output, a WAL root)."""
     namespace = cfg.namespace
-    if cfg.backend == "file":
-        root = Path(cfg.options["path"])
-        names = [n for n in names if layout.wal_namespace(root / n)]
     listed = f"namespaces: {', '.join(names) or 'none'}"
     if isinstance(namespace, DefaultNamespace):
         msg = (f"unknown namespace {namespace!r} (the default: no --namespace was given): "
@@ -181,9 +181,13 @@ def _unknown_namespace(cfg: EndpointConfig, names: list[str]) -> DurableWalError
         msg = f"unknown namespace {namespace!r}; {listed}"
     if cfg.backend != "file":
         return CliError(msg)
+    root = Path(cfg.options["path"])
     if layout.wal_namespace(root):  # the namespace folder was given, not its parent
         return CliError(f"{msg} ({root} looks like a namespace folder: pass {root.parent} "
                         f"--namespace {root.name})")
+    kind = layout.what_it_is(root / namespace)
+    if kind is not None:
+        return NotAWal(f"{msg}; {namespace!r} in {where(cfg)} is {kind}: it is no namespace")
     hint = layout.one_level_off(root, None if isinstance(namespace, DefaultNamespace)
                                 else namespace)
     return NotAWal(f"{msg}; {hint}") if hint else CliError(msg)
@@ -203,30 +207,16 @@ def _endpoint_told(cfg: EndpointConfig) -> Iterator[None]:
         raise
 
 
-def no_namespace_folder(cfg: EndpointConfig) -> str | None:
-    """What a file WAL's namespace folder is when it is no namespace (a Spark checkpoint,
-    a WAL root): never opened, a file log would be written into it."""
-    if cfg.backend != "file":
-        return None
-    return layout.what_it_is(Path(cfg.options["path"]) / cfg.namespace)
-
-
-def _refuse_no_namespace(cfg: EndpointConfig) -> None:
-    kind = no_namespace_folder(cfg)
-    if kind is not None:
-        raise NotAWal(f"{cfg.namespace!r} in {where(cfg)} is {kind}: it is no namespace")
-
-
 def namespaces_of(cfg: EndpointConfig) -> list[str]:
-    """The namespaces the backend lists where ``cfg`` points."""
+    """The namespaces the WAL where ``cfg`` points holds, as the endpoint judges them
+    (:func:`~pyspark_durable.endpoint.config.wal_namespaces`)."""
     with _endpoint_told(cfg):
-        return list_namespaces(cfg)
+        return wal_namespaces(cfg)
 
 
 def open_namespace(cfg: EndpointConfig, names: list[str] | None = None) -> Namespace:
-    """The existing namespace of ``cfg``, its state recovered; ``names`` (the backend's
-    namespace list) saves listing again when the caller has it."""
-    _refuse_no_namespace(cfg)
+    """The existing namespace of ``cfg``, its state recovered; ``names`` (what
+    :func:`namespaces_of` gave) saves listing again when the caller has it."""
     with _endpoint_told(cfg):
         return open_existing_namespace(cfg, names)
 
@@ -234,7 +224,6 @@ def open_namespace(cfg: EndpointConfig, names: list[str] | None = None) -> Names
 def open_store(cfg: EndpointConfig) -> LogStore:
     """The store of the existing namespace of ``cfg``, its commits log not replayed (so
     that ``check`` can report a damaged one)."""
-    _refuse_no_namespace(cfg)
     with _endpoint_told(cfg):
         return open_existing_store(cfg)
 

@@ -26,9 +26,11 @@ from pyspark_durable.endpoint.api import read_batches, read_steps, write_step
 from pyspark_durable.endpoint.config import (
     EndpointConfig,
     input_endpoint,
+    is_wal_namespace,
     load_config,
     open_namespace,
     output_endpoint,
+    wal_namespaces,
 )
 from pyspark_durable.endpoint.endpoints import (
     DurableInputEndpoint,
@@ -42,10 +44,12 @@ __all__ = [
     "InputConsumer",
     "OutputEndpoint",
     "input_endpoint",
+    "is_wal_namespace",
     "load_config",
     "open_namespace",
     "output_endpoint",
     "read_batches",
     "read_steps",
+    "wal_namespaces",
     "write_step",
 ]

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_durable.config_files import read_config_text
-from pyspark_durable.errors import ConfigError, DurableWalError, NotAWal, UnknownNamespace
-from pyspark_durable.log import LogStore, open_store, resolved_backend, store_class
+from pyspark_durable.endpoint.namespaces import checkpoint_named, namespaces_held, namespaces_or_none
+from pyspark_durable.errors import ConfigError, DurableWalError, LogNotFound, UnknownNamespace
+from pyspark_durable.log import LogStore, open_store, resolved_backend
 from pyspark_durable.log.base import is_decimal
 from pyspark_durable.wal import DEFAULT_TABLE, Namespace
-from pyspark_durable.wal.ledger import COMMITS_LOG
 
 KEYS = ("backend", "namespace", "namespace_id", "options", "writer_id", "reader_id", "table",
         "region", "payload_format", "tables", "regions")
@@ -98,65 +98,69 @@ def _config(config: EndpointConfig | Mapping[str, Any]) -> EndpointConfig:
 
 
 def open_namespace(config: EndpointConfig | Mapping[str, Any], create: bool = True) -> Namespace:
-    """Open a namespace; without ``create`` nothing is created (a missing namespace is
-    :class:`~pyspark_durable.errors.LogNotFound` naming the namespaces there are)."""
+    """Open a namespace; without ``create`` nothing is created, and a name that is no
+    namespace of the WAL (:func:`is_wal_namespace`: missing, a stray folder, a Spark
+    checkpoint) is :class:`~pyspark_durable.errors.UnknownNamespace` naming the
+    namespaces there are and where. A Spark checkpoint is refused before anything of it
+    is opened; any other name is judged only when opening it failed, so that opening a
+    namespace costs no listing of the WAL."""
     cfg = _config(config)
     store = open_store(cfg.backend, cfg.namespace, **dict(cfg.options))
     try:
-        return Namespace(store, cfg.namespace_id, create=create)
+        if not create and checkpoint_named(cfg.backend, cfg.options, cfg.namespace):
+            raise _unknown(cfg, store)
+        try:
+            return Namespace(store, cfg.namespace_id, create=create)
+        except LogNotFound:
+            if create or is_wal_namespace(cfg):
+                raise  # a namespace, with another problem (empty), named by the WAL
+            raise _unknown(cfg, store) from None
     except BaseException:
         store.close()
         raise
 
 
-def namespaces_beside(config: EndpointConfig | Mapping[str, Any]) -> tuple[list[str], str]:
-    """The namespaces stored where a config's namespace would be, and where that is (a
-    folder, a broker): what a message about an unknown namespace names. Creates nothing."""
-    cfg = _config(config)
-    store = open_store(cfg.backend, cfg.namespace, **dict(cfg.options))
-    try:
-        return store.sibling_namespaces(), store.location()
-    finally:
-        store.close()
+def _unknown(cfg: EndpointConfig, store: LogStore) -> UnknownNamespace:
+    return UnknownNamespace(cfg.namespace, namespaces_or_none(cfg.backend, cfg.options),
+                            store.location())
 
 
-# -- opening what exists, creating nothing --------------------------------------------
+# -- which namespaces a WAL holds, creating nothing -----------------------------------
 # Opening a Namespace with ``create`` appends its ``ns`` record when it is missing, and a
 # store may make folders or topics as it opens logs. A tool that only looks (the
 # ``durablewal`` CLI) must do neither: a typo in a namespace's name would leave a new,
-# empty namespace behind. So it opens a namespace only when the backend lists it and it
-# has a commits log, and then with the id it was created with.
+# empty namespace behind. So it opens only a namespace the WAL holds (the rule is in
+# :mod:`pyspark_durable.endpoint.namespaces`), and then with the id it was created with.
 
 
-def list_namespaces(config: EndpointConfig | Mapping[str, Any]) -> list[str]:
-    """The namespaces the backend lists where ``config`` points (its namespace aside)."""
+def wal_namespaces(config: EndpointConfig | Mapping[str, Any]) -> list[str]:
+    """The namespaces the WAL where ``config`` points holds (its namespace aside): the
+    names its backend lists that hold a commits log, less Spark checkpoints kept in a
+    file WAL's root. A root that does not exist is :class:`LogNotFound`."""
     cfg = _config(config)
-    return store_class(cfg.backend).list_namespaces(cfg.options)
+    return namespaces_held(cfg.backend, cfg.options)
+
+
+def is_wal_namespace(config: EndpointConfig | Mapping[str, Any]) -> bool:
+    """Whether ``config``'s namespace is one the WAL holds (see :func:`wal_namespaces`)."""
+    cfg = _config(config)
+    return cfg.namespace in namespaces_or_none(cfg.backend, cfg.options)
 
 
 def open_existing_store(config: EndpointConfig | Mapping[str, Any],
                         names: list[str] | None = None) -> LogStore:
-    """The store of a namespace the backend lists and that has a commits log.
+    """The store of a namespace the WAL holds (see :func:`wal_namespaces`).
 
     Does not replay the commits log, so that a checker can report a damaged one.
-    ``names`` (the backend's namespace list) saves listing again when the caller has it.
-    An unlisted namespace is :class:`UnknownNamespace`; one without a commits log is
-    :class:`NotAWal`.
+    ``names`` (what :func:`wal_namespaces` gave) saves listing again when the caller has
+    it. Any other name is :class:`UnknownNamespace`.
     """
     cfg = _config(config)
     if names is None:
-        names = list_namespaces(cfg)
+        names = wal_namespaces(cfg)
     if cfg.namespace not in names:
         raise UnknownNamespace(cfg.namespace, names)
-    store = open_store(cfg.backend, cfg.namespace, **dict(cfg.options))
-    try:
-        if COMMITS_LOG not in store.list_logs():
-            raise NotAWal(f"namespace {cfg.namespace!r} is not a WAL namespace (it has no "
-                          f"{COMMITS_LOG} log) in {store.location()}")
-    except DurableWalError:
-        store.close()
-        raise
-    return store
+    return open_store(cfg.backend, cfg.namespace, **dict(cfg.options))
 
 
 def open_existing_namespace(config: EndpointConfig | Mapping[str, Any],

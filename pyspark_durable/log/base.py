@@ -318,6 +318,24 @@ class LogStore(ABC):
     def list_namespaces(cls, config: Mapping[str, Any]) -> list[str]:
         """Namespaces that exist in the storage the config points at."""
 
+    @classmethod
+    def namespaces_holding(cls, config: Mapping[str, Any], log: str) -> list[str]:
+        """The namespaces of :meth:`list_namespaces` that hold a log named ``log``.
+
+        A store lists every name its storage has room for a namespace under (a folder,
+        a prefix); a caller that counts only those holding a given log asks here, so
+        that each backend answers with the listing it already has. This one opens each
+        listed store; backends that can tell from one listing override it."""
+        found = []
+        for name in cls.list_namespaces(config):
+            store = cls(name, **config)  # type: ignore[call-arg]  # every backend takes its options
+            try:
+                if log in store.list_logs():
+                    found.append(name)
+            finally:
+                store.close()
+        return found
+
     def sibling_namespaces(self) -> list[str]:
         """The namespaces stored where this one is (for messages naming what exists)."""
         return []

@@ -105,6 +105,11 @@ class MemoryLogStore(LogStore):
         with _REGISTRY_LOCK:  # a store merely opened holds no log: not a namespace yet
             return sorted(name for name, ns in _REGISTRY.items() if ns.logs)
 
+    @classmethod
+    def namespaces_holding(cls, config: Mapping[str, Any], log: str) -> list[str]:
+        with _REGISTRY_LOCK:
+            return sorted(name for name, ns in _REGISTRY.items() if log in ns.logs)
+
     def sibling_namespaces(self) -> list[str]:
         return self.list_namespaces({})
 

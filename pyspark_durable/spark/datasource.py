@@ -7,8 +7,7 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from pyspark_durable.codec import codec_for
-from pyspark_durable.endpoint.config import EndpointConfig, namespaces_beside
-from pyspark_durable.errors import ConfigError, LogNotFound, SchemaMismatch
+from pyspark_durable.errors import ConfigError, LogNotFound, SchemaMismatch, UnknownNamespace
 from pyspark_durable.spark.arrow_types import (
     check_writable,
     normalize_schema,
@@ -35,24 +34,22 @@ PICK_NAMESPACE = '.option("namespace", NAME)'
 
 def _open_for_read(opts: WalOptions) -> Namespace:
     """The namespace to read. Spark shows a data source's error as the last line of a
-    traceback under its own, so a missing namespace is one message whose first words
-    name it and the fix, with the namespaces there are (a read without ``namespace``
+    traceback under its own, so a name that is no namespace is one message whose first
+    words name it and the fix, with the namespaces the WAL holds as the endpoint judges
+    them (no Spark checkpoint or stray folder among them; a read without ``namespace``
     reads 'default', which a WAL often lacks)."""
     try:
         return namespace_for(opts, create=False)
-    except LogNotFound:
-        names, where = namespaces_beside(EndpointConfig(
-            backend=opts.backend, namespace=opts.namespace, options=dict(opts.store)))
-        if opts.namespace in names:
-            raise  # it exists: another problem (an empty namespace), named by the WAL
+    except UnknownNamespace as exc:
+        where = exc.location or "the WAL"
         default = (' (the default: no .option("namespace", ...) was given)'
                    if opts.namespace == "default" else "")
-        if names:
+        if exc.names:
             fix = (f"pick one with {PICK_NAMESPACE}; namespaces in {where}: "
-                   f"{', '.join(names)}")
+                   f"{', '.join(exc.names)}")
         else:
-            fix = (f"{where} holds no namespace: point the read at the WAL root (the path or "
-                   "brokers its writer was given), or write to it first")
+            fix = (f"{where} holds no namespace: point the read at the WAL root (the path "
+                   "or brokers its writer was given), or write to it first")
         raise LogNotFound(f"unknown namespace {opts.namespace!r}{default}: {fix}") from None
 
 

@@ -108,11 +108,53 @@ def test_namespaces_lists_summaries(wal_root, capsys):
     assert (shop["first_step"], shop["next_step"]) == (0, 12)
     code, out, _ = cli(capsys, "namespaces", wal_root, "--names-only")
     assert (code, out) == (0, "other\nshop\n")
-    (wal_root / "stray").mkdir()  # a folder that is no namespace: noted, and left untouched
+    (wal_root / "stray").mkdir()  # a folder that is no namespace: not listed, left untouched
     code, out, _ = cli(capsys, "namespaces", wal_root)
-    assert code == 0 and lines(out)[4][0] == "stray"
-    assert lines(out)[4][-1] == (f"namespace 'stray' is not a WAL namespace (it has no commits "
-                                 f"log) in folder {wal_root}")  # whole, never cut
+    assert code == 0 and [row[0] for row in lines(out)[2:]] == ["other", "shop"]
+    assert list((wal_root / "stray").iterdir()) == []
+
+
+def spark_checkpoint_like(folder: Path) -> Path:
+    """A folder laid out as Spark's checkpointLocation: a metadata file beside offsets
+    and commits folders (a commits folder, as a file namespace has)."""
+    for name in ("offsets", "commits", "sources"):
+        (folder / name).mkdir(parents=True)
+    (folder / "metadata").write_text('{"id":"5f0e2c7a"}\n')
+    (folder / "commits" / "0").write_text("v1\n{}\n")
+    return folder
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else b""
+            for p in sorted(folder.rglob("*"))}
+
+
+def test_namespaces_lists_neither_a_spark_checkpoint_nor_a_stray_folder(wal_root, capsys):
+    """This tests that a Spark checkpoint and a stray folder (one without, one with a
+    commits folder) inside a WAL root are no namespaces for `durablewal namespaces` (table,
+    names only, JSON) nor in the error for a missing namespace, that naming one of them
+    says what it is, and that none of this writes into them; the real namespaces are
+    listed and open."""
+    ckpt = spark_checkpoint_like(wal_root / "ckpt")
+    (wal_root / "stray").mkdir()
+    (wal_root / "loose" / "logs").mkdir(parents=True)  # a folder, but no commits log
+    before = tree(ckpt)
+    code, out, err = cli(capsys, "namespaces", wal_root)
+    assert (code, err) == (0, "")
+    assert [row[0] for row in lines(out)[2:]] == ["other", "shop"]
+    assert cli(capsys, "namespaces", wal_root, "--names-only")[:2] == (0, "other\nshop\n")
+    doc = cli_json(capsys, "namespaces", wal_root)
+    assert [n["name"] for n in doc["namespaces"]] == ["other", "shop"]
+    assert_one_line_error(*cli(capsys, "steps", wal_root, "--namespace", "nope"),
+                          "unknown namespace 'nope'; namespaces: other, shop")
+    assert_one_line_error(*cli(capsys, "steps", wal_root, "--namespace", "ckpt"),
+                          "unknown namespace 'ckpt'; namespaces: other, shop; 'ckpt' in "
+                          f"folder {wal_root} is a Spark checkpoint, not a WAL")
+    assert_one_line_error(*cli(capsys, "check", wal_root, "--namespace", "stray"),
+                          "unknown namespace 'stray'; namespaces: other, shop")
+    code, out, _ = cli(capsys, "steps", wal_root, "--namespace", NS)
+    assert code == 0 and "retained steps [0, 12)" in out
+    assert tree(ckpt) == before
     assert list((wal_root / "stray").iterdir()) == []
 
 

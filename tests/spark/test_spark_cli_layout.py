@@ -61,8 +61,9 @@ def test_cli_names_spark_checkpoints_and_the_wal_root(job_folder, capsys):
     """This tests that the CLI pointed one folder above the WAL root lists no Spark
     checkpoint or output folder as a namespace: `namespaces` fails (exit 2) naming the
     checkpoints as Spark checkpoints and giving the WAL root as the PATH; a command for a
-    namespace names the folder that holds it; a checkpoint given as PATH is called one;
-    and none of this writes a byte into the checkpoints."""
+    namespace names the folder that holds it; a checkpoint given as PATH is called one; a
+    checkpoint or stray folder inside the WAL root is no namespace; and none of this
+    writes a byte into the checkpoints."""
     job = job_folder
     before = {name: files_of(job / name) for name in ("ckpt", "ckpt-r", "out")}
     for extra in ([], ["--names-only"]):
@@ -87,17 +88,38 @@ def test_cli_names_spark_checkpoints_and_the_wal_root(job_folder, capsys):
             "(a query's checkpointLocation), not a WAL: give the WAL root"
         ), err
         assert err.endswith(f"the WAL root beside it: {job / 'wal'} (namespaces copy, shop)\n")
-    # a checkpoint kept inside the WAL root is listed as what it is, never opened
+    # a checkpoint (and a stray folder) kept inside the WAL root is no namespace: not
+    # listed, named as what it is when asked for, never opened
     (job / "ckpt").rename(job / "wal" / "ckpt")
+    (job / "wal" / "stray").mkdir()
     code, out, err = cli(capsys, "namespaces", job / "wal")
     assert code == 0, err
     rows = {line.split()[0]: line for line in out.splitlines()[2:]}
-    assert sorted(rows) == ["ckpt", "copy", "shop"]
-    assert rows["ckpt"].endswith("a Spark checkpoint, not a WAL: it is no namespace")
+    assert sorted(rows) == ["copy", "shop"]
     code, out, err = cli(capsys, "steps", job / "wal", "--namespace", "ckpt")
     assert (code, out) == (2, "")
-    assert "'ckpt' in folder" in err and "is a Spark checkpoint, not a WAL" in err
+    assert err.startswith("durablewal: error: unknown namespace 'ckpt'; namespaces: copy, shop; "
+                          f"'ckpt' in folder {job / 'wal'} is a Spark checkpoint, not a WAL"), err
+    (job / "wal" / "stray").rmdir()
     (job / "wal" / "ckpt").rename(job / "ckpt")
     assert {name: files_of(job / name) for name in before} == before
     code, out, _ = cli(capsys, "steps", job / "wal", "--namespace", "copy")
     assert code == 0 and "retained steps [0, 1)" in out
+
+
+def test_a_read_names_no_checkpoint_or_stray_folder_as_a_namespace(spark, job_folder):
+    """This tests that a read of a missing namespace from a WAL root that also keeps a
+    Spark checkpoint and a stray folder lists only the WAL's namespaces, and writes
+    nothing into the checkpoint."""
+    from pyspark.errors import PySparkException
+
+    wal = job_folder / "wal"
+    (job_folder / "ckpt").rename(wal / "ckpt")
+    (wal / "stray").mkdir()
+    before = files_of(wal / "ckpt")
+    for name in ("nope", "ckpt", "stray"):
+        with pytest.raises(PySparkException) as info:
+            spark.read.format("durablewal").option("namespace", name).load(str(wal)).collect()
+        assert (f"unknown namespace '{name}': pick one with .option(\"namespace\", NAME); "
+                f"namespaces in folder {wal}: copy, shop") in str(info.value), str(info.value)
+    assert files_of(wal / "ckpt") == before

@@ -35,12 +35,15 @@ def our_line(exc: BaseException, error: str) -> str:
 def test_a_read_without_namespace_lists_the_namespaces_and_the_option(spark, tmp_path):
     """This tests that a batch or stream read without .option("namespace") (so of
     'default') fails with a line that starts with the unknown namespace, says how to
-    pick one and lists the namespaces under the path, and that a path holding no
-    namespace says so."""
+    pick one and lists the namespaces under the path (not a Spark checkpoint or a stray
+    folder kept there), and that a path holding no namespace says so."""
     root = str(tmp_path / "wal")
     for name in ("shop", "audit"):
         spark.range(3).write.format("durablewal").option("namespace", name) \
             .mode("append").save(root)
+    for folder in ("ckpt/commits", "ckpt/offsets", "stray"):  # no namespaces
+        (tmp_path / "wal" / folder).mkdir(parents=True)
+    (tmp_path / "wal" / "ckpt" / "metadata").write_text('{"id":"5f0e2c7a"}\n')
     for read in (spark.read, spark.readStream):
         with pytest.raises(PySparkException) as info:
             read.format("durablewal").load(root)

@@ -106,6 +106,12 @@ class FileLogStore(LogStore):
             raise LogNotFound(f"no WAL folder at {root}")
         return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
 
+    @classmethod
+    def namespaces_holding(cls, config: Mapping[str, Any], log: str) -> list[str]:
+        """A log is a folder of its namespace's folder: one look each, nothing opened."""
+        root = Path(config.get("path", ""))
+        return [n for n in cls.list_namespaces(config) if (root / n / log).is_dir()]
+
     def sibling_namespaces(self) -> list[str]:
         return self.list_namespaces({"path": self.root}) if self.root.is_dir() else []
 

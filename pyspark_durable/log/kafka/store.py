@@ -76,15 +76,27 @@ class KafkaLogStore(LogStore):
 
     # -- logs -----------------------------------------------------------------
 
-    @classmethod
-    def list_namespaces(cls, config: Mapping[str, Any]) -> list[str]:
+    @staticmethod
+    def _topics(config: Mapping[str, Any]) -> list[str]:
+        """The topics of the cluster ``config`` points at, through an admin of its own."""
         settings = KafkaSettings.parse(config)
         check_listener(settings.bootstrap_servers, settings.clients["admin"])
         admin = client_for(settings.client).admin(settings)
         try:
-            return cls._namespaces_in(admin.list_topics())
+            return admin.list_topics()
         finally:
             admin.close()
+
+    @classmethod
+    def list_namespaces(cls, config: Mapping[str, Any]) -> list[str]:
+        return cls._namespaces_in(cls._topics(config))
+
+    @classmethod
+    def namespaces_holding(cls, config: Mapping[str, Any], log: str) -> list[str]:
+        """A log is the topic ``{namespace}_{log}``: one topic listing answers for all."""
+        topics = cls._topics(config)
+        present = set(topics)
+        return [n for n in cls._namespaces_in(topics) if f"{n}_{log}" in present]
 
     @staticmethod
     def _namespaces_in(topics: list[str]) -> list[str]:

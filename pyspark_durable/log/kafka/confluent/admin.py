@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import (
@@ -31,6 +31,9 @@ from pyspark_durable.log.kafka.confluent.errors import RETRIABLE, build, error_o
 from pyspark_durable.log.kafka.confluent.login import watched_metadata
 from pyspark_durable.log.kafka.topics import OneTopicRule
 
+if TYPE_CHECKING:
+    from pyspark_durable.log.kafka.settings import KafkaSettings
+
 log = logging.getLogger(__name__)
 
 CREATE_POLL_S = 0.05
@@ -39,7 +42,7 @@ class ConfluentAdmin(OneTopicRule):
     """Topic administration with librdkafka's AdminClient, as a
     :class:`~pyspark_durable.log.kafka.api.TopicAdmin`."""
 
-    def __init__(self, settings: Any, namespace: str | None = None) -> None:
+    def __init__(self, settings: KafkaSettings, namespace: str | None = None) -> None:
         self.settings = settings
         self.address = settings.bootstrap_servers
         self.principal = principal_of(settings.clients["admin"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -27,6 +27,9 @@ from pyspark_durable.log.kafka.confluent.errors import (
     typed,
 )
 
+if TYPE_CHECKING:
+    from pyspark_durable.log.kafka.settings import KafkaSettings
+
 log = logging.getLogger(__name__)
 
 FETCH_SLICE_S = 0.05  # one consume() wait: short, so an end of log answers quickly
@@ -35,7 +38,7 @@ class ConfluentReader:
     """One consumer assigned to partition 0 of a topic, as a
     :class:`~pyspark_durable.log.kafka.api.Reader`."""
 
-    def __init__(self, settings: Any, topic: str, where: Mapping[str, Any]) -> None:
+    def __init__(self, settings: KafkaSettings, topic: str, where: Mapping[str, Any]) -> None:
         self.address = settings.bootstrap_servers
         self.principal = principal_of(settings.clients["consumer"])
         self.topic = topic

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -25,6 +25,9 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from pyspark_durable.log.base import Record
 from pyspark_durable.log.kafka.acls import principal_of
 from pyspark_durable.log.kafka.confluent.errors import build, error_of, translated, typed
+
+if TYPE_CHECKING:
+    from pyspark_durable.log.kafka.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +39,7 @@ _SENDERS: dict[frozenset, ConfluentSender] = {}
 _SENDERS_LOCK = threading.Lock()
 
 
-def shared_sender(settings: Any, namespace: str) -> ConfluentSender:
+def shared_sender(settings: KafkaSettings, namespace: str) -> ConfluentSender:
     """The process's producer for these settings, shared by every store that uses them.
 
     An idempotent librdkafka producer can spend ~0.5 s acquiring its producer id before
@@ -64,7 +67,7 @@ def _flush_senders() -> None:
 class ConfluentSender:
     """One idempotent producer and the thread that serves its delivery reports."""
 
-    def __init__(self, settings: Any, namespace: str) -> None:
+    def __init__(self, settings: KafkaSettings, namespace: str) -> None:
         self.address = settings.bootstrap_servers
         self.principal = principal_of(settings.clients["producer"])
         self.producer = build(Producer, settings.clients["producer"], "connecting the producer",

@@ -197,6 +197,41 @@ def test_the_showcase_module_maps_name_every_module():
             f"{sorted(found - rows - aside)}; not modules: {sorted(rows - found - aside)}"
 
 
+def kafka_map() -> list[str]:
+    """The modules log/kafka/__init__.py's docstring maps, in its order (top first)."""
+    import pyspark_durable.log.kafka as kafka
+
+    lines = (kafka.__doc__ or "").splitlines()
+    rules = [n for n, line in enumerate(lines) if line.startswith("=====")]
+    return [line.split()[0].strip("`") for line in lines[rules[1] + 1:rules[2]]]
+
+
+def test_the_kafka_module_map_names_every_module():
+    """This tests that the module map in log/kafka/__init__.py's docstring has one line for
+    each module of log/kafka/ (the clients' packages' modules too) and none for a module
+    that is gone."""
+    prefix = "pyspark_durable.log.kafka."
+    rows = kafka_map()
+    found = {name.removeprefix(prefix) for name, path in modules().items()
+             if name.startswith(prefix) and path.name != "__init__.py"}
+    assert len(rows) == len(set(rows)), f"named twice: {sorted(r for r in rows if rows.count(r) > 1)}"
+    assert set(rows) == found, f"missing from the map: {sorted(found - set(rows))}; " \
+                               f"not modules: {sorted(set(rows) - found)}"
+
+
+def test_the_kafka_module_map_lists_each_module_above_what_it_imports():
+    """This tests that each module of log/kafka/'s map imports only modules listed below
+    it (type-only imports included), so the map reads from the store down."""
+    prefix = "pyspark_durable.log.kafka."
+    place = {name: n for n, name in enumerate(kafka_map())}
+    wrong = [f"{module} imports {target} (line {line}), listed above it"
+             for module, edges in sorted(import_graph().items())
+             if module.removeprefix(prefix) in place
+             for target, line in sorted(edges.items())
+             if place.get(target.removeprefix(prefix), len(place)) <= place[module.removeprefix(prefix)]]
+    assert not wrong, "\n".join(wrong)
+
+
 MAX_FUNCTION_LINES = 60
 
 

@@ -1,26 +1,47 @@
 """The Kafka log: the distributed backend (any Kafka-protocol broker), on either client.
 
-Module map, from the store down (each imports only modules below it)::
+The modules, from the store down (each imports only modules below it, and neither
+client anything of the other), and what each is for:
 
-    store        KafkaLogStore: a namespace's logs as topics, its snapshots
-    log          KafkaLog: one log over a Partition, low watermark from the Registry
-    registry     Registry: the snapshots topic as a map; the deletion rule
-    partition    Partition: partition 0 of a topic: appends, both ends, scans
-    pool         ClientPool: the store's one sender and its bounded idle readers
-    settings     KafkaSettings: options parsed; client_for, the one place a client is chosen
-    acls         the rights (ACLs) of each role; a refusal as AccessDenied naming the ACL
-    auth         security options; a wrong password told quickly
-    oauth        OAUTHBEARER with OAuth2 client credentials: librdkafka's OIDC, a token
-                 provider for kafka-python
-    topics       OneTopicRule (one partition, no broker-side retention); topic configs
-    api          Reader, Sender, TopicAdmin: what each client implements; KafkaClient
-    spelling     normalize_key: one spelling rule for option keys
-    probe        broker_reachability: which brokers are down, for error messages
-    listener     check_listener: a client speaking the wrong security protocol to a
-                 listener (SASL, TLS) named before the first request
-    confluent    the confluent-kafka (librdkafka) client, with librdkafka: its
-                 properties and errors
-    kafka_python the kafka-python client
+=========================  ========================================================================
+module                     for
+=========================  ========================================================================
+``store``                  KafkaLogStore: a namespace's logs as topics, its snapshots
+``log``                    KafkaLog: one log over a Partition, low watermark from the Registry
+``registry``               Registry: the snapshots topic as a map; the deletion rule
+``partition``              Partition: partition 0 of a topic: appends, both ends, scans
+``pool``                   ClientPool: the store's one sender and its bounded idle readers
+``confluent.sender``       the process's idempotent producer per settings, its delivery thread
+``confluent.reader``       a librdkafka consumer assigned to partition 0 of a topic
+``confluent.admin``        topics listed, created, configured, cut with librdkafka's AdminClient
+``confluent.errors``       librdkafka's errors as typed errors; a client built
+``confluent.config``       librdkafka's properties of each client; its OIDC; its log lines
+``confluent.login``        a refused login on librdkafka told within a second (error_cb)
+``kafka_python.admin``     topics listed, created, configured, cut with KafkaAdminClient
+``kafka_python.sender``    a KafkaProducer, replaced when kafka-python left it unusable
+``kafka_python.reader``    a KafkaConsumer assigned to partition 0 of a topic
+``kafka_python.errors``    kafka-python's errors as typed errors
+``kafka_python.config``    kafka-python's kwargs of each client; no topic auto-creation
+``kafka_python.tokens``    the OAUTHBEARER token provider kafka-python asks at each login
+``kafka_python.login``     a refused login on kafka-python told within a second
+``settings``               KafkaSettings: options parsed; client_for, where a client is chosen
+``acls``                   the rights (ACLs) of each role; a refusal as AccessDenied naming the ACL
+``auth``                   security options (JAAS translated); a refused login as a typed error
+``oauth``                  OAuth2 client credentials: tokens fetched, shared, asked after a failure
+``topics``                 OneTopicRule (one partition, no broker-side retention); topic configs
+``api``                    Reader, Sender, TopicAdmin: what each client implements; KafkaClient
+``spelling``               normalize_key: one spelling rule for option keys
+``probe``                  broker_reachability: which brokers are down, for error messages
+``listener``               check_listener: a wrong security protocol named before the first request
+``transient``              which failures a retry can outlast: the one table both clients use
+=========================  ========================================================================
+
+Each client is a package (:mod:`~pyspark_durable.log.kafka.confluent`,
+:mod:`~pyspark_durable.log.kafka.kafka_python`) holding all of its own code, whose
+docstring maps its modules; what both clients share (options, rights, security
+options, OAuth tokens, the transient table) lies outside them. A client stands above
+``settings``, whose parsed options it is handed: ``settings`` loads the chosen one by
+its name (``client_for``), never by an import.
 
 The protocol is written once against :mod:`~pyspark_durable.log.kafka.api`, with one
 implementation per client, each imported only when chosen (option ``client``:

@@ -1,6 +1,6 @@
 """The interfaces each Kafka client implements, and what the log relies on from each.
 
-A client module (:mod:`~pyspark_durable.log.kafka.confluent`,
+A client package (:mod:`~pyspark_durable.log.kafka.confluent`,
 :mod:`~pyspark_durable.log.kafka.kafka_python`) provides a :class:`Reader`, a
 :class:`Sender` and a :class:`TopicAdmin`, bundled as one :class:`KafkaClient`. Every
 failure of a method below is one of this package's typed errors

@@ -1,4 +1,4 @@
-"""Authentication of the Kafka log: security options, and a wrong password told quickly.
+"""Authentication of the Kafka log: security options, and a refused login as one typed error.
 
 **Options.** A user writes Kafka's own names (``kafka.security.protocol``,
 ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config`` as in Spark's Kafka connector
@@ -9,37 +9,29 @@ turns a ``sasl.jaas.config`` of the PLAIN or SCRAM login module into user name a
 password, and one of OAuthBearerLoginModule (a Java client's OAUTHBEARER: clientId,
 clientSecret, scope) into the ``sasl.oauthbearer.*`` options (neither client reads
 JAAS), and for librdkafka turns kafka-python's
-``ssl_check_hostname`` into ``ssl.endpoint.identification.algorithm``. The other
-renames are :data:`~pyspark_durable.log.kafka.librdkafka.ALIASES`.
+``ssl_check_hostname`` into ``ssl.endpoint.identification.algorithm``. It runs before
+the chosen client sees the options, so it knows the two spellings it must not
+overwrite; the other renames are the confluent client's
+(:data:`~pyspark_durable.log.kafka.confluent.config.ALIASES`).
 
-**A wrong password** is :class:`~pyspark_durable.errors.AuthenticationFailed`, raised
-when the store opens, within about a second, not after ``connect_timeout_ms``:
-
-* librdkafka reports a failed SASL exchange only through its ``error_cb`` and keeps
-  retrying, so a metadata request just times out. The admin client gets an
-  :class:`AuthWatch` as ``error_cb``; :func:`rd_list_topics` asks for metadata in
-  short, growing slices and polls the watch between them.
-* kafka-python's bootstrap retries any failed connection until its timeout, and
-  3.0.12 loses the broker's SaslAuthenticate error when the broker closes the
-  connection right after it (the bytes and the EOF arrive in one read), so the
-  failure looks like "socket disconnected". :func:`py_check_credentials` makes one
-  connection first (only when SASL or TLS is configured): a connection that answered
-  ApiVersions and then closed during the SASL exchange is a refused login.
+**A wrong password** is :class:`~pyspark_durable.errors.AuthenticationFailed`
+(:func:`authentication_failed`: broker, protocol and mechanism named, the secret
+never), raised when the store opens, within about a second, not after
+``connect_timeout_ms``. Neither client tells it that quickly by itself; each client's
+``login`` module does: :mod:`~pyspark_durable.log.kafka.confluent.login` watches
+librdkafka's ``error_cb``, :mod:`~pyspark_durable.log.kafka.kafka_python.login` makes
+one connection with kafka-python's own connection code first.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from pyspark_durable import secrets
 from pyspark_durable.errors import (
     AuthenticationFailed,
-    BackendUnavailable,
     ConfigError,
-    DurableWalError,
 )
 from pyspark_durable.log.kafka.spelling import normalize_key
 
@@ -158,7 +150,7 @@ def authentication_failed(address: str, config: Mapping[str, Any], detail: str,
         what = f"authentication to Kafka broker {address} failed"
         fix = "check the kafka.sasl.* and kafka.ssl.* options"
     elif protocol.startswith("SASL") and str(mechanism).upper() == "OAUTHBEARER":
-        what, detail, fix = _oauth_failure(address, protocol, config, detail)
+        what, fix = _oauth_failure(address, protocol)
     elif protocol.startswith("SASL"):
         what = (f"SASL authentication (mechanism {mechanism or 'GSSAPI'}, security.protocol "
                 f"{protocol}) to Kafka broker {address} failed")
@@ -167,142 +159,23 @@ def authentication_failed(address: str, config: Mapping[str, Any], detail: str,
     else:
         what = f"TLS connection (security.protocol {protocol}) to Kafka broker {address} failed"
         fix = "check kafka.ssl.cafile (the CA that signed the broker's certificate)"
+    return login_refused(what, detail, fix, **where)
+
+
+def login_refused(what: str, detail: str, fix: str, **where: Any) -> AuthenticationFailed:
+    """The typed error of a refused login: what failed, the client's words (secrets
+    scrubbed) and the fix; never retried, as the same login is refused again."""
     return AuthenticationFailed(f"{what}: {secrets.scrub(detail)}; {fix} (not retried)",
                                 **where)
 
 
-RD_TOKEN_FAILED = "Failed to acquire SASL OAUTHBEARER token: "  # librdkafka's OIDC fetch
-# libcurl's words, in librdkafka's failure, for an endpoint it could not reach
-RD_ENDPOINT_DOWN = ("Failed to connect", "Could not connect", "Could not resolve",
-                    "Timeout was reached")
-
-
-def rd_login_failed(address: str, config: Mapping[str, Any], failure: str,
-                    **where: Any) -> DurableWalError:
-    """librdkafka's failed login as a typed error: a token endpoint it could not reach is
-    retriable :class:`BackendUnavailable` (as kafka-python's provider reports it); any
-    other failure is :func:`authentication_failed`."""
-    if RD_TOKEN_FAILED in failure and any(w in failure for w in RD_ENDPOINT_DOWN):
-        url = config.get("sasl.oauthbearer.token.endpoint.url")
-        return BackendUnavailable(secrets.scrub(
-            f"cannot reach the OAuth token endpoint {url}: "
-            f"{failure.split(RD_TOKEN_FAILED, 1)[1]}"), **where)
-    return authentication_failed(address, config, failure, **where)
-
-
-def _oauth_failure(address: str, protocol: str, config: Mapping[str, Any],
-                   detail: str) -> tuple[str, str, str]:
-    """What failed, the client's words and the fix, for OAUTHBEARER: the token endpoint
-    gave no token (librdkafka's OIDC), or the broker refused the token."""
-    if RD_TOKEN_FAILED in detail:
-        url = config.get("sasl.oauthbearer.token.endpoint.url")
-        client_id = config.get("sasl.oauthbearer.client.id")
-        return (f"the OAuth token endpoint {url} (client id {client_id!r}) refused",
-                detail.split(RD_TOKEN_FAILED, 1)[1],
-                "check kafka.sasl.oauthbearer.client.id, kafka.sasl.oauthbearer.client.secret, "
-                "kafka.sasl.oauthbearer.scope and kafka.sasl.oauthbearer.token.endpoint.url")
+def _oauth_failure(address: str, protocol: str) -> tuple[str, str]:
+    """What failed and the fix, for OAUTHBEARER: the broker refused the token. (A token
+    endpoint that refused the client is told where the token is fetched: by
+    :class:`~pyspark_durable.log.kafka.oauth.ClientCredentials`, or by librdkafka, whose
+    words :func:`~pyspark_durable.log.kafka.confluent.login.login_failed` reads.)"""
     return (f"SASL/OAUTHBEARER authentication (security.protocol {protocol}) to Kafka broker "
-            f"{address} failed", detail,
+            f"{address} failed",
             "the broker refused the token; check that its issuer, audience and signing key "
             "are the ones the broker expects (its sasl.oauthbearer.expected.audience, "
             "expected.issuer, jwks.endpoint.url) and kafka.sasl.oauthbearer.scope")
-
-
-# -- librdkafka ------------------------------------------------------------------------
-
-
-class AuthWatch:
-    """A librdkafka ``error_cb``: keeps the first authentication or TLS failure."""
-
-    def __init__(self) -> None:
-        self.failure: str | None = None
-        self._lock = threading.Lock()
-
-    def __call__(self, err: Any) -> None:
-        from confluent_kafka import KafkaError
-
-        codes = (KafkaError._AUTHENTICATION, KafkaError._SSL,
-                 KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError.ILLEGAL_SASL_STATE,
-                 KafkaError.UNSUPPORTED_SASL_MECHANISM)
-        if err.code() in codes:
-            with self._lock:
-                if self.failure is None:
-                    self.failure = err.str()
-
-
-def rd_list_topics(client: Any, timeout_s: float, address: str, config: Mapping[str, Any],
-                   **where: Any) -> Any:
-    """``client.list_topics`` within ``timeout_s``; an authentication failure the
-    client's :class:`AuthWatch` saw is :class:`AuthenticationFailed` at once."""
-    from confluent_kafka import KafkaError, KafkaException
-
-    watch = config.get("error_cb")
-    if not isinstance(watch, AuthWatch):
-        return client.list_topics(timeout=timeout_s)
-    waiting = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT)
-    deadline = time.monotonic() + timeout_s
-    slice_s = FIRST_SLICE_S
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            return client.list_topics(timeout=max(0.001, min(slice_s, left)))
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-            client.poll(0)  # serves error_cb
-            if watch.failure is not None:
-                raise rd_login_failed(address, config, watch.failure, **where) from None
-            if err is None or err.code() not in waiting or time.monotonic() >= deadline:
-                raise
-        slice_s = min(slice_s * 2, MAX_SLICE_S)
-
-
-# -- kafka-python ----------------------------------------------------------------------
-
-
-def py_check_credentials(config: Mapping[str, Any], address: str, timeout_ms: int,
-                         **where: Any) -> None:
-    """One connection with kafka-python's own connection code, when SASL or TLS is
-    configured: a refused login or certificate is :class:`AuthenticationFailed`;
-    anything else (an unreachable broker) is left to the client's own bootstrap."""
-    protocol = protocol_of(config)
-    if protocol == "PLAINTEXT":
-        return
-    provider = config.get("sasl_oauth_token_provider")
-    if provider is not None and protocol.startswith("SASL"):
-        provider.token()  # a refused client secret is told by the token endpoint, at once
-    import kafka.errors as kerr
-    from kafka.net.manager import KafkaConnectionManager
-    from kafka.net.selector import NetworkSelector
-
-    net = NetworkSelector(**config)
-    manager = KafkaConnectionManager(net, **config)
-
-    async def connected(conn: Any) -> None:
-        await conn
-
-    try:
-        for node in manager.cluster.bootstrap_brokers():
-            conn = manager.get_connection(node.node_id, timeout_ms=timeout_ms,
-                                          pop_on_close=False, refresh_metadata_on_err=False,
-                                          reset_backoff_on_connect=False)
-            try:
-                net.run(connected, conn)
-                return  # logged in: the credentials are good
-            except (kerr.SaslAuthenticationFailedError, kerr.IllegalSaslStateError,
-                    kerr.UnsupportedSaslMechanismError) as exc:
-                raise authentication_failed(address, config, f"{type(exc).__name__}: {exc}",
-                                            **where) from None
-            except kerr.KafkaError as exc:
-                text = str(exc)
-                if protocol.endswith("SSL") and ("Handshake failed" in text
-                                                 or "CERTIFICATE_VERIFY_FAILED" in text):
-                    raise authentication_failed(address, config, text, **where) from None
-                if protocol.startswith("SASL") and conn.broker_version_data is not None \
-                        and isinstance(exc, kerr.KafkaConnectionError):
-                    raise authentication_failed(
-                        address, config, "the broker closed the connection during the SASL "
-                        f"exchange ({text})", **where) from None
-                continue  # not reachable: try the next, then let the bootstrap report it
-    finally:
-        manager.close()
-        net.close()

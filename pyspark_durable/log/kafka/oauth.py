@@ -9,9 +9,12 @@ A user gives librdkafka's names, as text (Spark options are strings)::
     sasl.oauthbearer.client.secret=...           (a secret: redacted like a password)
     sasl.oauthbearer.scope=...                   (optional)
 
-librdkafka fetches and refreshes the tokens itself (its native OIDC). kafka-python has no
-token fetching, only a ``sasl_oauth_token_provider`` object; :func:`kafka_python_tokens`
-turns the same options into a :class:`ClientCredentials` for it: a POST of
+librdkafka fetches and refreshes the tokens itself (its native OIDC, turned on by
+:func:`~pyspark_durable.log.kafka.confluent.config.oidc`). kafka-python has no token
+fetching, only a ``sasl_oauth_token_provider`` object, which
+:mod:`~pyspark_durable.log.kafka.kafka_python.tokens` makes from the same options around
+a :class:`ClientCredentials` (kept here, beside :func:`refused_login`, which asks the
+same credentials on both clients): a POST of
 ``grant_type=client_credentials`` with the client id and secret as HTTP Basic
 credentials (as librdkafka and Kafka's Java client send them), the token kept until 80 %
 of its lifetime has passed (librdkafka's rule), so a re-authentication the broker asks
@@ -62,7 +65,7 @@ REFUSED_HTTP = (400, 401, 403)
 REASK_S = 1.0  # ClientCredentials.refusal's answer is shared this long
 
 
-def _dotted(key: str) -> str:
+def dotted(key: str) -> str:
     return key.replace("_", ".")
 
 
@@ -193,50 +196,19 @@ def client_credentials(url: str, client_id: str, secret: str, scope: str | None,
         return tokens
 
 
-def kafka_python_tokens(options: dict[str, Any], timeout_s: float) -> ClientCredentials | None:
-    """Take the OAuth options out of ``options`` (kafka-python's one spelling) and return
-    their :class:`ClientCredentials`; None when none is given."""
-    given = {k: options.pop(k) for k in OAUTH_KEYS & set(options)}
-    if not given:
-        return None
-    method = str(given.get(METHOD, "oidc")).strip().lower()
-    if method != "oidc":
-        raise ConfigError(f"option {_dotted(METHOD)}={given[METHOD]!r}: kafka-python supports "
-                          "only 'oidc' (tokens from sasl.oauthbearer.token.endpoint.url)")
-    missing = [_dotted(k) for k in (URL, CLIENT_ID, CLIENT_SECRET) if not given.get(k)]
-    if missing:
-        raise ConfigError(f"OAUTHBEARER with an OAuth token endpoint needs {', '.join(missing)}")
-    if options.get("sasl_oauth_token_provider") is not None:
-        raise ConfigError("give either sasl_oauth_token_provider or the "
-                          "sasl.oauthbearer.* options, not both")
-    url = str(given[URL])
-    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-        raise ConfigError(f"option {_dotted(URL)}={url!r} is not an http(s) URL")
-    scope = str(given[SCOPE]) if given.get(SCOPE) else None
-    return client_credentials(url, str(given[CLIENT_ID]), str(given[CLIENT_SECRET]), scope,
-                              timeout_s)
-
-
-def librdkafka_oidc(props: dict[str, Any]) -> None:
-    """librdkafka's native OIDC: ``sasl.oauthbearer.method=oidc`` once a token endpoint is
-    given (its default method builds unsigned test tokens)."""
-    if props.get(_dotted(URL)) and not props.get(_dotted(METHOD)):
-        props[_dotted(METHOD)] = "oidc"
-
-
 def credentials_of(config: Mapping[str, Any], timeout_s: float) -> ClientCredentials | None:
     """The :class:`ClientCredentials` a client's config logs in with: kafka-python's token
     provider's, or those of librdkafka's OIDC properties; None without a token endpoint."""
     tokens = getattr(config.get("sasl_oauth_token_provider"), "tokens", None)
     if isinstance(tokens, ClientCredentials):
         return tokens
-    url = config.get(_dotted(URL))
+    url = config.get(dotted(URL))
     if not url or not is_oauth(config) \
-            or str(config.get(_dotted(METHOD)) or "oidc").lower() != "oidc":
+            or str(config.get(dotted(METHOD)) or "oidc").lower() != "oidc":
         return None
-    return client_credentials(str(url), str(config.get(_dotted(CLIENT_ID)) or ""),
-                              str(config.get(_dotted(CLIENT_SECRET)) or ""),
-                              config.get(_dotted(SCOPE)) or None, timeout_s)
+    return client_credentials(str(url), str(config.get(dotted(CLIENT_ID)) or ""),
+                              str(config.get(dotted(CLIENT_SECRET)) or ""),
+                              config.get(dotted(SCOPE)) or None, timeout_s)
 
 
 def refused_login(exc: DurableWalError, config: Mapping[str, Any], timeout_s: float,

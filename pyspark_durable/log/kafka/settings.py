@@ -8,7 +8,7 @@ field) or a kafka-python config name (``KafkaProducer``,
 option goes to every client that knows it. With ``client=confluent`` (librdkafka,
 ``pyspark_durable[kafka]``, the default) a key may also be any librdkafka property, and
 kafka-python names are translated to librdkafka's
-(:mod:`~pyspark_durable.log.kafka.librdkafka`). String values are coerced to the type
+(:mod:`~pyspark_durable.log.kafka.confluent.config`). String values are coerced to the type
 of the option's default (Spark passes every option as a string).
 
 Options that would break the log's guarantees are refused (:data:`FORBIDDEN`), as

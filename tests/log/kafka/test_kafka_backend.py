@@ -541,7 +541,7 @@ def test_a_vanished_topic_is_never_created_again_by_a_handle(make_kafka, kafka_b
     """This tests that a log handle whose topic was deleted under it fails to read and to
     append with typed errors and never makes the topic again, although the broker
     auto-creates topics (kafka-python 3.0.12 ignores allow_auto_create_topics=False in
-    its metadata requests: kafka_python.no_auto_create)."""
+    its metadata requests: kafka_python.config.no_auto_create)."""
     from pyspark_durable.errors import DurableWalError
 
     log = make_kafka(request_timeout_ms=3000).open_region(0)

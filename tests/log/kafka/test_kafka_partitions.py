@@ -83,7 +83,7 @@ def test_every_librdkafka_code_is_classified_and_transient_ones_are_retriable():
     import kafka.errors as kerr
     from confluent_kafka import KafkaError
 
-    from pyspark_durable.log.kafka.librdkafka import typed
+    from pyspark_durable.log.kafka.confluent.errors import typed
 
     codes = {n: v for n, v in vars(KafkaError).items()
              if n.lstrip("_").isupper() and isinstance(v, int)}
@@ -122,7 +122,7 @@ def test_every_kafka_python_retriable_error_is_retriable_and_refusals_never():
     the client's translation, and that no authorization or login failure does."""
     import kafka.errors as kerr
 
-    from pyspark_durable.log.kafka.kafka_python import as_typed
+    from pyspark_durable.log.kafka.kafka_python.errors import as_typed
 
     address = "127.0.0.1:1"
     classes = [c for c in vars(kerr).values()

@@ -140,3 +140,18 @@ def frame_spans(segment: Path) -> dict[int, tuple[int, int]]:
     assert bad is None and end == size
     ends = [*found[1:], end]
     return {int(segment.stem) + i: span for i, span in enumerate(zip(found, ends, strict=True))}
+
+
+def spark_checkpoint_like(folder: Path) -> Path:
+    """A folder laid out as Spark's checkpointLocation: a metadata file beside offsets
+    and commits folders (a commits folder, as a file namespace has)."""
+    for name in ("offsets", "commits", "sources"):
+        (folder / name).mkdir(parents=True)
+    (folder / "metadata").write_text('{"id":"5f0e2c7a"}\n')
+    (folder / "commits" / "0").write_text("v1\n{}\n")
+    return folder
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else b""
+            for p in sorted(folder.rglob("*"))}

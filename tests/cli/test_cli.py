@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from helpers import spark_checkpoint_like, tree
 
 from pyspark_durable.cli import main
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
@@ -112,21 +113,6 @@ def test_namespaces_lists_summaries(wal_root, capsys):
     code, out, _ = cli(capsys, "namespaces", wal_root)
     assert code == 0 and [row[0] for row in lines(out)[2:]] == ["other", "shop"]
     assert list((wal_root / "stray").iterdir()) == []
-
-
-def spark_checkpoint_like(folder: Path) -> Path:
-    """A folder laid out as Spark's checkpointLocation: a metadata file beside offsets
-    and commits folders (a commits folder, as a file namespace has)."""
-    for name in ("offsets", "commits", "sources"):
-        (folder / name).mkdir(parents=True)
-    (folder / "metadata").write_text('{"id":"5f0e2c7a"}\n')
-    (folder / "commits" / "0").write_text("v1\n{}\n")
-    return folder
-
-
-def tree(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else b""
-            for p in sorted(folder.rglob("*"))}
 
 
 def test_namespaces_lists_neither_a_spark_checkpoint_nor_a_stray_folder(wal_root, capsys):

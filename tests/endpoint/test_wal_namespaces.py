@@ -7,27 +7,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import S3_BUCKET, s3_options
+from helpers import S3_BUCKET, s3_options, spark_checkpoint_like, tree
 
 from pyspark_durable.endpoint import is_wal_namespace, open_namespace, wal_namespaces, write_step
 from pyspark_durable.errors import LogNotFound, UnknownNamespace
 from pyspark_durable.log import open_store
 from pyspark_durable.log.kafka.store import KafkaLogStore
-
-
-def spark_checkpoint_like(folder: Path) -> Path:
-    """A folder laid out as Spark's checkpointLocation: a metadata file beside offsets
-    and commits folders (a commits folder, as a file namespace has)."""
-    for name in ("offsets", "commits", "sources"):
-        (folder / name).mkdir(parents=True)
-    (folder / "metadata").write_text('{"id":"5f0e2c7a"}\n')
-    (folder / "commits" / "0").write_text("v1\n{}\n")
-    return folder
-
-
-def tree(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else b""
-            for p in sorted(folder.rglob("*"))}
 
 
 @pytest.fixture

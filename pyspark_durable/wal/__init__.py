@@ -52,6 +52,7 @@ module                             for
 ``replay.snapshot_schedule``       when a committer writes a snapshot
 ``upkeep.cleaner``                 the cleaner: expire, record a bound, delete, snapshot
 ``upkeep.check``                   the integrity check (``durablewal check``)
+``upkeep.check_regions``           the check's pass over the region logs, entry by entry
 ``upkeep.check_report``            what the check found, with coordinates
 ``upkeep.repair``                  what check finds lost recorded as lost (``durablewal repair``)
 ``upkeep.backup``                  a consistent copy of a running file-log namespace (``durablewal backup``)

@@ -36,6 +36,8 @@ module                             for
 ``failpoints``                     named points in the protocols where tests pause or kill
 ``progress``                       how a long pass (check, clean) reports its progress
 ``format.records``                 the ``commits`` log's record kinds and their JSON
+``format.commit_record``           a commits record's base class and the registry of kinds
+``format.table_records``           the records that define tables, and a table as replayed
 ``format.runs``                    a step's runs and their compact stored form
 ``format.receipts``                what a writer attempt hands its committer
 ``format.schemas``                 schema evolution: which versions may follow which
@@ -61,8 +63,9 @@ module                             for
 
 from pyspark_durable.wal.attempt import Attempt
 from pyspark_durable.wal.format.receipts import AttemptReceipt, WrittenEntry
-from pyspark_durable.wal.format.records import StepCommit, TableInfo
+from pyspark_durable.wal.format.records import StepCommit
 from pyspark_durable.wal.format.runs import Run
+from pyspark_durable.wal.format.table_records import TableInfo
 from pyspark_durable.wal.namespace import DEFAULT_TABLE, Namespace
 from pyspark_durable.wal.reading import StepBatch
 from pyspark_durable.wal.replay.retention import RetentionPolicy

@@ -66,10 +66,10 @@ from pyspark_durable.log import LogStore
 from pyspark_durable.times import iso
 from pyspark_durable.wal.arguments import check_step_arg, check_writer
 from pyspark_durable.wal.attempt import Attempt
+from pyspark_durable.wal.format.commit_record import CommitRecord
 from pyspark_durable.wal.format.receipts import AttemptReceipt, build_runs, event_time_span
 from pyspark_durable.wal.format.records import (
     ClocksRecord,
-    CommitRecord,
     DedupRecord,
     ExpireRecord,
     NsRecord,

@@ -38,11 +38,10 @@ from pyspark_durable.errors import (
 )
 from pyspark_durable.log import Log, LogStore
 from pyspark_durable.wal.format.columns import decode_block, encode_blocks
+from pyspark_durable.wal.format.commit_record import RECORD_KINDS, CommitRecord
 from pyspark_durable.wal.format.records import (
-    RECORD_KINDS,
     CleanRecord,
     ClocksRecord,
-    CommitRecord,
     DedupRecord,
     ExpireRecord,
     LostRecord,
@@ -52,15 +51,17 @@ from pyspark_durable.wal.format.records import (
     ReaderRecord,
     RetentionRecord,
     Run,
-    SchemaRecord,
     StepCommit,
-    TableInfo,
-    TableRecord,
-    TablesRecord,
     WriterRecord,
     decode_record,
 )
 from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME, open_snapshot, seal_snapshot
+from pyspark_durable.wal.format.table_records import (
+    SchemaRecord,
+    TableInfo,
+    TableRecord,
+    TablesRecord,
+)
 from pyspark_durable.wal.replay.chunk_table import CHUNK_SCHEMA, ChunkList
 from pyspark_durable.wal.replay.copies import CommitsReader
 from pyspark_durable.wal.replay.dedup import Dedup

@@ -43,7 +43,8 @@ module                             for
 ``format.schemas``                 schema evolution: which versions may follow which
 ``format.snapshot_file``           the checked envelope a snapshot is stored in
 ``format.columns``                 a snapshot's Arrow blocks, read as columns row by row
-``replay.state``                   the state replay rebuilds, and its snapshots
+``replay.state``                   the state replay rebuilds: recovery, one handler per kind
+``replay.stored_state``            what that state holds, which steps it needs, its snapshots
 ``replay.copies``                  each commits record written twice, and read back once
 ``replay.step_index``              which commits record is step *n*, in chunks
 ``replay.chunk_table``             the step index's chunks as a snapshot stores them

@@ -85,7 +85,8 @@ from pyspark_durable.wal.reading import StepBatch, StepReads
 from pyspark_durable.wal.replay.clocks import CLOCK_STEP_MS
 from pyspark_durable.wal.replay.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.replay.retention import RetentionPolicy
-from pyspark_durable.wal.replay.state import NamespaceState, ReaderPosition
+from pyspark_durable.wal.replay.state import NamespaceState
+from pyspark_durable.wal.replay.stored_state import ReaderPosition
 from pyspark_durable.wal.reserve import using_reserve
 from pyspark_durable.wal.tables import TableCatalog
 

@@ -13,7 +13,8 @@ place. So this reads everything once and keeps going where it can:
    above the clean bound the commit log recorded for it;
 3. sequence density per table over the indexed steps (each step starts where the
    previous one ended; the last one ends at the table's next sequence);
-4. every region log from its low to its high watermark, in one pass: each entry's
+4. every region log from its low to its high watermark, in one pass
+   (:mod:`~pyspark_durable.wal.upkeep.check_regions`): each entry's
    CRC (by the backend), key (version, namespace id, region) and value version; and
    each run of each still-needed step: inside the region's watermarks, entries of
    the attempts the commit names, of the table it says, as many entries and rows as

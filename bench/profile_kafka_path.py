@@ -42,7 +42,7 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 
 def rate_rows(n: int, batch: int) -> list[pa.RecordBatch]:
-    """The sink pair's rows (``spark_pairs.rate_df``): ``id`` and ``lpad(id, 20, '0')``
+    """The sink pair's rows (``spark_queries.rate_df``): ``id`` and ``lpad(id, 20, '0')``
     followed by 72 ``x``, as Spark hands them to a Python sink, ``batch`` rows a batch."""
     import numpy as np
 

@@ -40,14 +40,8 @@ from common import BROKER_PIDS, OUT, SCRATCH, WARMUPS, Result, Target  # noqa: E
 from kafka_broker import KafkaCluster, start_cluster  # noqa: E402
 from log_pairs import file_append_pair, kafka_log_pairs  # noqa: E402
 from memory import memory_pair, recovery_pair  # noqa: E402
-from spark_pairs import (  # noqa: E402
-    ProgressWaiter,
-    SharedRates,
-    backend_goal_rows,
-    latency_pairs,
-    restart_pair,
-    source_sink_pairs,
-)
+from spark_pairs import backend_goal_rows, latency_pairs, restart_pair, source_sink_pairs  # noqa: E402
+from spark_queries import ProgressWaiter, SharedRates  # noqa: E402
 
 SCALES = {
     "small": {"rows": 100_000, "latency_batches": 8, "memory_mb": (100, 400),

@@ -40,7 +40,7 @@ PARTITIONS = 2
 JSON_SCHEMA = "id long, payload string"
 AVRO_SCHEMA = json.dumps({"type": "record", "name": "row", "fields": [
     {"name": "id", "type": "long"}, {"name": "payload", "type": "bytes"}]})
-# the rate peer's payload (bench/spark_pairs.PAYLOAD_EXPR) as a 92-character string
+# the rate peer's payload (bench/spark_queries.PAYLOAD_EXPR) as a 92-character string
 PAYLOAD_STR = "concat(lpad(cast({col} as string), 20, '0'), repeat('x', 72))"
 # value form -> (how the rows are carried, the source query's decode, the sink's encode)
 VALUES = {

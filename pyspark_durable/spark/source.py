@@ -52,7 +52,7 @@ from pyspark_durable.times import iso
 from pyspark_durable.wal import Namespace, StepCommit
 from pyspark_durable.wal.format.records import Run
 from pyspark_durable.wal.metadata import METADATA_NAMES, metadata_columns
-from pyspark_durable.wal.replay.state import ReaderPosition
+from pyspark_durable.wal.replay.stored_state import ReaderPosition
 
 log = logging.getLogger(__name__)
 

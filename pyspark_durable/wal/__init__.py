@@ -36,12 +36,15 @@ module                             for
 ``failpoints``                     named points in the protocols where tests pause or kill
 ``progress``                       how a long pass (check, clean) reports its progress
 ``format.records``                 the ``commits`` log's record kinds and their JSON
+``format.commit_record``           a commits record's base class and the registry of kinds
+``format.table_records``           the records that define tables, and a table as replayed
 ``format.runs``                    a step's runs and their compact stored form
 ``format.receipts``                what a writer attempt hands its committer
 ``format.schemas``                 schema evolution: which versions may follow which
 ``format.snapshot_file``           the checked envelope a snapshot is stored in
 ``format.columns``                 a snapshot's Arrow blocks, read as columns row by row
-``replay.state``                   the state replay rebuilds, and its snapshots
+``replay.state``                   the state replay rebuilds: recovery, one handler per kind
+``replay.stored_state``            what that state holds, which steps it needs, its snapshots
 ``replay.copies``                  each commits record written twice, and read back once
 ``replay.step_index``              which commits record is step *n*, in chunks
 ``replay.chunk_table``             the step index's chunks as a snapshot stores them
@@ -52,6 +55,7 @@ module                             for
 ``replay.snapshot_schedule``       when a committer writes a snapshot
 ``upkeep.cleaner``                 the cleaner: expire, record a bound, delete, snapshot
 ``upkeep.check``                   the integrity check (``durablewal check``)
+``upkeep.check_regions``           the check's pass over the region logs, entry by entry
 ``upkeep.check_report``            what the check found, with coordinates
 ``upkeep.repair``                  what check finds lost recorded as lost (``durablewal repair``)
 ``upkeep.backup``                  a consistent copy of a running file-log namespace (``durablewal backup``)
@@ -60,8 +64,9 @@ module                             for
 
 from pyspark_durable.wal.attempt import Attempt
 from pyspark_durable.wal.format.receipts import AttemptReceipt, WrittenEntry
-from pyspark_durable.wal.format.records import StepCommit, TableInfo
+from pyspark_durable.wal.format.records import StepCommit
 from pyspark_durable.wal.format.runs import Run
+from pyspark_durable.wal.format.table_records import TableInfo
 from pyspark_durable.wal.namespace import DEFAULT_TABLE, Namespace
 from pyspark_durable.wal.reading import StepBatch
 from pyspark_durable.wal.replay.retention import RetentionPolicy

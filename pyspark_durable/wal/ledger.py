@@ -21,7 +21,8 @@ from typing import TypeVar
 
 from pyspark_durable.errors import IncarnationMismatch, LogNotFound, OffsetOutOfRange, StepsTrimmed
 from pyspark_durable.log import Log, LogStore
-from pyspark_durable.wal.format.records import CommitRecord, encode_meta
+from pyspark_durable.wal.format.commit_record import CommitRecord
+from pyspark_durable.wal.format.records import encode_meta
 from pyspark_durable.wal.replay.copies import commit_entries
 from pyspark_durable.wal.replay.snapshot_schedule import SnapshotSchedule
 from pyspark_durable.wal.replay.state import RECOVER_ATTEMPTS, NamespaceState

@@ -66,10 +66,10 @@ from pyspark_durable.log import LogStore
 from pyspark_durable.times import iso
 from pyspark_durable.wal.arguments import check_step_arg, check_writer
 from pyspark_durable.wal.attempt import Attempt
+from pyspark_durable.wal.format.commit_record import CommitRecord
 from pyspark_durable.wal.format.receipts import AttemptReceipt, build_runs, event_time_span
 from pyspark_durable.wal.format.records import (
     ClocksRecord,
-    CommitRecord,
     DedupRecord,
     ExpireRecord,
     NsRecord,
@@ -85,7 +85,8 @@ from pyspark_durable.wal.reading import StepBatch, StepReads
 from pyspark_durable.wal.replay.clocks import CLOCK_STEP_MS
 from pyspark_durable.wal.replay.dedup import DEDUP_ONE_OFFS, DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.replay.retention import RetentionPolicy
-from pyspark_durable.wal.replay.state import NamespaceState, ReaderPosition
+from pyspark_durable.wal.replay.state import NamespaceState
+from pyspark_durable.wal.replay.stored_state import ReaderPosition
 from pyspark_durable.wal.reserve import using_reserve
 from pyspark_durable.wal.tables import TableCatalog
 

@@ -18,7 +18,8 @@ from types import MappingProxyType
 
 from pyspark_durable.wal.format.records import StepCommit
 from pyspark_durable.wal.ledger import Ledger
-from pyspark_durable.wal.replay.state import NamespaceState, ReaderPosition
+from pyspark_durable.wal.replay.state import NamespaceState
+from pyspark_durable.wal.replay.stored_state import ReaderPosition
 
 
 def handed_out(commit: StepCommit) -> StepCommit:

@@ -29,9 +29,10 @@ from pyspark_durable.errors import (
 from pyspark_durable.log import Entry, Log
 from pyspark_durable.log.base import Damaged, read_around_damage
 from pyspark_durable.wal.arguments import check_step_arg
-from pyspark_durable.wal.format.records import StepCommit, TableInfo
+from pyspark_durable.wal.format.records import StepCommit
 from pyspark_durable.wal.format.runs import DIGEST_HEX, Run, entry_digest
 from pyspark_durable.wal.format.schemas import conform
+from pyspark_durable.wal.format.table_records import TableInfo
 from pyspark_durable.wal.ledger import Ledger
 from pyspark_durable.wal.queries import handed_out
 from pyspark_durable.wal.replay.state import NamespaceState

@@ -21,14 +21,14 @@ from pyspark_durable.codec import codec_for
 from pyspark_durable.codec.keys import U64_MAX
 from pyspark_durable.errors import RoutingError, SchemaMismatch
 from pyspark_durable.wal.arguments import check_step_arg
-from pyspark_durable.wal.format.records import (
-    MarkRecord,
+from pyspark_durable.wal.format.records import MarkRecord
+from pyspark_durable.wal.format.schemas import fits, merge
+from pyspark_durable.wal.format.table_records import (
     SchemaRecord,
     TableInfo,
     TableRecord,
     TablesRecord,
 )
-from pyspark_durable.wal.format.schemas import fits, merge
 from pyspark_durable.wal.ledger import Ledger
 
 log = logging.getLogger("pyspark_durable.wal.namespace")

@@ -24,7 +24,7 @@ from pyspark_durable.log import open_store
 from pyspark_durable.log.file.store import RESERVE_FILE
 from pyspark_durable.wal import Cleaner, Namespace
 from pyspark_durable.wal.format import runs, snapshot_file
-from pyspark_durable.wal.replay import state
+from pyspark_durable.wal.replay import stored_state
 
 NAMESPACE = "golden"
 
@@ -32,7 +32,7 @@ NAMESPACE = "golden"
 BUMPS = {
     "key": (lambda: setattr(keys, "KEY_VERSION", 1), 1, 0),
     "value": (lambda: _value_version(7), 7, 0),
-    "snapshot": (lambda: setattr(state, "SNAPSHOT_VERSION", 7), 7, 6),
+    "snapshot": (lambda: setattr(stored_state, "SNAPSHOT_VERSION", 7), 7, 6),
     "envelope": (lambda: setattr(snapshot_file, "SNAPSHOT_MAGIC", b"DWS4"), "DWS4", "DWS3"),
     "runs": (lambda: setattr(runs, "RUNS_FORMAT", 2), 2, 1),
 }

@@ -10,11 +10,10 @@ import pyarrow as pa
 import pytest
 
 from pyspark_durable.errors import DecodeError
+from pyspark_durable.wal.format.commit_record import RECORD_KINDS, CommitRecord
 from pyspark_durable.wal.format.records import (
-    RECORD_KINDS,
     CleanRecord,
     ClocksRecord,
-    CommitRecord,
     DedupRecord,
     ExpireRecord,
     LostRecord,
@@ -24,15 +23,17 @@ from pyspark_durable.wal.format.records import (
     ReaderRecord,
     RetentionRecord,
     Run,
-    SchemaRecord,
     StepCommit,
-    TableRecord,
-    TablesRecord,
     WriterRecord,
     decode_record,
     decode_runs,
     encode_meta,
     encode_runs,
+)
+from pyspark_durable.wal.format.table_records import (
+    SchemaRecord,
+    TableRecord,
+    TablesRecord,
     schema_to_b64,
 )
 

@@ -22,7 +22,8 @@ from helpers import ROOT
 from pyspark_durable.endpoint import read_steps
 from pyspark_durable.errors import SchemaMismatch
 from pyspark_durable.wal import Namespace
-from pyspark_durable.wal.format.records import StepCommit, TablesRecord, decode_record
+from pyspark_durable.wal.format.records import StepCommit, decode_record
+from pyspark_durable.wal.format.table_records import TablesRecord
 from pyspark_durable.wal.ledger import COMMITS_LOG
 from pyspark_durable.wal.replay.copies import CommitsReader
 from pyspark_durable.wal.tables import table_id_for_name

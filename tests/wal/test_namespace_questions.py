@@ -8,7 +8,7 @@ import pytest
 
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
-from pyspark_durable.wal.replay.state import ReaderPosition
+from pyspark_durable.wal.replay.stored_state import ReaderPosition
 
 
 def test_answers_cannot_change_the_namespace(tmp_path):

@@ -1,6 +1,7 @@
 """How a namespace snapshot is stored: a header with the payload's CRC and length.
 
-The payload (the state, format ``SNAPSHOT_VERSION`` of :mod:`.state`) is documented in
+The payload (the state, format ``SNAPSHOT_VERSION`` of
+:mod:`~pyspark_durable.wal.replay.stored_state`) is documented in
 docs/record-format.md; this envelope makes every byte of it checked before it is read.
 
 Envelope ``DWS3`` holds a JSON document and binary blocks after it (the remembered

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from pyspark_durable.errors import coordinates
+from pyspark_durable.errors import CorruptEntryError, DurableWalError, coordinates
 
 
 class Fix(Enum):
@@ -53,6 +53,21 @@ class CheckReport:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def problem(self, message: str, fix: Fix | None = None, **where: Any) -> None:
+        """Add a problem; coordinates given as None are left out."""
+        self.problems.append(Problem({k: v for k, v in where.items() if v is not None},
+                                     message, fix))
+
+    def problem_from(self, exc: DurableWalError, **where: Any) -> None:
+        """An error as a problem; the region and offset come first, found or given."""
+        found = {k: v for k, v in exc.where.items() if k != "namespace"}
+        if str(found.get("log", "")).startswith("region_"):
+            found.pop("log")
+        merged = {**where, **{k: v for k, v in found.items() if k not in where}}
+        # damage (not a newer release's format, a missing right, ...): only a backup has it
+        fix = Fix.RESTORE if type(exc) is CorruptEntryError else None
+        self.problem(exc.reason, fix, **merged)
 
     def fixes(self) -> list[Fix | None]:
         """The fixes the problems need, each once, in the order of :class:`Fix` (None,

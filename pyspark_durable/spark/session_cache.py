@@ -21,8 +21,9 @@ _CACHE: dict[tuple, Namespace] = {}
 _LOCK = threading.Lock()
 
 
-def namespace_for(opts: WalOptions, create: bool = True) -> Namespace:
-    """The process's open namespace for these options, caught up with the WAL.
+def namespace_for(opts: WalOptions, create: bool = True, within_s: float = 0.0) -> Namespace:
+    """The process's open namespace for these options, caught up with the WAL (``within_s``:
+    a handle that caught up that recently is not caught up again).
 
     Readers pass ``create=False``: a read never creates a namespace, a folder or a
     topic, and takes the namespace's stored id unless the options name one.
@@ -45,7 +46,7 @@ def namespace_for(opts: WalOptions, create: bool = True) -> Namespace:
             _CACHE[key] = ns
             return ns
     try:
-        ns.refresh()
+        ns.refresh(within_s)
     except IncarnationMismatch as exc:
         log.warning("%s", exc)
     except LogNotFound as exc:
@@ -58,5 +59,5 @@ def namespace_for(opts: WalOptions, create: bool = True) -> Namespace:
             for cached in [k for k, v in _CACHE.items() if v is ns]:
                 del _CACHE[cached]
         ns.close()
-        return namespace_for(opts, create)
+        return namespace_for(opts, create, within_s)
     return ns

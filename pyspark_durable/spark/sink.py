@@ -33,6 +33,7 @@ from pyspark_durable.spark.arrow_types import check_readable, read_schema
 from pyspark_durable.spark.options import WalOptions
 from pyspark_durable.spark.session_cache import namespace_for
 from pyspark_durable.wal import AttemptReceipt, Cleaner, RetentionPolicy
+from pyspark_durable.wal.ledger import JUST_CAUGHT_UP_S
 from pyspark_durable.wal.metadata import METADATA_NAMES
 from pyspark_durable.wal.replay.clocks import clean_due
 
@@ -216,12 +217,14 @@ def keep_retention(opts: WalOptions) -> None:
     process) shares one schedule. A failed pass does not undo the committed step: it
     is logged with its typed error and tried again at the next commit.
     """
-    ns = namespace_for(opts)
+    # the commit just caught the handle up: a pass due an instant ago is still due, and
+    # two drivers' passes at once are safe
+    ns = namespace_for(opts, within_s=JUST_CAUGHT_UP_S)
     if opts.retention_ms is not None or opts.retention_steps is not None:
         ns.set_retention(RetentionPolicy(opts.retention_ms, opts.retention_steps))
     if not opts.auto_clean:
         return
-    # namespace_for refreshed; a last pass more than an interval in the future (a host
+    # a last pass more than an interval in the future (a host
     # ahead wrote it) is ignored, so one pass from that host stops nobody's cleaning
     if not clean_due(time.time() * 1000, ns.info.last_clean_ms(), opts.clean_interval_ms):
         return

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -30,6 +31,10 @@ from pyspark_durable.wal.replay.state import RECOVER_ATTEMPTS, NamespaceState
 log = logging.getLogger("pyspark_durable.wal.namespace")
 
 COMMITS_LOG = "commits"
+# A state this handle replayed this recently serves a check that replay re-decides after
+# the append (a commit's early answers): on S3 each catch-up is a LIST, and a driver's
+# commit follows the catch-up of opening its cached handle by microseconds.
+JUST_CAUGHT_UP_S = 0.5
 
 T = TypeVar("T")
 
@@ -53,6 +58,7 @@ class Ledger:
             raise LogNotFound(f"unknown namespace {self.name!r}; namespaces: "
                               f"{', '.join(names) or 'none'} in {store.location()}") from None
         self._state = NamespaceState.recover(store, self._commits)
+        self._caught_up_at = time.monotonic()
         self.snapshots = SnapshotSchedule(store)  # the committer's: every N records
 
     @property
@@ -71,9 +77,11 @@ class Ledger:
         """The id the namespace got when it was created (None: an older WAL without one)."""
         return self._state.incarnation
 
-    def refreshed(self) -> NamespaceState:
+    def refreshed(self, within_s: float = 0.0) -> NamespaceState:
         """Replay what any process appended to the commits log since we last looked; the
-        state after it.
+        state after it. With ``within_s``, a state this handle caught up with that
+        recently is returned as it is (no log read): for answers that a replay decides
+        again later, never for what a reader is shown.
 
         If a cleaner cleaned the log below where we are, the ledger heals: it recovers
         again from the newest snapshot (rule 8 of the protocol). A log that is another
@@ -81,6 +89,9 @@ class Ledger:
         the WAL that is there now.
         """
         with self._lock:
+            started = time.monotonic()
+            if within_s > 0 and started - self._caught_up_at < within_s:
+                return self._state
             before = self._state.next_step
             try:
                 self._state.replay(self._commits)
@@ -100,6 +111,7 @@ class Ledger:
                     f"WAL now is incarnation {self._state.incarnation} with "
                     f"{self._state.next_step} steps; this handle follows it from now on)",
                     namespace=self.name) from exc
+            self._caught_up_at = started  # what was appended before we began is replayed
             return self._state
 
     def exclusive(self) -> threading.RLock:

@@ -79,7 +79,7 @@ from pyspark_durable.wal.format.records import (
     StepCommit,
     WriterRecord,
 )
-from pyspark_durable.wal.ledger import Ledger
+from pyspark_durable.wal.ledger import JUST_CAUGHT_UP_S, Ledger
 from pyspark_durable.wal.queries import NamespaceInfo
 from pyspark_durable.wal.reading import StepBatch, StepReads
 from pyspark_durable.wal.replay.clocks import CLOCK_STEP_MS
@@ -156,14 +156,16 @@ class Namespace:
         self.info = NamespaceInfo(ledger)
         self._reads = StepReads(ledger, namespace_id)
 
-    def refresh(self) -> None:
-        """Replay what any process appended to the commits log since we last looked.
+    def refresh(self, within_s: float = 0.0) -> None:
+        """Replay what any process appended to the commits log since we last looked
+        (``within_s``: unless this handle caught up that recently, for a caller whose
+        next step catches up or re-decides anyway).
 
         If a cleaner cleaned the log below where we are, the handle heals: it
         recovers again from the newest snapshot (rule 8 of the protocol). The replayed
         state stays inside the WAL; ask ``info``, ``tables`` and the reads what it holds.
         """
-        self.ledger.refreshed()
+        self.ledger.refreshed(within_s)
 
     # -- reading --------------------------------------------------------------
 
@@ -220,7 +222,10 @@ class Namespace:
         commit; the WAL forgets such writers after its deduplication window
         (:mod:`.dedup`). A pair too old to judge is :class:`WriterStepExpired`.
         """
-        done = self.committed_step(writer_id, writer_step)
+        check_writer(writer_id, writer_step, self.name)
+        # the early answers below use a state caught up just now (a driver's cached
+        # handle was, an instant before): the replay after the append decides again
+        done = self.ledger.refreshed(JUST_CAUGHT_UP_S).dedup.committed(writer_id, writer_step)
         if done is not None:
             log.info("namespace=%s writer=%s writer_step=%s: already committed as step %d",
                      self.name, writer_id, writer_step, done)

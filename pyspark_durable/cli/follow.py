@@ -29,6 +29,7 @@ import decimal
 import json
 import math
 import os
+import select
 import signal
 import sys
 import threading
@@ -245,9 +246,21 @@ def stream_rows(ns: Namespace, info: TableInfo, args: argparse.Namespace,
                 if stop.event.is_set():
                     return
             step, skip = committed.stop, 0
-        if not args.follow:
-            return
+        if not args.follow or reader_gone(out.stream):
+            return  # a reader gone is a stop, as a broken pipe is
         stop.event.wait(args.poll_ms / 1000)
+
+
+def reader_gone(stream: BinaryIO) -> bool:
+    """Whether ``stream`` is a pipe whose reader closed it (``| head`` done), seen without
+    writing: a follow that waits for steps would otherwise notice only at its next write,
+    which may never come. A file or a terminal is never gone."""
+    try:
+        poller = select.poll()
+        poller.register(stream.fileno(), 0)  # POLLERR and POLLHUP are always reported
+        return any(event & (select.POLLERR | select.POLLHUP) for _, event in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no fileno (tests), or no poll
+        return False
 
 
 def _quiet_stdout() -> None:

@@ -6,6 +6,7 @@
     durablewal tables /data/wal --namespace orders
     durablewal steps --bootstrap-servers broker:9092 --namespace orders --limit 20
     durablewal tail /data/wal --table orders -n 10
+    durablewal tail /data/wal --table orders --format jsonl --follow --from-step 42
     durablewal check /data/wal --namespace orders        # exit 1 lists every problem
     durablewal clean /data/wal --grace-ms 0 --json
     durablewal retention /data/wal --namespace orders --max-steps 1000

@@ -44,7 +44,7 @@ from pyspark_durable.endpoint.step_times import first_step_since
 from pyspark_durable.errors import StepNotCommitted
 from pyspark_durable.times import timestamp_ms
 from pyspark_durable.wal import Namespace, TableInfo
-from pyspark_durable.wal.metadata import METADATA_FIELDS
+from pyspark_durable.wal.metadata import METADATA_FIELDS, METADATA_NAMES
 
 from .shared import CliError, opened_namespace
 
@@ -98,7 +98,8 @@ def json_value(value: Any) -> Any:
 
 
 class JsonlOut:
-    """One JSON object per row: the metadata columns first, then the table's columns."""
+    """One JSON object per row: the metadata columns first, then ``_step_end``, then the
+    table's columns; a step's lines are built, then written and flushed together."""
 
     def __init__(self, stream: BinaryIO) -> None:
         self.stream = stream
@@ -109,9 +110,9 @@ class JsonlOut:
             return
         lines = []
         for i, row in enumerate(rows):
-            meta = {k: json_value(v) for k, v in row.items() if k.startswith("_")}
+            meta = {k: json_value(row[k]) for k in METADATA_NAMES}
             meta[STEP_END] = i == len(rows) - 1
-            meta.update((k, json_value(v)) for k, v in row.items() if not k.startswith("_"))
+            meta.update((k, json_value(v)) for k, v in row.items() if k not in meta)
             lines.append(json.dumps(meta, ensure_ascii=False, separators=(",", ":")))
         self.stream.write(("\n".join(lines) + "\n").encode("utf-8"))
         self.stream.flush()

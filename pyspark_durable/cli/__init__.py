@@ -6,6 +6,7 @@
     durablewal tables /data/wal --namespace orders
     durablewal steps --bootstrap-servers broker:9092 --namespace orders --limit 20
     durablewal tail /data/wal --table orders -n 10
+    durablewal tail /data/wal --table orders --format jsonl --follow --from-step 42
     durablewal check /data/wal --namespace orders        # exit 1 lists every problem
     durablewal clean /data/wal --grace-ms 0 --json
     durablewal retention /data/wal --namespace orders --max-steps 1000
@@ -40,7 +41,7 @@ from pyspark_durable.errors import DecodeError, DurableWalError
 from pyspark_durable.secrets import RedactingFilter
 from pyspark_durable.wal.upkeep.cleaner import DEFAULT_GRACE_MS
 
-from . import commands, kafka, maintain, render
+from . import commands, follow, kafka, maintain, render
 from .shared import DEFAULT_NAMESPACE, CliError, DefaultNamespace
 
 PROG = "durablewal"
@@ -202,6 +203,28 @@ def _add_reading_commands(add: AddCommand) -> None:
     p.add_argument("--since", metavar="TIME",
                    help="only steps committed at or after TIME: ms since the epoch or ISO-8601 "
                         "(no zone: UTC), e.g. 2026-01-01T12:00:00Z")
+    _add_stream_options(p)
+
+
+def _add_stream_options(p: argparse.ArgumentParser) -> None:
+    """``tail``'s machine formats and ``--follow`` (pyspark_durable.cli.follow)."""
+    g = p.add_argument_group("streaming (docs/cli.md, \"Following a table\")")
+    g.add_argument("--format", choices=("text", "jsonl", "arrow"), default="text",
+                   help="jsonl: one JSON object per row with _step, _region, _sequence, _row "
+                        "and _step_end; arrow: an Arrow IPC stream, one batch per step "
+                        "(default %(default)s)")
+    g.add_argument("-f", "--follow", action="store_true",
+                   help="keep writing rows as steps commit, until SIGINT/SIGTERM or a closed "
+                        "stdout (needs --format jsonl or arrow)")
+    start = g.add_mutually_exclusive_group()
+    start.add_argument("--from-step", type=_count, metavar="STEP",
+                       help="start at this step (a consumer restarts at its last complete "
+                            "step + 1); instead of the last -n rows")
+    start.add_argument("--from-time", metavar="TIME",
+                       help="start at the first step committed at or after TIME (ms since "
+                            "the epoch or ISO-8601, no zone: UTC), as startingTimestamp")
+    g.add_argument("--poll-ms", type=_positive, default=follow.DEFAULT_POLL_MS,
+                   help="with --follow: look for new steps this often (default %(default)s)")
 
 
 def _add_maintenance_commands(add: AddCommand) -> None:

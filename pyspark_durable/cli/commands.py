@@ -30,6 +30,7 @@ from pyspark_durable.wal.ledger import COMMITS_LOG
 from pyspark_durable.wal.metadata import metadata_columns
 from pyspark_durable.wal.queries import TableSize
 
+from .follow import cmd_tail_stream
 from .render import Part, Progress, TextTable, iso_ms, span
 from .shared import (
     CliError,
@@ -311,11 +312,19 @@ def _tail_rows(ns: Namespace, info: TableInfo, n: int, progress: Progress,
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    """The last rows of one table, with the step and sequence each came from."""
+    """The last rows of one table, with the step and sequence each came from; a machine
+    format or ``--follow`` streams them (:mod:`pyspark_durable.cli.follow`)."""
+    if getattr(args, "follow", False) or getattr(args, "format", "text") != "text":
+        return cmd_tail_stream(args)
+    time_arg = getattr(args, "from_time", None)
+    if time_arg is not None and args.since is not None:
+        raise CliError("give --since or --from-time, not both")
     with opened_namespace(args) as ns, Progress(not args.json) as progress:
         info = ns.tables.lookup(args.table if args.table_id is None else args.table_id)
-        since = 0 if args.since is None else first_step_since(
-            ns, timestamp_ms("--since", args.since), "--since")
+        since = getattr(args, "from_step", None) or 0
+        if args.since is not None or time_arg is not None:
+            name = "--since" if args.since is not None else "--from-time"
+            since = first_step_since(ns, timestamp_ms(name, args.since or time_arg), name)
         rows = _tail_rows(ns, info, args.n, progress, since) if args.n else None
     columns = [*TAIL_METADATA, *info.schema.names]
     records = rows.to_pylist() if rows is not None else []

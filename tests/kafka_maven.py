@@ -93,9 +93,9 @@ def lock_text() -> str:
     return HEADER + "".join(jar.line() + "\n" for jar in resolved())
 
 
-def maven_mirror() -> str:
-    """A ``file://`` Maven repository of the jars in ``libs/`` (links), at the paths the
-    lock file names: the package's fetch reads it as it would Maven Central."""
+def maven_repo() -> Path:
+    """A Maven repository of the jars in ``libs/`` (links), at the paths the lock file
+    names: the package's fetch reads it as it would Maven Central."""
     kafka_classpath()
     for jar in parse_lock(LOCK.read_text()):
         link = REPO / jar.repo_path
@@ -103,7 +103,12 @@ def maven_mirror() -> str:
             link.parent.mkdir(parents=True, exist_ok=True)
             link.unlink(missing_ok=True)
             link.symlink_to(LIBS / jar.file_name)
-    return REPO.as_uri()
+    return REPO
+
+
+def maven_mirror() -> str:
+    """:func:`maven_repo` as a ``file://`` URL, for ``DURABLEWAL_MAVEN_MIRROR``."""
+    return maven_repo().as_uri()
 
 
 def fetch_env(cache: Path) -> dict[str, str]:

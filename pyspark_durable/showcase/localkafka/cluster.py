@@ -267,17 +267,15 @@ def start_cluster(
     """Format and start ``size`` KRaft nodes under ``work_dir``; see the module docstring.
     ``port`` and ``sasl_port`` fix a single node's listeners (else free ports are drawn).
     ``node_extra`` maps a node id to settings of that node alone, over ``extra`` (a
-    ``log.dirs`` on a small file system of its own, say).
-    ``advertise(node)`` returns the port clients are told to use for a node's PLAINTEXT
-    listener (a test's proxy in front of ``node.port``); the nodes then talk to each
-    other over a listener of their own, so cutting a proxy cuts only clients.
-    ``features`` sets feature levels at format time (``kafka-storage format --feature``;
-    unnamed features get the release's defaults). ``classpath`` replaces Kafka's jars
-    of the lock file (fetched once) by others; ``classpath_extra`` adds folders or
-    jars to every node's classpath (a plugin such as a metrics reporter), restarts
-    included. ``keep_data``: nodes whose ``log.dirs`` a format already made start on
-    them, with their topics (listeners and settings from this call); else every node
-    is formatted."""
+    ``log.dirs`` on a small file system of its own, say). ``advertise(node)`` returns the
+    port clients are told to use for a node's PLAINTEXT listener (a test's proxy in front
+    of ``node.port``); the nodes then talk to each other over a listener of their own, so
+    cutting a proxy cuts only clients. ``features`` sets feature levels at format time
+    (``kafka-storage format --feature``; unnamed features get the release's defaults).
+    ``classpath`` replaces the lock file's jars (the test suite's, from Maven);
+    ``classpath_extra`` adds folders or jars to every node's classpath (a plugin),
+    restarts included. ``keep_data``: nodes whose ``log.dirs`` a format made start on
+    them, with their topics (listeners, settings from this call); else all are formatted."""
     classpath = os.pathsep.join([classpath or kafka_classpath(), *classpath_extra])
     work_dir.mkdir(parents=True, exist_ok=True)
     if (sasl or tls) and auth is None:

@@ -15,7 +15,9 @@ setup(
     # lookup of installed data sources (pkgutil.iter_modules over sys.path, for
     # pyspark_* packages) finds pyspark_durable's DefaultSource without register()
     package_dir={"": "."},
-    package_data={"pyspark_durable": ["resources/*.properties"]},
+    # the lock file of Apache Kafka's jars: `durablewal kafka start` fetches what it lists
+    package_data={"pyspark_durable": ["resources/*.properties"],
+                  "pyspark_durable.showcase.localkafka": ["kafka-jars.txt"]},
     install_requires=[
         "pyspark>=4.3",
         "pyarrow>=15",

@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from kafka_maven import kafka_classpath
+
 from pyspark_durable.showcase.localkafka.cluster import KafkaCluster, random_cluster_id, wait_ready
 from pyspark_durable.showcase.localkafka.cluster import start_cluster as _start_cluster
-from pyspark_durable.showcase.localkafka.jars import kafka_classpath
 from pyspark_durable.showcase.localkafka.node import HEAP, BrokerStartError, Node
 from pyspark_durable.showcase.localkafka.ports import free_port
 from pyspark_durable.showcase.localkafka.settings import Auth
@@ -53,6 +54,7 @@ def start_cluster(
             from kafka_tls import make_ca_and_server
 
             auth.tls_dir = make_ca_and_server(work_dir / "tls", auth.keystore_password)
+    kwargs.setdefault("classpath", kafka_classpath())  # Maven's, not the package's fetch
     return _start_cluster(work_dir, size, tls=tls, auth=auth, **kwargs)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers import free_port
+from kafka_maven import fetch_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.crash, pytest.mark.kafka]
 
@@ -43,7 +44,8 @@ def test_demo_runs_the_main_job_on_the_local_kafka_broker_at_a_random_kill(tmp_p
     `durablewal regions` counts, each told with its origin (the killed attempt, or the
     restart's replay of a micro-batch the WAL had committed), and "no uncommitted entry"
     is said only when there was none."""
-    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"),
+           **fetch_env(tmp_path / "cache")}  # Kafka's jars: the suite's Maven resolve
     folder = tmp_path / "state" / "durablewal" / "kafka"
     sasl_port = free_port()
     started = durablewal(

@@ -1,7 +1,8 @@
 """Apache Kafka on this machine, for trying the Kafka backend and for the test suite.
 
 One implementation for ``durablewal kafka`` and the tests' harness: KRaft nodes started
-from the jars ``jars/kafka-broker/pom.xml`` resolves (a source checkout's).
+from Apache Kafka's jars the lock file ``kafka-jars.txt`` lists, fetched from Maven
+Central once into a cache folder (no Maven, no source checkout needed).
 
 ===============  ==================================================================
 module           what it holds
@@ -10,7 +11,7 @@ module           what it holds
 ``cluster``      a cluster: format, start, wait until ready, kill, restart, stop
 ``node``         one node: its folder and ports, its process, tied to its caller
 ``settings``     a node's ``server.properties``: listeners, SASL, TLS, OAUTHBEARER
-``jars``         Apache Kafka's jars, resolved from Maven Central once
+``jars``         Apache Kafka's jars of the lock file, fetched once, verified, cached
 ``ports``        free TCP ports on 127.0.0.1, outside the ephemeral range
 ===============  ==================================================================
 """

@@ -1,8 +1,9 @@
 """Start and stop Apache Kafka itself (KRaft, no ZooKeeper) on 127.0.0.1.
 
-The broker's jars are resolved from Maven Central by ``jars/kafka-broker/pom.xml``
-into ``jars/kafka-broker/libs/`` (ignored by git) the first time they are needed
-(:func:`.jars.kafka_classpath`); every node runs as ``java -cp 'libs/*' kafka.Kafka``.
+The broker's jars are those of the package's lock file, fetched from Maven Central
+into a cache folder the first time they are needed (:func:`.jars.kafka_classpath`), or
+a ``classpath`` the caller gives (the test suite's, resolved by Maven); every node runs
+as ``java -cp <jars> kafka.Kafka``.
 
 * :func:`start_cluster` starts 1 or 3 combined broker+controller nodes, each in its own
   process group, and returns when a metadata request lists every node (a port can
@@ -259,23 +260,23 @@ def start_cluster(
     sasl_port: int | None = None,
     advertise: Callable[[Node], int] | None = None,
     features: Mapping[str, int] | None = None,
+    classpath: str | None = None,
     classpath_extra: tuple[str, ...] = (),
     keep_data: bool = False,
 ) -> KafkaCluster:
     """Format and start ``size`` KRaft nodes under ``work_dir``; see the module docstring.
     ``port`` and ``sasl_port`` fix a single node's listeners (else free ports are drawn).
     ``node_extra`` maps a node id to settings of that node alone, over ``extra`` (a
-    ``log.dirs`` on a small file system of its own, say).
-    ``advertise(node)`` returns the port clients are told to use for a node's PLAINTEXT
-    listener (a test's proxy in front of ``node.port``); the nodes then talk to each
-    other over a listener of their own, so cutting a proxy cuts only clients.
-    ``features`` sets feature levels at format time (``kafka-storage format --feature``;
-    unnamed features get the release's defaults). ``classpath_extra`` adds folders or
-    jars to every node's classpath (a plugin such as a metrics reporter), restarts
-    included. ``keep_data``: nodes whose ``log.dirs`` a format already made start on
-    them, with their topics (listeners and settings from this call); else every node
-    is formatted."""
-    classpath = os.pathsep.join([kafka_classpath(), *classpath_extra])
+    ``log.dirs`` on a small file system of its own, say). ``advertise(node)`` returns the
+    port clients are told to use for a node's PLAINTEXT listener (a test's proxy in front
+    of ``node.port``); the nodes then talk to each other over a listener of their own, so
+    cutting a proxy cuts only clients. ``features`` sets feature levels at format time
+    (``kafka-storage format --feature``; unnamed features get the release's defaults).
+    ``classpath`` replaces the lock file's jars (the test suite's, from Maven);
+    ``classpath_extra`` adds folders or jars to every node's classpath (a plugin),
+    restarts included. ``keep_data``: nodes whose ``log.dirs`` a format made start on
+    them, with their topics (listeners, settings from this call); else all are formatted."""
+    classpath = os.pathsep.join([classpath or kafka_classpath(), *classpath_extra])
     work_dir.mkdir(parents=True, exist_ok=True)
     if (sasl or tls) and auth is None:
         auth = Auth()

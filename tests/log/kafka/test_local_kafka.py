@@ -11,10 +11,14 @@ import select
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from helpers import TESTS, free_port
+from helpers import ROOT, TESTS, free_port
+from kafka_maven import fetch_env, maven_repo, serve
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import ConfigError
@@ -23,6 +27,16 @@ from pyspark_durable.showcase.localkafka.service import client_settings
 pytestmark = pytest.mark.kafka
 
 START_S = 240  # a JVM broker's start on 2 shared cores, jars resolved once
+
+
+@pytest.fixture(scope="module", autouse=True)
+def jars_without_internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every `durablewal kafka start` here fetches Kafka's jars from the suite's Maven
+    resolve (a file:// mirror) into a cache of this module's: no internet needed."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in fetch_env(tmp_path_factory.mktemp("jar-cache")).items():
+            patch.setenv(name, value)
+        yield
 
 
 def durablewal(*args: object, timeout: float = START_S) -> subprocess.CompletedProcess:
@@ -221,3 +235,93 @@ def test_the_local_broker_keeps_its_data_across_stop_crash_and_a_stale_pid(tmp_p
             steps()
     finally:
         durablewal("kafka", "stop", "--dir", folder, timeout=120)
+
+
+INSTALLED_ROUND_TRIP = """
+import sys
+import pyspark_durable
+from pyspark_durable.endpoint import open_namespace, read_steps, write_step
+from pyspark_durable.showcase.localkafka.service import client_settings
+ns = open_namespace({"backend": "kafka", "namespace": "wheel",
+                     "options": client_settings(sys.argv[1])})
+write_step(ns, "loader", 0, {"orders": [{"id": 5}]})
+print(read_steps(ns, "orders").column("id").to_pylist(), pyspark_durable.__file__)
+ns.close()
+"""
+
+
+def installed_wheel(tmp_path: Path) -> Path:
+    """The checkout's package as a pip install from an index has it: its tracked files
+    built into a wheel, installed (not editable) into a new venv, whose bin/ is returned.
+    The venv sees this venv's site-packages as a plain path (its .pth files not run), so
+    the dependencies come from there and the package only from the wheel."""
+    source = tmp_path / "source"
+    tracked = subprocess.run(["git", "ls-files", "setup.py", "pyproject.toml", "README.md",
+                              "pyspark_durable"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    for name in tracked:
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        (source / name).write_bytes((ROOT / name).read_bytes())
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
+                            tmp_path / "dist", source], capture_output=True, text=True,
+                           timeout=600)
+    assert built.returncode == 0, built.stdout + built.stderr[-3000:]
+    [wheel] = (tmp_path / "dist").glob("pyspark_durable-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys._base_executable, "-m", "venv", venv], check=True)  # noqa: SLF001
+    [site] = (venv / "lib").glob("python*/site-packages")
+    (site / "_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    installed = subprocess.run([venv / "bin" / "python", "-m", "pip", "install", "-q",
+                                "--no-deps", "--no-index", wheel], capture_output=True,
+                               text=True, timeout=600)
+    assert installed.returncode == 0, installed.stdout + installed.stderr[-3000:]
+    return venv / "bin"
+
+
+def test_kafka_start_from_a_wheel_fetches_the_jars_once_and_serves(tmp_path):
+    """This tests that `durablewal kafka start` of the package installed from a wheel
+    (no source checkout, no Maven) fetches Kafka's jars of its lock file from the Maven
+    mirror DURABLEWAL_MAVEN_MIRROR names (a local http.server laid out as Maven Central,
+    so no internet), saying first what and where in one line and that it is done in
+    another; the broker serves a WAL round trip from the installed package and the CLI
+    lists it; `stop` ends it; a second start fetches nothing."""
+    from pyspark_durable.showcase.localkafka.jars import LOCK, megabytes, parse_lock
+
+    locked = parse_lock(LOCK.read_text())
+    cache = tmp_path / "cache" / "durablewal" / "kafka-jars" / "4.3.1"
+    bin_ = installed_wheel(tmp_path)
+    folder, port = tmp_path / "kafka", free_port()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "DURABLEWAL_MAVEN_MIRROR")}
+    env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CACHE_HOME=str(tmp_path / "cache"))
+
+    def run(*args: object, timeout: float = START_S) -> subprocess.CompletedProcess:
+        return subprocess.run([bin_ / "durablewal", *map(str, args)], capture_output=True,
+                              text=True, env=env, cwd=tmp_path, timeout=timeout)
+
+    with serve(maven_repo()) as url:
+        env["DURABLEWAL_MAVEN_MIRROR"] = url
+        started = run("kafka", "start", "--dir", folder, "--port", port)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        first, last = started.stderr.splitlines()
+        size = megabytes(sum(jar.size for jar in locked))
+        assert first == (f"fetching Apache Kafka 4.3.1 from {url}: {len(locked)} jars, {size} "
+                         f"(once; cached in {cache})")
+        assert re.fullmatch(rf"fetched Apache Kafka 4\.3\.1: {len(locked)} jars, {size} in "
+                            r"\d+\.\d s", last), last
+        assert started.stdout.startswith("Kafka is running"), started.stdout
+        assert sorted(p.name for p in cache.glob("*.jar")) == sorted(j.file_name for j in locked)
+        trip = subprocess.run([bin_ / "python", "-c", INSTALLED_ROUND_TRIP, folder],
+                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+        assert trip.returncode == 0, trip.stdout + trip.stderr[-3000:]
+        assert trip.stdout.startswith(f"[5] {tmp_path / 'venv' / 'lib'}"), trip.stdout
+        listed = run("namespaces", "--bootstrap-servers", f"127.0.0.1:{port}")
+        assert listed.returncode == 0 and listed.stdout.splitlines()[2].startswith("wheel"), \
+            listed.stdout + listed.stderr
+    finally:
+        stopped = run("kafka", "stop", "--dir", folder, timeout=120)
+    assert stopped.returncode == 0 and stopped.stdout.startswith("stopped the Kafka broker")
+    again = run("kafka", "start", "--dir", folder, "--port", port)  # the mirror is gone now
+    run("kafka", "stop", "--dir", folder, timeout=120)
+    assert again.returncode == 0 and again.stderr == "", again.stderr

@@ -50,23 +50,43 @@ SLOW_MARKS = ("kafka", "spark", "crash", "s3")
 # folder whose session fixture starts servers (the 3-node Kafka cluster, the Spark
 # standalone cluster, the Spark Connect server) on one worker, so they start once; any
 # other test with the tests of its module, whose module fixtures (a SASL broker, say)
-# start once too. Without xdist, or with another --dist, the marks change nothing.
+# start once too. Without xdist, or with another --dist, nothing changes.
 SHARED_SERVER_FOLDERS = ("kafka_cluster", "cluster", "connect")
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of ``nodeid`` (``tests/FOLDER/test_x.py::test_y[p]``) that one worker
+    runs whole: a shared-server folder, else the test's module."""
+    module = nodeid.split("::", 1)[0]
+    parts = module.split("/")
+    if len(parts) > 2 and parts[0] == "tests" and parts[1] in SHARED_SERVER_FOLDERS:
+        return "/".join(parts[:2])
+    return module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup`` as :func:`work_unit` says. xdist's own loadgroup groups by
+    an ``xdist_group`` mark through a node id it rewrites, and pytest 9 keeps node ids
+    where that rewrite changes nothing: every worker would run every folder and start
+    its own servers. A scheduler of scopes asks no mark."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FolderScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return FolderScheduling(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks set here
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     """Refuse an empty run; mark ``quick`` every test that needs no broker, no Spark and
-    kills nothing (the quick lane: ``pytest -m quick``), so the lane cannot drift; give
-    every test its ``xdist_group`` (``SHARED_SERVER_FOLDERS``)."""
-    tests = Path(__file__).resolve().parent
+    kills nothing (the quick lane: ``pytest -m quick``), so the lane cannot drift."""
     for item in items:
         if not any(item.get_closest_marker(m) for m in SLOW_MARKS):
             item.add_marker(pytest.mark.quick)
-        path = Path(item.path).resolve()
-        where = path.relative_to(tests).parts if path.is_relative_to(tests) else (str(path),)
-        group = where[0] if where[0] in SHARED_SERVER_FOLDERS else "/".join(where)
-        item.add_marker(pytest.mark.xdist_group(group))
     if not items:
         raise pytest.UsageError("no tests were collected: refusing a silent green run")
 

@@ -26,17 +26,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT)]
 
 import pyarrow as pa  # noqa: E402
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
-from kafka_broker import start_broker, stop_broker  # noqa: E402
 
 from pyspark_durable.codec import EntryKey, encode_value  # noqa: E402
 from pyspark_durable.codec.payload import ArrowCodec  # noqa: E402
 from pyspark_durable.log import Record  # noqa: E402
 from pyspark_durable.log.kafka.store import KafkaLogStore  # noqa: E402
 from pyspark_durable.log.kafka.topics import LOG_TOPIC_CONFIG  # noqa: E402
+from tests.kafka_broker import start_broker, stop_broker  # noqa: E402
 
 ROWS_PER_ENTRY = 1000
 ROW_BYTES = 100

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "tests")]
+sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import pyarrow as pa  # noqa: E402
 from common import PAYLOAD_BYTES  # noqa: E402
@@ -218,10 +218,9 @@ def main() -> None:
                    "compression.type=lz4")
     args = p.parse_args()
 
-    from kafka_broker import start_cluster
-
     from pyspark_durable.spark.options import WalOptions
     from pyspark_durable.spark.session_cache import namespace_for
+    from tests.kafka_broker import start_cluster
 
     if args.payload == "rate":
         batches = rate_rows(args.rows, args.batch)

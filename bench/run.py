@@ -32,16 +32,17 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(HERE), str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(HERE), str(ROOT)]
 
 import report  # noqa: E402
 import spark_kafka  # noqa: E402
 from common import BROKER_PIDS, OUT, SCRATCH, WARMUPS, Result, Target  # noqa: E402
-from kafka_broker import KafkaCluster, start_cluster  # noqa: E402
 from log_pairs import file_append_pair, kafka_log_pairs  # noqa: E402
 from memory import memory_pair, recovery_pair  # noqa: E402
 from spark_pairs import backend_goal_rows, latency_pairs, restart_pair, source_sink_pairs  # noqa: E402
 from spark_queries import ProgressWaiter, SharedRates  # noqa: E402
+
+from tests.kafka_broker import KafkaCluster, start_cluster  # noqa: E402
 
 SCALES = {
     "small": {"rows": 100_000, "latency_batches": 8, "memory_mb": (100, 400),

@@ -43,11 +43,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(HERE), str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(HERE), str(ROOT)]
 
 from common import OUT  # noqa: E402
 from s3_requests import latency_section, requests_section  # noqa: E402
-from s3_server import SeaweedS3  # noqa: E402
 from s3_tools import (  # noqa: E402
     BUCKET,
     WAL_PREFIX,
@@ -68,6 +67,7 @@ from s3_tools import (  # noqa: E402
 
 from pyspark_durable.log import open_store, region_log_name  # noqa: E402
 from pyspark_durable.wal import Namespace  # noqa: E402
+from tests.s3_server import SeaweedS3  # noqa: E402
 
 # -- 1 and 2: sink and source ----------------------------------------------------------
 

@@ -26,12 +26,11 @@ import pyarrow as pa
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(HERE), str(ROOT), str(ROOT / "tests")]
-
-from s3_server import REGION, SeaweedS3  # noqa: E402
+sys.path[:0] = [str(HERE), str(ROOT)]
 
 from pyspark_durable.log import open_store  # noqa: E402
 from pyspark_durable.wal import Namespace  # noqa: E402
+from tests.s3_server import REGION, SeaweedS3  # noqa: E402
 
 BUCKET = "bench"
 WAL_PREFIX = "x"
@@ -333,7 +332,7 @@ def write_report(path: Path, body: list[str], args: argparse.Namespace, secs: fl
 def weed_version() -> str:
     import subprocess
 
-    from s3_server import weed_binary
+    from tests.s3_server import weed_binary
 
     try:
         out = subprocess.run([weed_binary(), "version"], capture_output=True, text=True,

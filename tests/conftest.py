@@ -18,11 +18,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import BACKENDS, S3_BUCKET, free_port, s3_options, s3_spark_options
-from kafka_broker import KafkaCluster, cluster_for_tests
-from s3_server import SeaweedS3, seaweed_for_tests
 
 from pyspark_durable.log import LogStore, open_store
+from tests.helpers import BACKENDS, S3_BUCKET, free_port, s3_options, s3_spark_options
+from tests.kafka_broker import KafkaCluster, cluster_for_tests
+from tests.s3_server import SeaweedS3, seaweed_for_tests
 
 # Compile once. Where the environment forbids writing bytecode (PYTHONDONTWRITEBYTECODE,
 # set in some CI images), every xdist worker would rewrite every test module at
@@ -33,13 +33,11 @@ from pyspark_durable.log import LogStore, open_store
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
-# Test modules and the scripts they start import one another by file name (pytest's
-# default "prepend" import: no __init__.py, so every test file's name is unique in
-# tests/). These folders hold what is imported across folders; tests/ itself is on
-# sys.path as this conftest's folder.
-for _folder in ("children", "log", "log/kafka", "spark"):
-    if str(Path(__file__).resolve().parent / _folder) not in sys.path:
-        sys.path.insert(1, str(Path(__file__).resolve().parent / _folder))
+# tests/ is a package (``tests``, each folder a sub-package): test modules and their
+# helpers import one another by module (``from tests.helpers import ...``), found from the
+# repository root, which pytest's default "prepend" import puts on sys.path (the folder
+# above the outermost ``__init__.py``); the scripts tests start as processes get it as
+# their PYTHONPATH. No folder of tests/ is put on sys.path.
 
 # the fixtures a ``backends`` mark parametrizes, one per test
 BACKEND_FIXTURES = ("store_config", "wal", "client")

@@ -1,5 +1,6 @@
-"""Helpers the test suite shares (one definition each; tests/ is on sys.path for every
-test module, its conftest and the child scripts the tests start with it)."""
+"""Helpers the test suite shares, one definition each: ``from tests.helpers import ...``
+in test modules, conftests and the child scripts the tests start (tests/ is a package of
+the repository root, which the children get as their PYTHONPATH)."""
 
 from __future__ import annotations
 

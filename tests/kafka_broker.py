@@ -15,13 +15,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from kafka_maven import kafka_classpath
-
 from pyspark_durable.showcase.localkafka.cluster import KafkaCluster, random_cluster_id, wait_ready
 from pyspark_durable.showcase.localkafka.cluster import start_cluster as _start_cluster
 from pyspark_durable.showcase.localkafka.node import HEAP, BrokerStartError, Node
 from pyspark_durable.showcase.localkafka.ports import free_port
 from pyspark_durable.showcase.localkafka.settings import Auth
+from tests.kafka_maven import kafka_classpath
 
 __all__ = [
     "HEAP",
@@ -51,7 +50,7 @@ def start_cluster(
     if tls:
         auth = auth or Auth()
         if auth.tls_dir is None:
-            from kafka_tls import make_ca_and_server
+            from tests.kafka_tls import make_ca_and_server
 
             auth.tls_dir = make_ca_and_server(work_dir / "tls", auth.keystore_password)
     kwargs.setdefault("classpath", kafka_classpath())  # Maven's, not the package's fetch

@@ -8,7 +8,7 @@ the test suite's brokers run from them, and the package's lock file is made from
 * :func:`lock_text`: the package's lock file
   (``pyspark_durable/showcase/localkafka/kafka-jars.txt``): each jar the pom resolves,
   its coordinates and the SHA-256 and size of the file Maven resolved.
-  ``python tests/kafka_maven.py`` rewrites it after the pom changes.
+  ``python -m tests.kafka_maven`` rewrites it after the pom changes.
 * :func:`maven_mirror`: ``libs/`` laid out as a Maven repository (links), for the
   package's fetch without the internet (``DURABLEWAL_MAVEN_MIRROR``).
 """
@@ -20,25 +20,22 @@ import functools
 import hashlib
 import http.server
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # as a script: the checkout's package
+from pyspark_durable.showcase.localkafka.jars import LOCK, MIRROR_VAR, Jar, parse_lock
+from pyspark_durable.showcase.localkafka.node import BrokerStartError
 
-from pyspark_durable.showcase.localkafka.jars import LOCK, MIRROR_VAR, Jar, parse_lock  # noqa: E402
-from pyspark_durable.showcase.localkafka.node import BrokerStartError  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 POM = ROOT / "jars" / "kafka-broker" / "pom.xml"
 LIBS = POM.parent / "libs"
 REPO = POM.parent / "repo"  # libs/ as a Maven repository (ignored by git)
 HEADER = """\
 # Apache Kafka's broker jars, as Maven resolves jars/kafka-broker/pom.xml (runtime scope):
-# group:artifact:version[:classifier] sha256 size. Made by `python tests/kafka_maven.py`
+# group:artifact:version[:classifier] sha256 size. Made by `python -m tests.kafka_maven`
 # (rerun it after changing the pom); `durablewal kafka start` fetches and verifies these.
 """
 

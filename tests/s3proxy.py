@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from email.utils import formatdate
 from typing import Any
 
-from helpers import free_port
+from tests.helpers import free_port
 
 HEAD_LIMIT = 1 << 20  # the longest request or response head read
 SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-from helpers import assert_acknowledged
-from wal_child import WRITER, rows_for, run
 
 from pyspark_durable.wal import Namespace
+from tests.children.wal_child import WRITER, rows_for, run
+from tests.helpers import assert_acknowledged
 
 CHILD = str(Path(__file__).parent / "children" / "wal_child.py")
 

@@ -23,14 +23,14 @@ import json
 import sys
 
 import pyarrow as pa
-import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
-from wal_child import WRITER, rows_for
 
 import pyspark_durable.wal.failpoints as failpoints
 from pyspark_durable.cli import main
 from pyspark_durable.errors import AttemptLost
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
+from tests.children import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
+from tests.children.wal_child import WRITER, rows_for
 
 BALLAST_BYTES = 48 << 10  # a dead entry spanning whole file-system blocks: punched
 

@@ -22,11 +22,11 @@ import sys
 import time
 
 import pyarrow as pa
-import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
 
 from pyspark_durable.errors import DurableWalError
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Cleaner, Namespace
+from tests.children import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
 
 
 def rows(tag: str) -> pa.Table:

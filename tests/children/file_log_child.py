@@ -31,10 +31,9 @@ import sys
 import threading
 import time
 
-import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
-
 from pyspark_durable.log import Record
 from pyspark_durable.log.file import FileLogStore
+from tests.children import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
 
 KEY = struct.Struct(">QQ")
 

@@ -14,11 +14,11 @@ import sys
 import time
 
 import pyarrow as pa
-import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
 
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
 from pyspark_durable.wal.replay import snapshot_schedule, step_index
+from tests.children import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
 
 
 def write(ns: Namespace, writer: str, wstep: int, started_ms: int | None = None) -> int:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import sys
 import uuid
 
-from helpers import wait_until
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
 from pyspark_durable.log import Record, open_store
+from tests.helpers import wait_until
 
 
 def main() -> None:

@@ -25,9 +25,9 @@ import time
 from collections.abc import Iterator
 
 import pyarrow as pa
-import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
+from tests.children import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
 
 ROW_BYTES = 1000
 TABLE = "big"

@@ -15,11 +15,10 @@ from __future__ import annotations
 import json
 import sys
 
-import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
-
 from pyspark_durable.errors import AttemptLost
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Cleaner, Namespace, failpoints
+from tests.children import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
 
 
 def rows_for(writer: str, ws: int, table: str):

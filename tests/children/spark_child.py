@@ -15,9 +15,9 @@ import json
 import sys
 
 from pyspark.sql.streaming import StreamingQueryListener
-from spark_settings import spark_builder
 
 import pyspark_durable
+from tests.spark.spark_settings import spark_builder
 
 
 class Progress(StreamingQueryListener):

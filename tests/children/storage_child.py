@@ -20,13 +20,12 @@ import os
 import subprocess
 import sys
 
-import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
-
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import DiskFull, DurableWalError
 from pyspark_durable.log import Record, open_store
 from pyspark_durable.wal import Cleaner, Namespace
 from pyspark_durable.wal.upkeep.check import Checker
+from tests.children import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
 
 SIZES = {"recover": "6m"}  # the tmpfs of each mode; 1m for the others
 STEP_BYTES = 60_000  # one step's text: about 2 steps per segment of a 6 MiB disk

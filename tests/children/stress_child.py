@@ -33,11 +33,11 @@ import sys
 import time
 
 import pyarrow as pa
-import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
 
 from pyspark_durable.errors import AttemptLost
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Cleaner, Namespace
+from tests.children import without_pandas  # noqa: F401 - pyarrow finds no pandas to import (see there)
 
 TABLES = {"a": 0, "b": 1}  # table name -> its region
 ENTRY_MAX_BYTES = 1024  # writers split each table's rows into a few entries

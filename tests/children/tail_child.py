@@ -27,10 +27,9 @@ import select
 import sys
 import time
 
-from stress_child import ABANDON_PROBABILITY, TABLES, open_namespace, read_one, rows_for, say
-
 from pyspark_durable.errors import DurableWalError
 from pyspark_durable.wal import Namespace
+from tests.children.stress_child import ABANDON_PROBABILITY, TABLES, open_namespace, read_one, rows_for, say
 
 ENTRY_MAX_BYTES = 1024  # a few entries per table and step: runs of several entries
 WAIT_S = 0.02  # the reader's wait for new steps, on its stdin (the parent's "total")

@@ -22,9 +22,8 @@ import re
 import sys
 import time
 
-from helpers import hashed_payload
-
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
+from tests.helpers import hashed_payload
 
 PUSHES = 3  # pushes per client and phase: at least 3 push intervals
 MIN_STEPS = 3  # per phase, whatever the pushes

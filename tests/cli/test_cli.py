@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import spark_checkpoint_like, tree
 
 from pyspark_durable.cli import main
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.wal import AttemptReceipt, Cleaner, Namespace, WrittenEntry
+from tests.helpers import spark_checkpoint_like, tree
 
 NS = "shop"
 STEPS = 6

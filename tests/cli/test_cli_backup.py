@@ -20,13 +20,13 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import CHILDREN, ROOT, frame_spans, wait_until
-from wal_child import write_step
-from wal_crash_tools import check_namespace
 
 from pyspark_durable.cli import main
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace, RetentionPolicy
+from tests.children.wal_child import write_step
+from tests.helpers import CHILDREN, ROOT, frame_spans, wait_until
+from tests.wal_crash_tools import check_namespace
 
 NS = "shop"
 KEEP_STEPS = 12  # the retention policy: steps expire (and are deleted) during every backup

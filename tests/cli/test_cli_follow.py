@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import ROOT
 
 from pyspark_durable.cli import main
 from pyspark_durable.endpoint import open_namespace, write_step
+from tests.helpers import ROOT
 
 NS = "shop"
 STEPS = 40

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import frame_spans
 
 from pyspark_durable.cli import main
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import DataLoss, StepLost
 from pyspark_durable.wal import Cleaner
 from pyspark_durable.wal.format.records import LostRecord, decode_record
+from tests.helpers import frame_spans
 
 NS = "shop"
 STEPS = 8

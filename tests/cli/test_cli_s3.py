@@ -7,10 +7,10 @@ import logging
 
 import pyarrow as pa
 import pytest
-from helpers import s3_options
 
 from pyspark_durable.cli import main
 from pyspark_durable.endpoint import open_namespace
+from tests.helpers import s3_options
 
 pytestmark = pytest.mark.s3
 

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyspark
-from helpers import free_port
 
 from pyspark_durable.showcase.localkafka.node import die_with_caller
+from tests.helpers import free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
 MAIN_PYTHON = Path(sys.executable)

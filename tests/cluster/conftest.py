@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from cluster_harness import Cluster, ClusterError, make_exec_python, start_cluster, stop_cluster
+
+from tests.cluster.cluster_harness import Cluster, ClusterError, make_exec_python, start_cluster, stop_cluster
 
 
 @pytest.fixture(scope="session")

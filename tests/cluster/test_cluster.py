@@ -28,13 +28,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from cluster_harness import MAIN_PYTHON, Cluster, make_exec_python
-from helpers import package_zip as make_package_zip
-from helpers import s3_options, s3_spark_options
 
 from pyspark_durable.endpoint import open_namespace, read_steps
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
+from tests.cluster.cluster_harness import MAIN_PYTHON, Cluster, make_exec_python
+from tests.helpers import package_zip as make_package_zip
+from tests.helpers import s3_options, s3_spark_options
 
 pytestmark = pytest.mark.spark
 HERE = Path(__file__).parent

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pyspark
 import pytest
-from helpers import free_port, wait_until
-from helpers import package_zip as make_package_zip
 
 from pyspark_durable.showcase.localkafka.node import die_with_caller
+from tests.helpers import free_port, wait_until
+from tests.helpers import package_zip as make_package_zip
 
 PYSPARK_HOME = Path(pyspark.__file__).parent
 CONNECT_JAR = PYSPARK_HOME / "jars" / "spark-connect_2.13-4.3.0.jar"

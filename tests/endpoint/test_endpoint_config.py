@@ -6,7 +6,6 @@ import uuid
 
 import pytest
 import yaml
-from helpers import ROOT
 
 from pyspark_durable.endpoint import (
     EndpointConfig,
@@ -15,6 +14,7 @@ from pyspark_durable.endpoint import (
     output_endpoint,
 )
 from pyspark_durable.errors import ConfigError
+from tests.helpers import ROOT
 
 CONF = ROOT / "conf"
 

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import CHILDREN, ROOT
 
 from pyspark_durable.endpoint import open_namespace, read_batches, read_steps, write_step
 from pyspark_durable.errors import ConfigError, StepNotCommitted
 from pyspark_durable.wal.attempt import APPEND_GROUP_BYTES, INFLIGHT_BYTES_MAX
+from tests.helpers import CHILDREN, ROOT
 
 CHILD = CHILDREN / "memory_child.py"
 MiB = 1 << 20

@@ -7,12 +7,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import S3_BUCKET, s3_options, spark_checkpoint_like, tree
 
 from pyspark_durable.endpoint import is_wal_namespace, open_namespace, wal_namespaces, write_step
 from pyspark_durable.errors import LogNotFound, UnknownNamespace
 from pyspark_durable.log import open_store
 from pyspark_durable.log.kafka.store import KafkaLogStore
+from tests.helpers import S3_BUCKET, s3_options, spark_checkpoint_like, tree
 
 
 @pytest.fixture

@@ -22,12 +22,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafka_broker import KafkaCluster, cluster_for_tests, kafka_classpath
-from kafka_cluster_tools import FAILURE_DETECTION, restart_all
-from netproxy import Proxies, proxies
-from progress_events import ProgressEvents
 
 import pyspark_durable
+from tests.kafka_broker import KafkaCluster, cluster_for_tests, kafka_classpath
+from tests.kafka_cluster.kafka_cluster_tools import FAILURE_DETECTION, restart_all
+from tests.netproxy import Proxies, proxies
+from tests.spark.progress_events import ProgressEvents
 
 # modest heaps: other test processes run brokers and Spark on this 2-core machine too
 CLUSTER_HEAP = ("-Xms128m", "-Xmx512m")
@@ -87,7 +87,7 @@ def all_nodes_up(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator:
     """One SparkSession (local[2]) per pytest process, with tests/spark's settings."""
-    from spark_settings import spark_builder
+    from tests.spark.spark_settings import spark_builder
 
     session = spark_builder().getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

@@ -13,9 +13,9 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from helpers import hashed_payload as payload
-from helpers import wait_until
-from kafka_broker import KafkaCluster, wait_ready
+from tests.helpers import hashed_payload as payload
+from tests.helpers import wait_until
+from tests.kafka_broker import KafkaCluster, wait_ready
 
 ROWS_PER_FILE = 150
 WAIT_S = 180.0  # the longest wait on one Spark event (a loaded 2-core machine)

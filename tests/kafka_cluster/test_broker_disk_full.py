@@ -28,13 +28,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import KAFKA_CLIENTS, hashed_payload
-from kafka_broker import KafkaCluster, cluster_for_tests
-from kafka_cluster_tools import FAILURE_DETECTION, partition_info, wait_in_sync
 
 from pyspark_durable.cli import main
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import DurableWalError
+from tests.helpers import KAFKA_CLIENTS, hashed_payload
+from tests.kafka_broker import KafkaCluster, cluster_for_tests
+from tests.kafka_cluster.kafka_cluster_tools import FAILURE_DETECTION, partition_info, wait_in_sync
 
 pytestmark = [pytest.mark.kafka]  # kills nothing: Kafka halts the broker itself
 

@@ -12,7 +12,8 @@ import time
 import uuid
 
 import pytest
-from kafka_cluster_tools import (
+
+from tests.kafka_cluster.kafka_cluster_tools import (
     ROWS_PER_FILE,
     SCHEMA,
     check_exactly_once,

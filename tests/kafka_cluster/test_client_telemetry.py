@@ -24,10 +24,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import CHILDREN, ROOT, TESTS, hashed_payload
-from kafka_broker import KafkaCluster
 
 from pyspark_durable.endpoint import open_namespace, read_steps
+from tests.helpers import CHILDREN, ROOT, hashed_payload
+from tests.kafka_broker import KafkaCluster
 
 pytestmark = [pytest.mark.kafka]
 
@@ -87,7 +87,7 @@ def run_child(cluster: KafkaCluster, namespace: str, client_id: str, tmp_path: P
               "options": {"bootstrap_servers": cluster.bootstrap, "client": "confluent",
                           "replication_factor": 3, "min_insync_replicas": 2,
                           "client_id": client_id, "debug": "telemetry"}}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     err = tmp_path / f"{client_id}.err"
     with err.open("w") as err_file:
         child = subprocess.Popen([sys.executable, CHILD, json.dumps(config),

@@ -21,13 +21,13 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from helpers import assert_acknowledged, hashed_payload
-from kafka_broker import KafkaCluster, wait_ready
-from kafka_cluster_tools import partition_info, wait_in_sync
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import BackendUnavailable, DurableWalError
 from pyspark_durable.wal import Namespace
+from tests.helpers import assert_acknowledged, hashed_payload
+from tests.kafka_broker import KafkaCluster, wait_ready
+from tests.kafka_cluster.kafka_cluster_tools import partition_info, wait_in_sync
 
 pytestmark = [pytest.mark.kafka, pytest.mark.crash]
 

@@ -16,7 +16,11 @@ import time
 import uuid
 
 import pytest
-from kafka_cluster_tools import (
+
+from pyspark_durable.errors import BackendUnavailable
+from pyspark_durable.log import open_store
+from pyspark_durable.log.base import Record
+from tests.kafka_cluster.kafka_cluster_tools import (
     ROWS_PER_FILE,
     SCHEMA,
     check_exactly_once,
@@ -25,10 +29,6 @@ from kafka_cluster_tools import (
     restart_all,
     write_file,
 )
-
-from pyspark_durable.errors import BackendUnavailable
-from pyspark_durable.log import open_store
-from pyspark_durable.log.base import Record
 
 pytestmark = [pytest.mark.kafka, pytest.mark.crash]
 

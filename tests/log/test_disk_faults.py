@@ -20,12 +20,12 @@ import random
 from pathlib import Path
 
 import pytest
-from faults.powercut import DurableImage, build_shim, power_cut, shim_env
-from wal_crash_tools import check_namespace, run_child, run_writer_here
 
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
 from pyspark_durable.wal.upkeep.check import run_check
+from tests.faults.powercut import DurableImage, build_shim, power_cut, shim_env
+from tests.wal_crash_tools import check_namespace, run_child, run_writer_here
 
 NS = "faults"
 SEGMENT = 16 << 10  # small segments: rolls, sealed segments and deletions happen

@@ -29,13 +29,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from file_log_child import make_record, parse_key
-from helpers import CHILDREN, ROOT
 
 from pyspark_durable.errors import CorruptEntryError, OffsetOutOfRange
 from pyspark_durable.log import Record
 from pyspark_durable.log.file import BODY_HEAD, FRAME_HEAD, FileLogStore, encode_frame
 from pyspark_durable.log.file.store import NAMED_SEGMENT_BYTES
+from tests.children.file_log_child import make_record, parse_key
+from tests.helpers import CHILDREN, ROOT
 
 CHILD = CHILDREN / "file_log_child.py"
 LOGGER = "pyspark_durable.log.file"

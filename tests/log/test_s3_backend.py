@@ -14,8 +14,6 @@ import uuid
 
 import pyarrow as pa
 import pytest
-from helpers import S3_BUCKET, s3_options
-from s3proxy import s3_proxy
 
 from pyspark_durable.endpoint import open_namespace
 from pyspark_durable.errors import (
@@ -30,6 +28,8 @@ from pyspark_durable.errors import (
 from pyspark_durable.log import Record, open_store
 from pyspark_durable.log.s3.client import PreconditionsIgnored
 from pyspark_durable.wal import Namespace
+from tests.helpers import S3_BUCKET, s3_options
+from tests.s3proxy import s3_proxy
 
 pytestmark = pytest.mark.s3
 COMMITS_PUT = r"/logs/commits/e/"  # the path of a commit record's object

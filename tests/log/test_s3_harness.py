@@ -11,8 +11,9 @@ from itertools import count
 
 import pytest
 from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError
-from s3_server import Identity, SeaweedS3, seaweed_for_tests
-from s3proxy import S3Proxy, s3_proxy
+
+from tests.s3_server import Identity, SeaweedS3, seaweed_for_tests
+from tests.s3proxy import S3Proxy, s3_proxy
 
 pytestmark = pytest.mark.s3
 

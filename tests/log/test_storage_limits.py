@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import CHILDREN, ROOT
+from tests.helpers import CHILDREN, ROOT
 
 CHILD = str(CHILDREN / "storage_child.py")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from spark_settings import spark_builder
 
 import pyspark_durable
+from tests.spark.spark_settings import spark_builder
 
 
 @pytest.fixture(scope="session")

@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import free_port
-from kafka_maven import fetch_env
+
+from tests.helpers import free_port
+from tests.kafka_maven import fetch_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.crash, pytest.mark.kafka]
 

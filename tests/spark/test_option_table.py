@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from helpers import ROOT
 
 from pyspark_durable.errors import ConfigError
 from pyspark_durable.spark.option_table import OPTION_TABLE, OPTIONS, markdown
 from pyspark_durable.spark.options import WalOptions
+from tests.helpers import ROOT
 
 OPTIONS_PAGE = ROOT / "docs" / "options.md"
 

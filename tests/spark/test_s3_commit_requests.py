@@ -9,7 +9,6 @@ import uuid
 
 import pyarrow as pa
 import pytest
-from helpers import s3_options
 
 import pyspark_durable.wal.namespace as namespace_module
 from pyspark_durable.log import open_store
@@ -22,6 +21,7 @@ from pyspark_durable.spark.sink import (
     write_batches,
 )
 from pyspark_durable.wal import Namespace
+from tests.helpers import s3_options
 
 pytestmark = pytest.mark.s3
 

@@ -23,12 +23,11 @@ import zlib
 from pathlib import Path
 
 import pytest
-from helpers import CHILDREN, wal_config
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
+from tests.helpers import CHILDREN, ROOT, wal_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.crash, pytest.mark.kafka]
-HERE = Path(__file__).parent
 KILLS = 2  # each restart costs a Spark start (~15-40 s): 2 random kills prove the point
 FILES = 8  # 8 micro-batches per query: the kills (after 1-5 batches of any) land early
 ROWS_PER_FILE = 40
@@ -41,8 +40,7 @@ def payload(i: int) -> str:
 def run_child(pairs: list[dict], folder: Path, kill_after_batches: int | None,
               rng: random.Random) -> tuple[bool, str]:
     """Run the child; kill its process group after N batches. Return (finished, stderr)."""
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent.parent)])}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, str(CHILDREN / "spark_child.py"), json.dumps(pairs), str(folder)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,

@@ -8,7 +8,6 @@ from decimal import Decimal
 
 import pytest
 from chispa import assert_df_equality
-from helpers import wal_config
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -30,10 +29,11 @@ from pyspark.sql.types import (
     TimestampNTZType,
     TimestampType,
 )
-from spark_io import reader, write
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.wal import Cleaner
+from tests.helpers import wal_config
+from tests.spark.spark_io import reader, write
 
 pytestmark = pytest.mark.spark
 META = ["_region", "_table", "_sequence", "_step", "_commit_timestamp", "_row",

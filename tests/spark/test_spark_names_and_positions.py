@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
-from spark_io import reader, write
 
 from pyspark_durable.endpoint import open_namespace
+from tests.spark.spark_io import reader, write
 
 pytestmark = pytest.mark.spark
 NAMES = ["007", "7", "\u0667", "a,b", " c ", "c"]  # the last: a name " c " must not select

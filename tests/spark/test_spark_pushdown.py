@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import wal_namespace
 from kafka import KafkaAdminClient, TopicPartition
 from pyspark.errors import PySparkException
-from spark_io import reader
-from test_file_log import frame_index
 
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
+from tests.helpers import wal_namespace
+from tests.log.test_file_log import frame_index
+from tests.spark.spark_io import reader
 
 pytestmark = [pytest.mark.spark, pytest.mark.backends("file", "kafka-confluent")]
 FLAG = "spark.sql.python.filterPushdown.enabled"

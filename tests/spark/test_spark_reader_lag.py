@@ -8,14 +8,14 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import wal_namespace
-from progress_events import WAIT_S
-from spark_io import reader
 
 from pyspark_durable.cli import main
 from pyspark_durable.endpoint import write_step
 from pyspark_durable.endpoint.lag import ReaderLag, reader_lags
 from pyspark_durable.spark.lag import LagListener
+from tests.helpers import wal_namespace
+from tests.spark.progress_events import WAIT_S
+from tests.spark.spark_io import reader
 
 pytestmark = pytest.mark.spark
 STEPS = 5

@@ -18,13 +18,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import hashed_payload as payload
-from progress_events import ProgressEvents
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.wal import Cleaner, RetentionPolicy
+from tests.helpers import hashed_payload as payload
+from tests.spark.progress_events import ProgressEvents
 
 pytestmark = pytest.mark.spark
 

@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import S3_BUCKET, s3_options, s3_spark_options, wal_namespace
 from pyspark.errors import StreamingQueryException
-from s3_server import seaweed_for_tests
 
 from pyspark_durable.endpoint import read_steps
+from tests.helpers import S3_BUCKET, s3_options, s3_spark_options, wal_namespace
+from tests.s3_server import seaweed_for_tests
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.crash]
 ROWS = 50  # per input file

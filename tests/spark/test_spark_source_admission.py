@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import wal_namespace
-from progress_events import ProgressEvents
-from spark_io import reader
 
 from pyspark_durable.endpoint import write_step
+from tests.helpers import wal_namespace
+from tests.spark.progress_events import ProgressEvents
+from tests.spark.spark_io import reader
 
 pytestmark = [pytest.mark.spark, pytest.mark.backends("file", "kafka-confluent")]
 DELAY_S = 2.0

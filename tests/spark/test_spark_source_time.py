@@ -6,11 +6,11 @@ from __future__ import annotations
 import types
 
 import pytest
-from helpers import wal_namespace
 from pyspark.errors import PySparkException
-from spark_io import reader
 
 from pyspark_durable.endpoint import write_step
+from tests.helpers import wal_namespace
+from tests.spark.spark_io import reader
 
 pytestmark = [pytest.mark.spark, pytest.mark.backends("file", "kafka-confluent")]
 TIMES_MS = (1_000_000, 2_000_000, 3_000_000)  # commit times of steps 0, 1, 2

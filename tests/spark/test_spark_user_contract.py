@@ -9,14 +9,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from helpers import wal_config
 from kafka import KafkaAdminClient
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
-from spark_io import reader, write
 
 from pyspark_durable.endpoint import open_namespace
 from pyspark_durable.errors import LogNotFound
+from tests.helpers import wal_config
+from tests.spark.spark_io import reader, write
 
 pytestmark = [pytest.mark.spark, pytest.mark.backends("file", "kafka-confluent")]
 META = ["_region", "_table", "_sequence", "_step", "_commit_timestamp", "_row",

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from helpers import wal_namespace
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from pyspark.errors import PySparkException
-from spark_io import reader, write
-from test_file_log import frames
 
 from pyspark_durable.log.file import FRAME_HEAD
+from tests.helpers import wal_namespace
+from tests.log.test_file_log import frames
+from tests.spark.spark_io import reader, write
 
 pytestmark = [pytest.mark.spark, pytest.mark.backends("file", "kafka-confluent")]
 

@@ -17,11 +17,11 @@ import pyspark.sql.types as T
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.testing.objects import PythonOnlyPoint, PythonOnlyUDT
-from spark_io import reader, write
 
 from pyspark_durable.codec.casts import cast  # pyarrow casts array<void> wrongly
 from pyspark_durable.endpoint import open_namespace
 from pyspark_durable.spark.arrow_types import nullable
+from tests.spark.spark_io import reader, write
 
 pytestmark = pytest.mark.spark
 FORMATS = ("arrow", "avro")

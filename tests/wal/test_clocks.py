@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import CHILDREN, ROOT, TESTS
 
 from pyspark_durable.endpoint import read_steps
 from pyspark_durable.errors import WriterStepExpired
@@ -40,6 +39,7 @@ from pyspark_durable.wal.ledger import COMMITS_LOG
 from pyspark_durable.wal.replay.clocks import CLOCK_STEP_MS
 from pyspark_durable.wal.replay.dedup import DEDUP_STEPS, DEDUP_WINDOW_MS
 from pyspark_durable.wal.replay.state import NamespaceState
+from tests.helpers import CHILDREN, ROOT, TESTS
 
 DAY_MS = 86_400_000
 AHEAD_MS, BEHIND_MS = 8 * DAY_MS, -8 * DAY_MS

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import frame_spans
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import CorruptEntryError
@@ -27,6 +26,7 @@ from pyspark_durable.wal.format.records import StepCommit, decode_record, encode
 from pyspark_durable.wal.format.snapshot_file import SNAPSHOT_NAME, open_snapshot
 from pyspark_durable.wal.replay.copies import COPY, ORIGINAL, CommitsReader, Lost, Saved
 from pyspark_durable.wal.upkeep.check import run_check
+from tests.helpers import frame_spans
 
 NS = "copies"
 STEPS = 20

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import frame_spans
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import CorruptEntryError
 from pyspark_durable.log.file.frames import FRAME_HEAD
 from pyspark_durable.wal.upkeep.check import run_check
+from tests.helpers import frame_spans
 
 NS = "shop"
 STEPS = 7

@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import log_clock
-from race_child import rows_for
-from test_retention_races import Paused, commit, commit_late
-from test_retention_races import verify as verify_races
 
 from pyspark_durable.cli import main as durablewal
 from pyspark_durable.errors import AttemptLost, EntryFreed
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Cleaner, Namespace
 from pyspark_durable.wal.upkeep.check import Checker
+from tests.children.race_child import rows_for
+from tests.helpers import log_clock
+from tests.wal.test_retention_races import Paused, commit, commit_late
+from tests.wal.test_retention_races import verify as verify_races
 
 pytestmark = pytest.mark.backends("file")
 

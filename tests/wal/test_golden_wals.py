@@ -18,7 +18,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from helpers import TESTS
 
 from pyspark_durable.cli import main as durablewal
 from pyspark_durable.endpoint import read_steps
@@ -27,6 +26,7 @@ from pyspark_durable.log import open_store
 from pyspark_durable.log.file.marks import ACK_FILE, ACK_SLOT, LOW_FILE, read_acked, read_low
 from pyspark_durable.wal import Cleaner, Namespace
 from pyspark_durable.wal.upkeep.check import run_check
+from tests.helpers import TESTS
 
 GOLDEN = TESTS / "golden"
 OLDER = sorted(p for p in GOLDEN.glob("r*-*") if p.is_dir())

@@ -4,14 +4,13 @@ bounded tail, and racing committers' snapshots never disagree with a full replay
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 
 import pytest
-from helpers import CHILDREN
-from history_child import write
 
 from pyspark_durable.errors import StepExpired
 from pyspark_durable.log import open_store
@@ -21,6 +20,8 @@ from pyspark_durable.wal.ledger import COMMITS_LOG
 from pyspark_durable.wal.replay import snapshot_schedule, step_index
 from pyspark_durable.wal.replay.retention import RetentionPolicy
 from pyspark_durable.wal.replay.state import NamespaceState
+from tests.children.history_child import write
+from tests.helpers import CHILDREN, ROOT
 
 EVERY = 20  # records between committers' snapshots in these tests
 CHUNK = 8  # steps per chunk of the step index in these tests
@@ -101,7 +102,8 @@ def test_concurrent_committers_in_processes_write_snapshots_safely(tmp_path):
     older one, and a replay of the whole log decide every step and pair alike."""
     procs = [subprocess.Popen([sys.executable, str(CHILDREN / "history_child.py"), str(tmp_path),
                                str(p), str(EACH), str(EVERY), str(CHUNK)],
-                              stderr=subprocess.PIPE, text=True) for p in range(PROCESSES)]
+                              stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}) for p in range(PROCESSES)]
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, f"committer process exited with {p.returncode}: {err[-2000:]}"

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import log_clock
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import DurableWalError
@@ -34,6 +33,7 @@ from pyspark_durable.log import open_store
 from pyspark_durable.log.file.store import RESERVE_FILE
 from pyspark_durable.wal import Cleaner
 from pyspark_durable.wal.upkeep.check import Checker
+from tests.helpers import log_clock
 
 NS = "sweep"
 # every byte of a file's head is flipped: a whole mark file, or a segment's first frame

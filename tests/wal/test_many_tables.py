@@ -17,7 +17,6 @@ import sys
 
 import pyarrow as pa
 import pytest
-from helpers import ROOT
 
 from pyspark_durable.endpoint import read_steps
 from pyspark_durable.errors import SchemaMismatch
@@ -28,6 +27,7 @@ from pyspark_durable.wal.ledger import COMMITS_LOG
 from pyspark_durable.wal.replay.copies import CommitsReader
 from pyspark_durable.wal.tables import table_id_for_name
 from pyspark_durable.wal.upkeep.check import Checker
+from tests.helpers import ROOT
 
 TABLES = 1000
 STEP_BYTES_MAX = 24_000  # a 1,000-table step: 16 random bytes per run (id, digest) + a little

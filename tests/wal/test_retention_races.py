@@ -19,12 +19,12 @@ import sys
 
 import pyarrow as pa
 import pytest
-from helpers import CHILDREN, ROOT, assert_acknowledged
-from race_child import rows_for
 
 from pyspark_durable.errors import AttemptLost
 from pyspark_durable.wal import Cleaner, Namespace
 from pyspark_durable.wal.upkeep.check import Checker
+from tests.children.race_child import rows_for
+from tests.helpers import CHILDREN, ROOT, assert_acknowledged
 
 pytestmark = pytest.mark.backends("file", "kafka-confluent", "s3")
 

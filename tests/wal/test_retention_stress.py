@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from helpers import CHILDREN, ROOT, assert_acknowledged
 
 from pyspark_durable.wal import Cleaner, Namespace, table_id_for_name
 from pyspark_durable.wal.upkeep.check import Checker
+from tests.helpers import CHILDREN, ROOT, assert_acknowledged
 
 pytestmark = [pytest.mark.crash, pytest.mark.backends("file", "kafka-confluent", "s3")]
 CHILD = str(CHILDREN / "stress_child.py")

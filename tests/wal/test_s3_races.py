@@ -12,14 +12,14 @@ import sys
 
 import pyarrow as pa
 import pytest
-from helpers import CHILDREN, ROOT, s3_options
-from race_child import rows_for
-from s3_server import seaweed_for_tests
-from test_retention_races import verify
 
 from pyspark_durable.errors import BackendUnavailable
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
+from tests.children.race_child import rows_for
+from tests.helpers import CHILDREN, ROOT, s3_options
+from tests.s3_server import seaweed_for_tests
+from tests.wal.test_retention_races import verify
 
 pytestmark = pytest.mark.s3
 CHILD = str(CHILDREN / "race_child.py")

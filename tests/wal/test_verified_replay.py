@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from test_file_log import frames
 
 from pyspark_durable.cli import main
 from pyspark_durable.errors import ContentMismatch, DataLoss
@@ -23,6 +22,7 @@ from pyspark_durable.log.file import FRAME_HEAD
 from pyspark_durable.wal import Namespace
 from pyspark_durable.wal.format.records import StepCommit
 from pyspark_durable.wal.format.runs import DIGEST_HEX
+from tests.log.test_file_log import frames
 
 NS = "verified"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 
 import pytest
-from wal_crash_tools import check_namespace, run_child, run_writer_here
 
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
+from tests.wal_crash_tools import check_namespace, run_child, run_writer_here
 
 pytestmark = pytest.mark.crash
 KILLS = {"file": 20, "kafka": 6, "s3": 6}  # a Kafka child and the check after it cost ~7 s

@@ -11,7 +11,7 @@ or ``file://`` a local one such as ``~/.m2/repository``). Each jar is written to
 temporary file, checked against its SHA-256 and only then renamed into place, so the
 cache never holds a half-written or unverified jar; a file lock makes processes that
 start at once fetch once. The lock is made from ``jars/kafka-broker/pom.xml`` by Maven
-(``python tests/kafka_maven.py`` in a source checkout), which the test suite's own
+(``python -m tests.kafka_maven`` in a source checkout), which the test suite's own
 brokers still resolve with.
 """
 

@@ -33,8 +33,6 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from helpers import KAFKA_CLIENTS, wait_until
-from kafka_broker import Auth, KafkaCluster, authorizer_settings, cluster_for_tests
 
 from pyspark_durable.cli import main
 from pyspark_durable.endpoint import open_namespace, read_batches, write_step
@@ -43,6 +41,8 @@ from pyspark_durable.log.kafka.acls import Right, role_rights
 from pyspark_durable.wal.ledger import COMMITS_LOG
 from pyspark_durable.wal.replay.retention import RetentionPolicy
 from pyspark_durable.wal.upkeep.cleaner import Cleaner
+from tests.helpers import KAFKA_CLIENTS, wait_until
+from tests.kafka_broker import Auth, KafkaCluster, authorizer_settings, cluster_for_tests
 
 pytestmark = pytest.mark.kafka
 

@@ -22,9 +22,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import KAFKA_CLIENTS, ROOT
-from kafka_broker import KafkaCluster, cluster_for_tests, topic_bytes
-from kafka_tls import make_ca_and_server
 
 from pyspark_durable.cli import main
 from pyspark_durable.endpoint import open_namespace, write_step
@@ -36,6 +33,9 @@ from pyspark_durable.errors import (
 )
 from pyspark_durable.log import Record, open_store
 from pyspark_durable.secrets import REDACTED, redact_options, scrub
+from tests.helpers import KAFKA_CLIENTS, ROOT
+from tests.kafka_broker import KafkaCluster, cluster_for_tests, topic_bytes
+from tests.kafka_tls import make_ca_and_server
 
 pytestmark = pytest.mark.kafka
 

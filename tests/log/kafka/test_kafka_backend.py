@@ -12,14 +12,14 @@ import time
 import uuid
 
 import pytest
-from helpers import CHILDREN, ROOT, TESTS, wait_until
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka_broker import kill_broker, start_broker, stop_broker
 
 from pyspark_durable.errors import BackendUnavailable, ConfigError, OffsetOutOfRange
 from pyspark_durable.log import Record, open_store
 from pyspark_durable.log.kafka.settings import FORBIDDEN
 from pyspark_durable.log.kafka.store import KafkaLogStore
+from tests.helpers import CHILDREN, ROOT, wait_until
+from tests.kafka_broker import kill_broker, start_broker, stop_broker
 
 pytestmark = pytest.mark.kafka
 
@@ -478,7 +478,7 @@ def test_a_recreated_topic_is_a_typed_error_on_both_clients(kafka_broker):
     4 partitions, fails with a typed error or reads on both clients, in a process that
     survives (a crash of the client library here would take the Spark worker with it)."""
     child = str(CHILDREN / "kafka_deleted_child.py")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for client in ("kafka-python", "confluent"):
         done = subprocess.run([sys.executable, child, kafka_broker, client, "4"], env=env,
                               capture_output=True, text=True, timeout=180)

@@ -7,9 +7,8 @@ import logging
 import subprocess
 import threading
 
-from kafka_broker import random_cluster_id
-
 from pyspark_durable.showcase.localkafka.node import die_with_caller
+from tests.kafka_broker import random_cluster_id
 
 BOUND_S = 60.0  # far beyond a process start: reaching it means the start hung
 
@@ -28,7 +27,7 @@ def test_free_ports_are_distinct_and_never_ephemeral():
     """This tests that the ports the harness hands out (to brokers that are killed and
     restarted on them) are never the kernel's ephemeral ports, which any outgoing
     connection may take meanwhile, and never the same twice in a session."""
-    from helpers import _ephemeral_ports, free_port
+    from tests.helpers import _ephemeral_ports, free_port
 
     ports = [free_port() for _ in range(200)]
     assert len(set(ports)) == len(ports)

@@ -13,8 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import free_port
-from kafka_maven import lock_text, serve
 
 from pyspark_durable.showcase.localkafka import jars
 from pyspark_durable.showcase.localkafka.jars import (
@@ -27,6 +25,8 @@ from pyspark_durable.showcase.localkafka.jars import (
     kafka_version,
     parse_lock,
 )
+from tests.helpers import free_port
+from tests.kafka_maven import lock_text, serve
 
 
 def fake_lock(tmp_path: Path, served: dict[str, bytes]) -> tuple[Path, list[Jar]]:
@@ -158,8 +158,8 @@ def test_kafka_start_offline_prints_one_error_line_and_no_traceback(tmp_path):
 
 @pytest.mark.kafka
 def test_the_lock_file_lists_exactly_the_jars_the_pom_resolves():
-    """This tests that the lock file is what `python tests/kafka_maven.py` makes of
+    """This tests that the lock file is what `python -m tests.kafka_maven` makes of
     jars/kafka-broker/pom.xml now: the jars Maven resolves, their SHA-256 and sizes
     (Maven reads its local repository: the Kafka lane resolved them for its brokers).
     Marked kafka: it runs Maven, as that lane does; a Maven that fails fails it."""
-    assert LOCK.read_text() == lock_text(), "the pom changed: run python tests/kafka_maven.py"
+    assert LOCK.read_text() == lock_text(), "the pom changed: run python -m tests.kafka_maven"

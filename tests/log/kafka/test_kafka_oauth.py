@@ -24,14 +24,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from kafka_broker import Auth, KafkaCluster, cluster_for_tests, free_port, topic_bytes
-from oauth_server import Client, TokenServer
 
 from pyspark_durable.endpoint import open_namespace, write_step
 from pyspark_durable.errors import AuthenticationFailed, BackendUnavailable, DurableWalError
 from pyspark_durable.log import Record, open_store
 from pyspark_durable.secrets import REDACTED
 from pyspark_durable.showcase.localkafka.settings import OAuthValidation
+from tests.kafka_broker import Auth, KafkaCluster, cluster_for_tests, free_port, topic_bytes
+from tests.oauth_server import Client, TokenServer
 
 pytestmark = pytest.mark.kafka
 

@@ -17,12 +17,12 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
-from kafka_broker import KafkaCluster, cluster_for_tests
-from netproxy import Proxy, proxies
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import BackendUnavailable, DurableWalError
 from pyspark_durable.log.kafka import transient
+from tests.kafka_broker import KafkaCluster, cluster_for_tests
+from tests.netproxy import Proxy, proxies
 
 REQUEST_MS = 3000
 CONNECT_MS = 2000

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import CHILDREN, ROOT, TESTS
-from stress_child import rows_for
-from test_kafka_backend import lagging
 
 from pyspark_durable.log import open_store
 from pyspark_durable.wal import Namespace
+from tests.children.stress_child import rows_for
+from tests.helpers import CHILDREN, ROOT
+from tests.log.kafka.test_kafka_backend import lagging
 
 pytestmark = [pytest.mark.kafka, pytest.mark.backends("kafka-confluent", "kafka-python")]
 CHILD = str(CHILDREN / "tail_child.py")
@@ -36,7 +36,7 @@ EXIT_TIMEOUT_S = 120.0  # a child that outlives this is stuck: the test fails
 def _spawn(err: Path, role: str, config: dict, namespace: str, *args: str,
            stdin: int | None = None) -> subprocess.Popen:
     """A child whose stdout the test reads, its stderr going to ``err``."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with err.open("w") as err_file:
         return subprocess.Popen([sys.executable, CHILD, role, "kafka", json.dumps(config),
                                  namespace, *args], stdin=stdin, stdout=subprocess.PIPE,

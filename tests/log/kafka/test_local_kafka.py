@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, TESTS, free_port
-from kafka_maven import fetch_env, maven_repo, serve
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import ConfigError
 from pyspark_durable.showcase.localkafka.service import client_settings
+from tests.helpers import ROOT, free_port
+from tests.kafka_maven import fetch_env, maven_repo, serve
 
 pytestmark = pytest.mark.kafka
 
@@ -120,8 +120,7 @@ def test_kafka_start_prints_working_options_and_stop_ends_it_by_pid(tmp_path):
 HARNESS_CHILD = """
 import sys
 from pathlib import Path
-sys.path.insert(0, {tests!r})
-from kafka_broker import start_broker
+from tests.kafka_broker import start_broker
 broker = start_broker(Path({folder!r}))
 print(broker.nodes[0].pid, flush=True)
 sys.stdin.read()  # until killed
@@ -148,9 +147,10 @@ def test_an_attached_broker_dies_with_a_caller_killed_by_sigkill(tmp_path, calle
             str(free_port()),
         ]
     else:
-        argv = [sys.executable, "-c", HARNESS_CHILD.format(tests=str(TESTS), folder=str(folder))]
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
+        argv = [sys.executable, "-c", HARNESS_CHILD.format(folder=str(folder))]
+    proc = subprocess.Popen(  # the harness child imports tests.kafka_broker from the repository
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
         first = proc.stdout.readline()  # blocks until the broker serves (or the caller died)

@@ -1,7 +1,7 @@
 """Child processes for ``tests/log/kafka/test_kafka_tailing.py``: writers and a tailing reader.
 
 Usage: ``python tail_child.py ROLE BACKEND CONFIG_JSON NAMESPACE ARGS...`` (the test sets
-``PYTHONPATH`` to the repository root and ``tests/``). Lines are printed and flushed
+``PYTHONPATH`` to the repository root). Lines are printed and flushed
 as soon as what they report is done.
 
 Roles:

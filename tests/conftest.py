@@ -1,11 +1,16 @@
 """Shared fixtures: one store factory per log backend, strict collection rules.
 
 A test names the backends it runs on with ``@pytest.mark.backends(...)`` (names from
-helpers.BACKENDS: file, memory, kafka-confluent, kafka-python), on itself or on its
-module's ``pytestmark``. ``pytest_generate_tests`` below turns the mark into one test
-per backend, with the backend's name as test id, through whichever backend fixture the
-test takes (``store_config``/``make_store``, ``wal``, ``client``); the Kafka
-ones are marked ``kafka``. A backend fixture without the mark fails: there is no default."""
+helpers.BACKENDS: file, memory, kafka-confluent, kafka-python, s3, s3-moto), on itself or
+on its module's ``pytestmark``. ``pytest_generate_tests`` below turns the mark into one
+test per backend, with the backend's name as test id, through whichever backend fixture
+the test takes (``store_config``/``make_store``, ``wal``, ``client``); the Kafka ones are
+marked ``kafka``, the S3 ones ``s3``. A test that pairs each backend with other
+arguments names them in ``paired_with`` and gives (backend, value, ...) tuples:
+``@pytest.mark.backends(("file", "write"), ("s3", "clean"), paired_with="mode")``, one
+test per tuple, its id the values joined by ``-``. The mark is the only way to choose a
+backend: a backend fixture without it fails (there is no default), and an ``indirect``
+parametrize of one is refused."""
 
 from __future__ import annotations
 
@@ -203,15 +208,16 @@ def namespace() -> str:
 StoreFactory = Callable[..., LogStore]
 
 
-def backend_param(name: str):
-    """A backend as a test parameter, its name the test id; the Kafka ones are marked
-    ``kafka`` (the quick lane, ``-m quick``, starts no broker)."""
+def backend_param(name: str, *paired: object):
+    """A backend as a test parameter (with the values a ``paired_with`` mark pairs it with),
+    its name (and theirs, joined by ``-``) the test id; the Kafka ones are marked ``kafka``,
+    the S3 ones ``s3`` (the quick lane, ``-m quick``, starts no broker and no server)."""
     if name not in BACKENDS:
         raise pytest.UsageError(f"unknown backend {name!r} in a backends mark; "
                                 f"valid: {', '.join(BACKENDS)}")
     kind = BACKENDS[name][0]
     marks = [pytest.mark.kafka] if kind == "kafka" else [pytest.mark.s3] if kind == "s3" else []
-    return pytest.param(name, id=name, marks=marks)
+    return pytest.param(name, *paired, id="-".join([name, *map(str, paired)]), marks=marks)
 
 
 def marked_backend(request: pytest.FixtureRequest) -> tuple[str, str | None]:
@@ -282,19 +288,40 @@ def make_store(store_config, namespace) -> Iterator[StoreFactory]:
         store.close()
 
 
+def _argnames(parametrize: pytest.Mark) -> list[str]:
+    names = parametrize.args[0]
+    return [n.strip() for n in (names.split(",") if isinstance(names, str) else names)]
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """One test per backend of its ``backends`` mark, through the backend fixture it takes
-    (one that its own ``parametrize`` names is left to it)."""
+    """One test per backend of its ``backends`` mark (or per tuple, with ``paired_with``),
+    through the backend fixture it takes (one that its own ``parametrize`` names directly,
+    as a value of its own, is left to it; one parametrized ``indirect``ly is refused: the
+    mark chooses backends)."""
+    parametrizes = list(metafunc.definition.iter_markers("parametrize"))
+    for m in parametrizes:
+        indirect = m.kwargs.get("indirect", False)
+        through = _argnames(m) if indirect is True else list(indirect or ())
+        if set(through) & set(BACKEND_FIXTURES):
+            raise pytest.UsageError(f"{metafunc.definition.nodeid} parametrizes a backend "
+                                    "fixture indirectly: choose its backends with "
+                                    "@pytest.mark.backends(...) (paired_with= for pairs)")
     marker = metafunc.definition.get_closest_marker("backends")
     if marker is None:
         return
-    named = {name.strip() for m in metafunc.definition.iter_markers("parametrize")
-             for name in (m.args[0].split(",") if isinstance(m.args[0], str) else m.args[0])}
+    named = {name for m in parametrizes for name in _argnames(m)}
     used = [f for f in BACKEND_FIXTURES if f in metafunc.fixturenames and f not in named]
     if len(used) > 1:
         raise pytest.UsageError(f"{metafunc.definition.nodeid} takes {used}: a backends mark "
                                 "parametrizes one backend fixture")
-    if used:
+    paired = [n.strip() for n in marker.kwargs.get("paired_with", "").split(",") if n.strip()]
+    if used and paired:
+        if not all(isinstance(a, tuple) and len(a) == 1 + len(paired) for a in marker.args):
+            raise pytest.UsageError(f"{metafunc.definition.nodeid}: with paired_with={paired}, "
+                                    f"each backend is a tuple (backend, {', '.join(paired)})")
+        metafunc.parametrize([used[0], *paired], [backend_param(*a) for a in marker.args],
+                             indirect=[used[0]])
+    elif used:
         metafunc.parametrize(used[0], [backend_param(b) for b in marker.args], indirect=True)
     elif marker in metafunc.definition.own_markers:
         raise pytest.UsageError(f"{metafunc.definition.nodeid} names backends but takes no "

@@ -187,8 +187,8 @@ def test_tables_of_different_schemas_read_as_one_union(spark, wal, tmp_path):
     assert only_c.columns == ["id", *META] and dict(only_c.dtypes)["id"] == "int"
 
 
-@pytest.mark.parametrize("wal, payload", [("file", "arrow"), ("kafka-confluent", "arrow"),
-                                          ("file", "avro")], indirect=["wal"])
+@pytest.mark.backends(("file", "arrow"), ("kafka-confluent", "arrow"), ("file", "avro"),
+                      paired_with="payload")
 def test_merge_schema_mid_stream(spark, wal, payload, tmp_path):
     """This tests schema evolution of a streamed table: new columns or a widened int
     fail without mergeSchema (naming it, adding no step); with mergeSchema=true they add

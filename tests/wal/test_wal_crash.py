@@ -18,10 +18,8 @@ TOTAL_STEPS = {"write": 300, "clean": 300, "s3-write": 120, "s3-clean": 50}
 
 
 # each Kafka client gets one of the two modes
-@pytest.mark.parametrize("store_config,mode", [("file", "write"), ("file", "clean"),
-                                               ("kafka-confluent", "write"), ("kafka-python", "clean"),
-                                               ("s3", "write"), ("s3", "clean")],
-                         indirect=["store_config"])
+@pytest.mark.backends(("file", "write"), ("file", "clean"), ("kafka-confluent", "write"),
+                      ("kafka-python", "clean"), ("s3", "write"), ("s3", "clean"), paired_with="mode")
 def test_writer_killed_at_random_points(make_store, store_config, namespace, mode):
     """This tests that a writer (and cleaner) killed by SIGKILL ≥ 20 times (≥ 6 on Kafka)
     loses and duplicates nothing."""

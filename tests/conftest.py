@@ -67,6 +67,21 @@ def work_unit(nodeid: str) -> str:
     return module
 
 
+# The units that take longest, longest first (tests/DURATIONS.md): a worker that starts
+# one of them last runs alone at the end while the others idle. xdist would order the
+# units by their number of tests, which puts these few-test, long ones last.
+LONGEST_FIRST = (
+    "tests/kafka_cluster", "tests/cluster", "tests/connect", "tests/spark/test_readme.py",
+    "tests/spark/test_spark_crash.py", "tests/log/kafka/test_local_kafka.py",
+    "tests/wal/test_wal.py", "tests/log/kafka/test_kafka_auth.py",
+    "tests/wal/test_retention_stress.py", "tests/wal/test_wal_crash.py",
+    "tests/spark/test_demo_kafka.py", "tests/spark/test_spark_datasource.py",
+    "tests/log/kafka/test_kafka_oauth.py", "tests/spark/test_spark_user_contract.py",
+    "tests/spark/test_spark_no_register.py", "tests/log/kafka/test_kafka_backend.py",
+    "tests/spark/test_spark_retention.py", "tests/log/kafka/test_kafka_acls.py",
+)
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """``--dist loadgroup`` as :func:`work_unit` says. xdist's own loadgroup groups by
     an ``xdist_group`` mark through a node id it rewrites, and pytest 9 keeps node ids
@@ -75,6 +90,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False  # the collection's order: LONGEST_FIRST
 
     class FolderScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
@@ -86,10 +103,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks set here
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     """Refuse an empty run; mark ``quick`` every test that needs no broker, no Spark and
-    kills nothing (the quick lane: ``pytest -m quick``), so the lane cannot drift."""
+    kills nothing (the quick lane: ``pytest -m quick``), so the lane cannot drift; run
+    the :data:`LONGEST_FIRST` units first."""
     for item in items:
         if not any(item.get_closest_marker(m) for m in SLOW_MARKS):
             item.add_marker(pytest.mark.quick)
+    rank = {unit: n for n, unit in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(work_unit(item.nodeid), len(rank)))  # stable
     if not items:
         raise pytest.UsageError("no tests were collected: refusing a silent green run")
 

@@ -111,10 +111,16 @@ def open_namespace(config: EndpointConfig | Mapping[str, Any], create: bool = Tr
             raise _unknown(cfg, store)
         try:
             return Namespace(store, cfg.namespace_id, create=create)
-        except LogNotFound:
-            if create or is_wal_namespace(cfg):
+        except LogNotFound as missing:
+            if create:
+                raise
+            try:
+                names = namespaces_held(cfg.backend, cfg.options)
+            except LogNotFound:
+                raise missing from None  # the WAL's root is missing: the store names it
+            if cfg.namespace in names:
                 raise  # a namespace, with another problem (empty), named by the WAL
-            raise _unknown(cfg, store) from None
+            raise UnknownNamespace(cfg.namespace, names, store.location()) from None
     except BaseException:
         store.close()
         raise

@@ -317,7 +317,7 @@ def test_planning_a_micro_batch_catches_up_with_the_wal_once(tmp_path, monkeypat
     write_step(ns, "w", 3, {"t": [{"id": 3}]})  # committed after the start offset was taken
 
     real, calls = Ledger.refreshed, []  # every catch-up, public or the WAL's own
-    monkeypatch.setattr(Ledger, "refreshed", lambda self: calls.append(1) or real(self))
+    monkeypatch.setattr(Ledger, "refreshed", lambda self, *args: calls.append(1) or real(self, *args))
     end = stream.latestOffset(start, ReadAllAvailable())
     assert end["step"] == 4 and len(calls) == (3 if hold else 1)
     del calls[:]

@@ -20,9 +20,9 @@ def scheduler_source() -> str:
 
 
 def test_each_shared_server_folder_runs_on_one_worker_and_other_modules_spread(tmp_path):
-    """This tests that under ``-n 3 --dist loadgroup`` (the README's command, with a worker more), with the conftest's
-    own scheduler, every test of a shared-server folder runs on one worker, and modules
-    elsewhere are spread over the workers."""
+    """This tests that under ``-n 3 --dist loadgroup`` (the README's command, with a
+    worker more), with the conftest's own scheduler, every test of a shared-server
+    folder runs on one worker, and modules elsewhere are spread over the workers."""
     tests = tmp_path / "tests"
     (tests / "kafka_cluster").mkdir(parents=True)
     (tests / "wal").mkdir()

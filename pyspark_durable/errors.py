@@ -96,12 +96,16 @@ class NotAWal(LogNotFound):
 class UnknownNamespace(LogNotFound):
     """A name that is no namespace of the WAL, opened where nothing may be created; it
     carries the namespaces the WAL holds and, when known, their location (a folder, a
-    broker), for a message that names what to give instead."""
+    broker), for a message that names what to give instead; ``root_missing`` is the
+    backend's own words when the WAL's root itself is missing (a bucket, a folder)."""
 
-    def __init__(self, namespace: str, names: list[str], location: str | None = None) -> None:
+    def __init__(self, namespace: str, names: list[str], location: str | None = None,
+                 root_missing: str | None = None) -> None:
         self.namespace, self.names, self.location = namespace, list(names), location
+        self.root_missing = root_missing
         super().__init__(f"unknown namespace {namespace!r}; namespaces: "
-                         f"{', '.join(names) or 'none'}" + (f" in {location}" if location else ""))
+                         f"{', '.join(names) or 'none'}" + (f" in {location}" if location else "")
+                         + (f" ({root_missing})" if root_missing else ""))
 
 
 class SchemaMismatch(DurableWalError, ValueError):

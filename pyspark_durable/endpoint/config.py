@@ -111,13 +111,14 @@ def open_namespace(config: EndpointConfig | Mapping[str, Any], create: bool = Tr
             raise _unknown(cfg, store)
         try:
             return Namespace(store, cfg.namespace_id, create=create)
-        except LogNotFound as missing:
+        except LogNotFound:
             if create:
                 raise
             try:
                 names = namespaces_held(cfg.backend, cfg.options)
-            except LogNotFound:
-                raise missing from None  # the WAL's root is missing: the store names it
+            except LogNotFound as root:  # the WAL's root is missing: the store names it
+                raise UnknownNamespace(cfg.namespace, [], store.location(),
+                                       root_missing=str(root)) from None
             if cfg.namespace in names:
                 raise  # a namespace, with another problem (empty), named by the WAL
             raise UnknownNamespace(cfg.namespace, names, store.location()) from None

@@ -48,8 +48,9 @@ def _open_for_read(opts: WalOptions) -> Namespace:
             fix = (f"pick one with {PICK_NAMESPACE}; namespaces in {where}: "
                    f"{', '.join(exc.names)}")
         else:
-            fix = (f"{where} holds no namespace: point the read at the WAL root (the path "
-                   "or brokers its writer was given), or write to it first")
+            missing = f" ({exc.root_missing})" if exc.root_missing else ""
+            fix = (f"{where} holds no namespace{missing}: point the read at the WAL root (the "
+                   "path or brokers its writer was given), or write to it first")
         raise LogNotFound(f"unknown namespace {opts.namespace!r}{default}: {fix}") from None
 
 

@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.wal import Cleaner, RetentionPolicy
+from pyspark_durable.wal.replay.stored_state import ReaderPosition
 from tests.helpers import hashed_payload as payload
 from tests.spark.progress_events import ProgressEvents
 
@@ -101,19 +102,24 @@ def test_writer_and_reader_stream_while_cleaners_run(spark, tmp_path):
                 .select(F.col("value").alias("id"),
                         F.concat(F.lit("row-"), F.col("value").cast("string"), F.lit("-"),
                                  F.sha1(F.col("value").cast("string"))).alias("payload")))
-        writer = (rows.writeStream.format("durablewal").options(**wal)
-                  .option("retentionSteps", RETENTION_STEPS).option("cleanIntervalMs", 1000)
-                  .option("cleanGraceMs", GRACE_MS)
-                  .option("checkpointLocation", str(tmp_path / "ckpt-writer"))
-                  .queryName("rate-to-wal")  # Spark hands the name to the sink as an option
-                  .trigger(processingTime="500 milliseconds").start())
-        # started at once, before the table exists: so the reader is given its schema
+        # started before the writer and the table exist: so the reader is given its schema
         reader = (spark.readStream.format("durablewal").schema(READ_SCHEMA).options(**wal)
                   .option("readerId", reader_id).option("holdRetention", "true").load()
                   .writeStream.format("parquet")
                   .option("checkpointLocation", str(tmp_path / "ckpt-reader"))
                   .queryName("wal-to-parquet").trigger(processingTime="500 milliseconds")
                   .start(out_dir))
+        # the reader registers (and holds from step 0) at its first trigger, not at
+        # start(): under load the writer could commit and expire steps before it
+        reader.processAllAvailable()
+        ns.refresh()
+        assert ns.info.reader_position(reader_id) == ReaderPosition(0, True)
+        writer = (rows.writeStream.format("durablewal").options(**wal)
+                  .option("retentionSteps", RETENTION_STEPS).option("cleanIntervalMs", 1000)
+                  .option("cleanGraceMs", GRACE_MS)
+                  .option("checkpointLocation", str(tmp_path / "ckpt-writer"))
+                  .queryName("rate-to-wal")  # Spark hands the name to the sink as an option
+                  .trigger(processingTime="500 milliseconds").start())
         both = [writer, reader]
 
         # Phase 1: the writer's driver alone keeps retention. After its 8th micro-batch

@@ -413,16 +413,26 @@ def test_broker_going_away_mid_read_is_retriable(tmp_path, caplog, client):
     """This tests that a broker killed mid-read is a retriable error, not a short read or hang."""
     broker = start_broker(tmp_path / "private-kafka")
     namespace = f"t{uuid.uuid4().hex[:12]}"
+    total = 200
+    # written with the client's usual timeouts: a loaded machine's broker may take
+    # seconds to create a topic or take 5 MB, which is no part of what is tested
+    writer = KafkaLogStore(namespace, client=client, bootstrap_servers=broker.address)
+    try:
+        region = writer.open_region(0)
+        for _ in range(4):
+            region.append([Record(b"k", os.urandom(100_000)) for _ in range(total // 4)])
+    except BaseException:
+        stop_broker(broker)
+        raise
+    finally:
+        writer.close()
     store = KafkaLogStore(
         namespace, client=client, bootstrap_servers=broker.address, request_timeout_ms=1500,
         connect_timeout_ms=1500, **{"kafka.max.partition.fetch.bytes": 64 << 10,
                                     "kafka.fetch.max.bytes": 64 << 10, "batch_size": 64 << 10},
     )
     try:
-        log = store.open_region(0)
-        total = 200
-        for _ in range(4):
-            log.append([Record(b"k", os.urandom(100_000)) for _ in range(total // 4)])
+        log = store.open_region(0, create=False)
         reader = log.read(0)
         seen = [next(reader).offset for _ in range(3)]
         kill_broker(broker)

@@ -15,6 +15,7 @@ parametrize of one is refused."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import sys
 import uuid
@@ -28,6 +29,10 @@ from pyspark_durable.log import LogStore, open_store
 from tests.helpers import BACKENDS, S3_BUCKET, free_port, s3_options, s3_spark_options
 from tests.kafka_broker import KafkaCluster, cluster_for_tests
 from tests.s3_server import SeaweedS3, seaweed_for_tests
+from tests.spark.spark_settings import TEST_JVM
+
+# every spark-submit the suite starts, in this process or a child's (see TEST_JVM)
+os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM)
 
 # Compile once. Where the environment forbids writing bytecode (PYTHONDONTWRITEBYTECODE,
 # set in some CI images), every xdist worker would rewrite every test module at
@@ -67,21 +72,6 @@ def work_unit(nodeid: str) -> str:
     return module
 
 
-# The units that take longest, longest first (tests/DURATIONS.md): a worker that starts
-# one of them last runs alone at the end while the others idle. xdist would order the
-# units by their number of tests, which puts these few-test, long ones last.
-LONGEST_FIRST = (
-    "tests/kafka_cluster", "tests/cluster", "tests/connect", "tests/spark/test_readme.py",
-    "tests/spark/test_spark_crash.py", "tests/log/kafka/test_local_kafka.py",
-    "tests/wal/test_wal.py", "tests/log/kafka/test_kafka_auth.py",
-    "tests/wal/test_retention_stress.py", "tests/wal/test_wal_crash.py",
-    "tests/spark/test_demo_kafka.py", "tests/spark/test_spark_datasource.py",
-    "tests/log/kafka/test_kafka_oauth.py", "tests/spark/test_spark_user_contract.py",
-    "tests/spark/test_spark_no_register.py", "tests/log/kafka/test_kafka_backend.py",
-    "tests/spark/test_spark_retention.py", "tests/log/kafka/test_kafka_acls.py",
-)
-
-
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """``--dist loadgroup`` as :func:`work_unit` says. xdist's own loadgroup groups by
     an ``xdist_group`` mark through a node id it rewrites, and pytest 9 keeps node ids
@@ -91,7 +81,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    config.option.loadscopereorder = False  # the collection's order: LONGEST_FIRST
+    config.option.loadscopereorder = False  # the collection's order: the longest first
 
     class FolderScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
@@ -104,14 +94,31 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     """Refuse an empty run; mark ``quick`` every test that needs no broker, no Spark and
     kills nothing (the quick lane: ``pytest -m quick``), so the lane cannot drift; run
-    the :data:`LONGEST_FIRST` units first."""
+    the units that took longest first (:data:`UNIT_SECONDS`)."""
     for item in items:
         if not any(item.get_closest_marker(m) for m in SLOW_MARKS):
             item.add_marker(pytest.mark.quick)
-    rank = {unit: n for n, unit in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(work_unit(item.nodeid), len(rank)))  # stable
+    took = unit_seconds()
+    items.sort(key=lambda item: -took.get(work_unit(item.nodeid), 0.0))  # stable
     if not items:
         raise pytest.UsageError("no tests were collected: refusing a silent green run")
+
+
+# The seconds each unit took in a full run (``pytest --write-unit-seconds``), so that the
+# longest units start first: a worker that starts one of them last runs alone at the end
+# while the others idle, and xdist would order units by their number of tests, which
+# puts the few-test, long ones (a crash test, the cluster) last. A unit missing from the
+# file (a new module) starts after those it holds.
+UNIT_SECONDS = Path(__file__).parent / "unit_seconds.json"
+
+
+def unit_seconds() -> dict[str, float]:
+    return json.loads(UNIT_SECONDS.read_text()) if UNIT_SECONDS.exists() else {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--write-unit-seconds", action="store_true",
+                     help=f"write the seconds each work unit took to {UNIT_SECONDS.name}")
 
 
 def _module_marks(path: Path) -> set[str]:
@@ -143,6 +150,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 # whether the two workers were balanced.
 _SECONDS_BY_FOLDER: dict[str, float] = {}
 _SECONDS_BY_WORKER: dict[str, float] = {}
+_SECONDS_BY_UNIT: dict[str, float] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -152,15 +160,22 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         report.longrepr = f"skipped tests are not allowed here: {report.longrepr}"
     folder = report.nodeid.split("::")[0].rpartition("/")[0]
     _SECONDS_BY_FOLDER[folder] = _SECONDS_BY_FOLDER.get(folder, 0.0) + report.duration
+    unit = work_unit(report.nodeid)
+    _SECONDS_BY_UNIT[unit] = _SECONDS_BY_UNIT.get(unit, 0.0) + report.duration
     node = getattr(report, "node", None)  # set by pytest-xdist on the controller
     worker = getattr(getattr(node, "gateway", None), "id", "main")
     _SECONDS_BY_WORKER[worker] = _SECONDS_BY_WORKER.get(worker, 0.0) + report.duration
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
-    """The time per folder and per worker (the tests' own, not the collection's)."""
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    """The time per folder and per worker (the tests' own, not the collection's); with
+    ``--write-unit-seconds``, the time per unit into :data:`UNIT_SECONDS`."""
     if not _SECONDS_BY_FOLDER:
         return
+    if config.getoption("write_unit_seconds"):
+        UNIT_SECONDS.write_text(json.dumps(
+            {u: round(s, 1) for u, s in sorted(_SECONDS_BY_UNIT.items(), key=lambda kv: -kv[1])},
+            indent=1) + "\n")
     terminalreporter.section("seconds per folder and per worker")
     for folder, seconds in sorted(_SECONDS_BY_FOLDER.items(), key=lambda kv: -kv[1]):
         terminalreporter.write_line(f"{seconds:8.1f}s  {folder}")

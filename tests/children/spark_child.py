@@ -36,7 +36,7 @@ class Progress(StreamingQueryListener):
 
 def main() -> None:
     pairs, folder = json.loads(sys.argv[1]), sys.argv[2]
-    spark = spark_builder(short_lived=True).getOrCreate()
+    spark = spark_builder().getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     pyspark_durable.register(spark)
     spark.streams.addListener(Progress())

@@ -34,13 +34,12 @@ import pyspark
 
 from pyspark_durable.showcase.localkafka.node import die_with_caller
 from tests.helpers import free_port
+from tests.spark.spark_settings import TEST_JVM
 
 SPARK_HOME = Path(pyspark.__file__).parent
 MAIN_PYTHON = Path(sys.executable)
 START_TIMEOUT_S = 180.0  # a loaded 2-core machine starts three JVMs slowly
 STOP_TIMEOUT_S = 20.0
-# the JIT's C2 compiler only costs CPU in these short-lived JVMs
-FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 class ClusterError(RuntimeError):
@@ -196,8 +195,8 @@ class Cluster:
             "spark.pyspark.python": str(self.exec_python),
             "spark.pyspark.driver.python": str(self.exec_python),
             "spark.executor.memory": "512m",
-            "spark.driver.extraJavaOptions": FAST_JVM,
-            "spark.executor.extraJavaOptions": FAST_JVM,
+            "spark.driver.extraJavaOptions": TEST_JVM,
+            "spark.executor.extraJavaOptions": TEST_JVM,
             "spark.sql.streaming.stopTimeout": "30s",
         }
         base.update(conf or {})
@@ -232,7 +231,7 @@ def _daemon_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYSPARK_", "SPARK_")) and k != "PYTHONPATH"}
     env.update(SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1",
-               SPARK_DAEMON_JAVA_OPTS=FAST_JVM, SPARK_DAEMON_MEMORY="256m")
+               SPARK_DAEMON_JAVA_OPTS=TEST_JVM, SPARK_DAEMON_MEMORY="256m")
     return env
 
 

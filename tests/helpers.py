@@ -143,6 +143,16 @@ def frame_spans(segment: Path) -> dict[int, tuple[int, int]]:
     return {int(segment.stem) + i: span for i, span in enumerate(zip(found, ends, strict=True))}
 
 
+def flip_a_byte_of_entry(region: Path, offset: int) -> None:
+    """Flip one byte in the body of the file log's entry at ``offset`` of the region
+    folder ``region`` (its segment holds it whole), as a bad disk would."""
+    segment = next(region.glob("*.seg"))
+    first, end = frame_spans(segment)[offset]
+    data = bytearray(segment.read_bytes())
+    data[(first + end) // 2] ^= 0xFF
+    segment.write_bytes(bytes(data))
+
+
 def spark_checkpoint_like(folder: Path) -> Path:
     """A folder laid out as Spark's checkpointLocation: a metadata file beside offsets
     and commits folders (a commits folder, as a file namespace has)."""

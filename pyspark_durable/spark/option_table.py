@@ -349,7 +349,8 @@ OPTION_TABLE: tuple[Opt, ...] = (
     Opt(
         "failOnDataLoss",
         "`true`",
-        "read: an expired step (or a lost WAL) fails with the available range; `false` skips with"
+        "read: an expired step (or a lost WAL) fails with the available range, a step "
+        "recorded lost by `durablewal repair` fails naming it; `false` skips them with"
         " a warning. A damaged checkpoint offset (negative, not a number, not JSON of this "
         "source, another namespace's) is `CorruptOffset` either way: it never re-delivers",
         field="fail_on_data_loss",

@@ -81,10 +81,17 @@ class ReadPlan:
     def partitions(self, ns: Namespace, start: int, end: int,
                    pruning: Pruning | None = None) -> list[WalPartition]:
         """Tasks for steps ``[start, end)``: per region, whole steps up to a target size
-        (:meth:`target_rows`), and a step above it split into windows of its entries."""
+        (:meth:`target_rows`), and a step above it split into windows of its entries. A
+        step recorded lost is planned, so that its task fails naming it, unless
+        ``failOnDataLoss=false``: then it is skipped with a warning, as an expired one."""
         per_region: dict[int, list[tuple[int, list[Run]]]] = {}
         total = 0
+        lost = {} if self.opts.fail_on_data_loss else ns.info.lost_steps()
         for step in range(start, end):
+            if step in lost:
+                log.warning("namespace=%s step=%d: skipped, recorded lost by durablewal repair "
+                            "(failOnDataLoss=false): %s", ns.name, step, lost[step])
+                continue
             commit = ns.step_commit(step)
             if pruning and not pruning.admits_step(step, commit.timestamp_ms):
                 continue

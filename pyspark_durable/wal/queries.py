@@ -90,6 +90,10 @@ class NamespaceInfo:
         """A registered reader's position, or None if it is not registered."""
         return self._state.readers.get(reader_id)
 
+    def lost_steps(self) -> Mapping[int, str]:
+        """Steps recorded lost (``durablewal repair``), each with what was lost."""
+        return MappingProxyType(dict(self._state.lost))
+
     def last_clean_ms(self) -> int:
         """When the newest cleaner pass (in log order) recorded itself (0: never)."""
         return self._state.last_clean_ms

@@ -23,7 +23,7 @@ from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import DataLoss, StepLost
 from pyspark_durable.wal import Cleaner
 from pyspark_durable.wal.format.records import LostRecord, decode_record
-from tests.helpers import frame_spans
+from tests.helpers import flip_a_byte_of_entry
 
 NS = "shop"
 STEPS = 8
@@ -49,11 +49,7 @@ def damaged(tmp_path: Path) -> Path:
         write_step(ns, "loader", step, {"orders": rows(step)})
     run = ns.step_commit(LOST).runs[0]
     ns.close()
-    segment = next((root / NS / "region_0").glob("*.seg"))
-    first, end = frame_spans(segment)[run.start]
-    data = bytearray(segment.read_bytes())
-    data[(first + end) // 2] ^= 0xFF
-    segment.write_bytes(bytes(data))
+    flip_a_byte_of_entry(root / NS / "region_0", run.start)
     return root
 
 

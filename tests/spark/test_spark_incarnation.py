@@ -1,5 +1,8 @@
 """A WAL lost, recreated or restored under a Spark checkpoint: noticed, never silent.
 
+A step an operator recorded lost (``durablewal repair``) fails a read naming it; with
+``failOnDataLoss=false`` the read skips it and reads every other step once.
+
 A namespace gets an incarnation id when it is created; every commits-log record and
 every source offset names it. A reader whose checkpoint names another incarnation, or
 a step past the WAL's end, fails with a data-loss error naming both (with
@@ -15,10 +18,12 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaAdminClient
-from pyspark.errors import StreamingQueryException
+from pyspark.errors import PySparkException, StreamingQueryException
 
+from pyspark_durable.cli import main as durablewal
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import ConfigError
+from tests.helpers import flip_a_byte_of_entry
 
 pytestmark = pytest.mark.spark
 AUTO_CREATE_RACES = 5
@@ -171,3 +176,33 @@ def test_batch_read_in_the_same_session_sees_a_recreated_wal(spark, wal):
         got = spark.read.format("durablewal").options(**wal).load().collect()
         assert sorted((r.id, r.src) for r in got) == [(i + 10 * round_, src) for i in range(3)]
     assert read_steps(open_namespace(cfg), "t").num_rows == 3
+
+
+def test_a_step_recorded_lost_fails_a_read_or_is_skipped(spark, tmp_path, capsys):
+    """This tests that after ``durablewal repair`` recorded a damaged step lost, a batch
+    read and a stream fail naming the step, and with failOnDataLoss=false the batch read
+    and the same stream (its checkpoint kept) read every other step once, by content."""
+    opts = {"namespace": "shop", "path": str(tmp_path / "wal")}
+    ns = open_namespace(endpoint(opts))
+    for i in range(6):
+        write_step(ns, "w", i, {"t": [{"id": i, "src": f"step-{i}"}]})
+    lost = ns.step_commit(2).runs[0]
+    ns.close()
+    flip_a_byte_of_entry(tmp_path / "wal" / "shop" / f"region_{lost.region_id}", lost.start)
+    assert durablewal(["repair", opts["path"], "--namespace", "shop"]) == 0, capsys.readouterr()
+    others = [(i, f"step-{i}") for i in range(6) if i != 2]
+
+    reader = spark.read.format("durablewal").options(**opts)
+    with pytest.raises(PySparkException, match="step 2 is lost") as info:
+        reader.load().collect()
+    assert "durablewal repair" in str(info.value)
+    got = reader.option("failOnDataLoss", "false").load().select("id", "src", "_step").collect()
+    assert sorted((r.id, r.src) for r in got) == others
+    assert all(r.id == r._step for r in got)
+
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    failed = stream_read(spark, opts, out, ckpt)
+    assert "step 2 is lost" in str(failed.exception())
+    went_on = stream_read(spark, opts, out, ckpt, failOnDataLoss="false")
+    assert went_on.exception() is None
+    assert rows(spark, out) == others

@@ -98,17 +98,24 @@ def _config(config: EndpointConfig | Mapping[str, Any]) -> EndpointConfig:
 
 
 def open_namespace(config: EndpointConfig | Mapping[str, Any], create: bool = True) -> Namespace:
-    """Open a namespace; without ``create`` nothing is created, and a name that is no
+    """Open a namespace. Without ``create`` nothing is created, and a name that is no
     namespace of the WAL (:func:`is_wal_namespace`: missing, a stray folder, a Spark
     checkpoint) is :class:`~pyspark_durable.errors.UnknownNamespace` naming the
     namespaces there are and where. A Spark checkpoint is refused before anything of it
-    is opened; any other name is judged only when opening it failed, so that opening a
-    namespace costs no listing of the WAL."""
+    is opened, and to a writer too (a :class:`~pyspark_durable.errors.ConfigError`: the
+    file log would write into Spark's folders); any other name is judged only when
+    opening it failed, so that opening a namespace costs no listing of the WAL."""
     cfg = _config(config)
     store = open_store(cfg.backend, cfg.namespace, **dict(cfg.options))
     try:
-        if not create and checkpoint_named(cfg.backend, cfg.options, cfg.namespace):
-            raise _unknown(cfg, store)
+        if checkpoint_named(cfg.backend, cfg.options, cfg.namespace):
+            if not create:
+                raise _unknown(cfg, store)
+            raise ConfigError(
+                f"{store.location()}: {cfg.namespace!r} there is a Spark checkpoint (its "
+                "metadata file beside offsets and commits), not a WAL namespace: a writer "
+                "would mix the WAL's files with Spark's; give the WAL a path of its own, "
+                "or another namespace", namespace=cfg.namespace)
         try:
             return Namespace(store, cfg.namespace_id, create=create)
         except LogNotFound:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pyspark_durable.endpoint import is_wal_namespace, open_namespace, wal_namespaces, write_step
-from pyspark_durable.errors import LogNotFound, UnknownNamespace
+from pyspark_durable.errors import ConfigError, LogNotFound, UnknownNamespace
 from pyspark_durable.log import open_store
 from pyspark_durable.log.kafka.store import KafkaLogStore
 from tests.helpers import S3_BUCKET, s3_options, spark_checkpoint_like, tree
@@ -63,6 +63,17 @@ def test_opening_what_is_no_namespace_names_only_the_namespaces(file_wal):
                          "options": {"path": str(file_wal)}}, create=False)
     assert ns.steps() == range(0, 1)
     ns.close()
+
+
+def test_a_writer_into_a_spark_checkpoint_is_refused_and_writes_nothing(file_wal):
+    """This tests that opening a Spark checkpoint to write (create) is a ConfigError naming
+    the folder and the fix, and leaves the checkpoint exactly as it was."""
+    before = tree(file_wal / "ckpt")
+    with pytest.raises(ConfigError, match=r"'ckpt' there is a Spark checkpoint .* give the "
+                                          r"WAL a path of its own") as info:
+        open_namespace({"namespace": "ckpt", "options": {"path": str(file_wal)}})
+    assert f"folder {file_wal}" in str(info.value)
+    assert tree(file_wal / "ckpt") == before
 
 
 def test_a_memory_namespace_needs_its_commits_log():

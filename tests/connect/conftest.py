@@ -140,9 +140,10 @@ class ConnectClient:
                 self.process.wait(timeout=30)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def connect_servers(request, tmp_path_factory) -> Iterator[dict[str, ConnectServer]]:
-    """Both servers, started at once (their JVM start-ups overlap); each test waits for its own.
+    """Both servers, started at once (their JVM start-ups overlap); each test waits for its
+    own. Stopped after the folder's last test (an idle server costs the rest of the run CPU).
 
     The bare server starts only when a collected test needs it.
     """
@@ -160,13 +161,13 @@ def connect_servers(request, tmp_path_factory) -> Iterator[dict[str, ConnectServ
         server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def connect_server(connect_servers) -> ConnectServer:
     """The server whose Python has pyspark_durable installed (the supported set-up)."""
     return connect_servers["installed"].wait_ready()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def connect(connect_server: ConnectServer, tmp_path_factory) -> Iterator[ConnectClient]:
     """A Connect client of connect_server with durablewal registered by register(spark)."""
     client = ConnectClient(sys.executable, tmp_path_factory.mktemp("connect_client"))
@@ -190,7 +191,7 @@ def make_client(tmp_path) -> Iterator:
         client.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def exec_env_python(tmp_path_factory) -> str:
     """A Python with the project venv's packages except pyspark_durable itself."""
     root = tmp_path_factory.mktemp("exec_env")
@@ -206,13 +207,13 @@ def exec_env_python(tmp_path_factory) -> str:
     return python
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def bare_connect_server(connect_servers) -> ConnectServer:
     """The server whose Python lacks pyspark_durable."""
     return connect_servers["bare"].wait_ready()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def package_zip(tmp_path_factory) -> str:
     """pyspark_durable as a zip, as for --py-files or addArtifacts(pyfile=True)."""
     return str(make_package_zip(tmp_path_factory.mktemp("artifact") / "pyspark_durable.zip"))

@@ -33,7 +33,7 @@ from tests.spark.progress_events import ProgressEvents
 CLUSTER_HEAP = ("-Xms128m", "-Xmx512m")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def net() -> Iterator[Proxies]:
     """One TCP proxy in front of each node's client listener (tests/netproxy.py)."""
     with proxies() as p:
@@ -44,7 +44,7 @@ ELR = {"eligible.leader.replicas.version": 1}
 RECEIVER = Path(__file__).resolve().parent / "TelemetryLog.java"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def telemetry_log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(the compiled receiver's folder, the folder it writes a ``telemetry-NODE.tsv`` per
     node into): one line per client telemetry push a node accepted."""
@@ -55,10 +55,11 @@ def telemetry_log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
     return classes, pushes
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory, net: Proxies,
                   telemetry_log: tuple[Path, Path]) -> Iterator[KafkaCluster]:
-    """Three KRaft nodes on 127.0.0.1, stopped by PID at the end of the session. Clients
+    """Three KRaft nodes on 127.0.0.1, stopped by PID after the folder's last test (idle
+    brokers of three JVMs would cost the rest of the run CPU). Clients
     reach them only through ``net``'s proxies (forwarding unless a test cuts them); the
     nodes talk to each other directly. A killed node is fenced within seconds
     (``FAILURE_DETECTION``). ELR on, telemetry received (module docstring)."""

@@ -245,9 +245,9 @@ class Namespace:
                             started_ms=started_ms)
         self._raise_if_refused(commit)  # cheap early answer; the replay below decides
         failpoints.reached("commit.checked", writer_step=writer_step)
-        offset = self.ledger.append(commit)
+        offset = self.ledger.append_replayed(commit)
         failpoints.reached("commit.appended")
-        step = self.committed_step(writer_id, writer_step)
+        step = self.ledger.state.dedup.committed(writer_id, writer_step)
         assert step is None or step < self.ledger.state.next_step  # a pair names a replayed step
         if step is None:  # replay refused our record: too old to judge, or a bound before it
             self._raise_if_refused(commit)

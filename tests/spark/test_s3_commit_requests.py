@@ -34,11 +34,12 @@ def calls_of(client) -> list[str]:
     return calls
 
 
-def test_a_micro_batch_commit_is_one_put_and_two_lists_and_its_retention_check_none(s3_server):
+def test_a_micro_batch_commit_is_one_list_and_one_put_and_its_retention_check_none(s3_server):
     """This tests that a streaming micro-batch's driver side on S3, through the session's
-    cached handle, sends one conditional PUT (the commit record) and two LISTs (the
-    handle's catch-up before, the committer's replay after), and the retention check
-    after it nothing when no pass is due; the steps are committed once each."""
+    cached handle, sends one LIST (the handle's catch-up before) and one conditional PUT
+    (the commit record), and nothing to read its record back (it landed where the
+    handle's replay stood), and the retention check after it nothing when no pass is
+    due; the steps are committed once each."""
     options = s3_options(s3_server)
     opts = WalOptions.parse({"backend": "s3", "namespace": f"mb{uuid.uuid4().hex[:8]}",
                              "path": options.pop("path"),
@@ -57,7 +58,7 @@ def test_a_micro_batch_commit_is_one_put_and_two_lists_and_its_retention_check_n
         calls.clear()
         keep_retention(opts)
         checks.append(sorted(calls))
-    assert commits[1:] == [["ListObjectsV2", "ListObjectsV2", "PutObject"]] * 3, commits
+    assert commits[1:] == [["ListObjectsV2", "PutObject"]] * 3, commits
     assert checks[1:] == [[]] * 3, checks  # the first one's cleaner pass was due
     assert namespace_for(opts).steps() == range(4)
 
@@ -66,8 +67,9 @@ def test_a_commit_answered_early_from_a_stale_state_returns_the_step_replay_deci
         s3_server, monkeypatch):
     """This tests the rule that makes the skipped catch-up safe: a handle whose state
     missed another handle's commit of the same pair (caught up within the window, so
-    it does not look again) appends its own record, and replay ignores it as a
-    duplicate: both committers are told the one step, and the WAL holds one step."""
+    it does not look again) appends its own record, finds it did not land where its
+    replay stood, reads the log back, and replay ignores the record as a duplicate:
+    both committers are told the one step, and the WAL holds one step."""
     monkeypatch.setattr(namespace_module, "JUST_CAUGHT_UP_S", 3600.0)  # no look again
     options = s3_options(s3_server)
     path = options.pop("path")
@@ -83,6 +85,7 @@ def test_a_commit_answered_early_from_a_stale_state_returns_the_step_replay_deci
     calls = calls_of(first.store.client)
     assert first.commit("writer", 7, [receipts["first"]]) == step
     assert "PutObject" in calls, "the stale handle answered without appending: " + str(calls)
+    assert "ListObjectsV2" in calls[calls.index("PutObject"):], f"nothing read back: {calls}"
     fresh = Namespace(open_store("s3", "race", path=path, **options))
     assert fresh.steps() == range(step, step + 1)
     assert fresh.step_commit(step).attempts == ("second",)

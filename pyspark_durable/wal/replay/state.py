@@ -149,6 +149,20 @@ class NamespaceState(StoredState):
             self.replayed += 1
         self.next_offset = records.position  # past a last record's copy, skipped unread
 
+    def replay_own(self, value: bytes, offset: int, end: int) -> bool:
+        """Apply the record this handle itself appended at ``offset`` (its entries, copies
+        included, end at ``end``), as :meth:`replay` would, if the replay stands right
+        before it: nothing appended between can change what it means, so the log need
+        not be read back (on S3 a LIST, on Kafka a fetch). False if it does not stand
+        there: then a replay must read the log."""
+        if self.next_offset != offset:
+            return False
+        record, _ = decode_record(value, namespace=self.namespace, offset=offset)
+        self.apply(record, offset)
+        self.next_offset = end
+        self.replayed += 1
+        return True
+
     def apply(self, record: CommitRecord, offset: int) -> None:
         """Apply one decoded record, read at commits-log ``offset``, by its kind."""
         _APPLY[type(record)](self, record, offset)

@@ -4,6 +4,7 @@ worker costs minutes and cores the others wait on."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,9 +35,10 @@ def test_each_shared_server_folder_runs_on_one_worker_and_other_modules_spread(t
     for n in range(6):
         for folder in ("kafka_cluster", "wal"):
             (tests / folder / f"test_{folder}{n}.py").write_text(body.format(n=n, folder=folder))
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}  # the outer run's
     run = subprocess.run([sys.executable, "-m", "pytest", "-n", "3", "--dist", "loadgroup",
                           "-p", "no:cacheprovider", "tests"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     workers: dict[str, set[str]] = {"kafka_cluster": set(), "wal": set()}
     for done in ran.iterdir():

@@ -717,3 +717,58 @@ def test_a_handle_follows_a_recreated_wal_whose_old_snapshots_are_gone(kafka_bro
     finally:
         fresh.close()
         ns.close()
+
+
+class UnknownAtFirst:
+    """A librdkafka consumer that does not know the partition yet, as one that asked a
+    broker the new topic's metadata has not reached: its next ``misses["left"]``
+    watermark requests fail with _UNKNOWN_PARTITION."""
+
+    def __init__(self, inner, misses: dict) -> None:
+        self.inner, self.misses = inner, misses
+
+    def get_watermark_offsets(self, tp, **kwargs):
+        from confluent_kafka import KafkaError, KafkaException
+
+        if self.misses["left"] > 0:
+            self.misses["left"] -= 1
+            raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION,
+                                            "Failed to get watermark offsets"))
+        return self.inner.get_watermark_offsets(tp, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+@pytest.mark.backends("kafka-confluent")
+def test_a_partition_the_client_does_not_know_yet_is_asked_again(make_kafka, monkeypatch):
+    """This tests that a confluent reader whose client does not know a topic's partition
+    yet (a topic just created, its metadata not yet on the broker asked) asks again and
+    reads every entry, and that a partition still unknown after the grace is
+    LogNotFound naming the log."""
+    from pyspark_durable.errors import LogNotFound
+    from pyspark_durable.log.kafka.confluent import reader as reader_module
+
+    make_kafka().open_region(0).append([Record(b"k%d" % i, b"v") for i in range(3)])
+    misses = {"left": 3}
+
+    def unknowing(store: KafkaLogStore) -> KafkaLogStore:
+        new_reader = store.pool.new_reader
+
+        def reader(topic, where):
+            made = new_reader(topic, where)
+            made.consumer = UnknownAtFirst(made.consumer, misses)
+            return made
+        store.pool.new_reader = reader
+        return store
+
+    region = unknowing(make_kafka()).open_region(0, create=False)
+    assert [(e.offset, e.key) for e in region.read(0)] == [(i, b"k%d" % i) for i in range(3)]
+    assert misses["left"] == 0, "the reader never met the unknown partition"
+    monkeypatch.setattr(reader_module, "NEW_TOPIC_GRACE_S", 0.6)
+    misses["left"] = 10**9
+    region = unknowing(make_kafka()).open_region(0, create=False)
+    start = time.monotonic()
+    with pytest.raises(LogNotFound, match="log=region_0"):
+        list(region.read(0))
+    assert 0.3 < time.monotonic() - start < 5, "not asked again within the grace, or longer"

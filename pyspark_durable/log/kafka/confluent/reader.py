@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from pyspark_durable.errors import BackendUnavailable
+from pyspark_durable.errors import BackendUnavailable, LogNotFound
 from pyspark_durable.log.base import Entry
 from pyspark_durable.log.kafka.acls import principal_of
 from pyspark_durable.log.kafka.confluent.config import READER_GROUP
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FETCH_SLICE_S = 0.05  # one consume() wait: short, so an end of log answers quickly
+NEW_TOPIC_GRACE_S = 5.0  # how long an unknown partition may be a topic just created
+
 
 class ConfluentReader:
     """One consumer assigned to partition 0 of a topic, as a
@@ -54,9 +56,15 @@ class ConfluentReader:
 
         A transient failure is retried within request_timeout_ms: when a killed leader's
         broker leaves the metadata, librdkafka fails the request in flight on it at once
-        (_DESTROY_BROKER, _TRANSPORT) rather than sending it to the new leader.
+        (_DESTROY_BROKER, _TRANSPORT) rather than sending it to the new leader. A partition
+        this client does not know yet (_UNKNOWN_PARTITION, as LogNotFound) is asked again
+        for up to :data:`NEW_TOPIC_GRACE_S`: a topic just created, even one the admin
+        client already saw, reaches each broker's metadata in its own time, and this
+        client may ask one that has not heard of it (seen on 3 nodes under load). A topic
+        really gone is LogNotFound after that grace.
         """
         deadline = time.monotonic() + self.timeout_s
+        unknown_until = time.monotonic() + min(NEW_TOPIC_GRACE_S, self.timeout_s)
         while True:
             try:
                 with translated("reading watermarks", self.address, self.principal, **self.where):
@@ -69,6 +77,10 @@ class ConfluentReader:
                 if time.monotonic() + RETRY_BACKOFF_S >= deadline:
                     raise
                 time.sleep(RETRY_BACKOFF_S)  # the leader moves: ask again shortly
+            except LogNotFound:
+                if time.monotonic() + RETRY_BACKOFF_S >= unknown_until:
+                    raise
+                time.sleep(RETRY_BACKOFF_S)  # metadata of a new topic: ask again shortly
 
     def begin(self) -> int:
         return self.watermarks()[0]

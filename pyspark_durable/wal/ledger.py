@@ -130,19 +130,15 @@ class Ledger:
         A record that carries its own tag keeps it: the namespace's first record names
         the incarnation it starts before replay knows any.
         """
-        tag = self._tag()
-        copies = self.store.record_copies  # one append: the copies share its one sync
-        offsets = self._commits.append(commit_entries(
-            [encode_meta({**r, **tag}) for r in records], copies))
-        return offsets[::copies]  # a record's offset is its original's
+        _, offsets = self._append_values(records)
+        return offsets[::self.store.record_copies]  # a record's offset is its original's
 
     def append_replayed(self, record: CommitRecord) -> int:
         """Append one record and replay the log through it; its offset. A record that
         landed right where this handle's replay stands is applied as written (its own
         bytes, decoded as a replay would): the log is read back only when another
         process appended between (a writer's commit then costs its append alone)."""
-        value = encode_meta({**record.to_json(), **self._tag()})
-        raw = self._commits.append(commit_entries([value], self.store.record_copies))
+        [value], raw = self._append_values([record.to_json()])
         offset, end = raw[0], raw[-1] + 1
         with self._lock:
             if raw != list(range(offset, end)) or not self._state.replay_own(value, offset, end):
@@ -150,8 +146,12 @@ class Ledger:
                     self.refreshed()
         return offset
 
-    def _tag(self) -> dict:
-        return {} if self._state.incarnation is None else {"i": self._state.incarnation}
+    def _append_values(self, records: list[dict]) -> tuple[list[bytes], list[int]]:
+        """Records' JSON tagged and encoded, appended as one append (with their copies,
+        which share its one sync): the encoded values and every entry's offset."""
+        tag = {} if self._state.incarnation is None else {"i": self._state.incarnation}
+        values = [encode_meta({**r, **tag}) for r in records]
+        return values, self._commits.append(commit_entries(values, self.store.record_copies))
 
     def healing(self, ask: Callable[[NamespaceState], T]) -> T:
         """``ask(state)``; if it reads steps the commits log no longer holds

@@ -12,10 +12,12 @@ import time
 import uuid
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from pyspark_durable.errors import BackendUnavailable, ConfigError, OffsetOutOfRange
+from pyspark_durable.errors import BackendUnavailable, ConfigError, LogNotFound, OffsetOutOfRange
 from pyspark_durable.log import Record, open_store
+from pyspark_durable.log.kafka.confluent import reader as reader_module
 from pyspark_durable.log.kafka.settings import FORBIDDEN
 from pyspark_durable.log.kafka.store import KafkaLogStore
 from tests.helpers import CHILDREN, ROOT, wait_until
@@ -600,11 +602,16 @@ class LaggingReader:
         return getattr(self.inner, name)
 
 
+def with_readers(store: KafkaLogStore, wrap) -> KafkaLogStore:
+    """``store`` whose every new reader of a topic is ``wrap(reader, topic)``."""
+    new_reader = store.pool.new_reader
+    store.pool.new_reader = lambda topic, where: wrap(new_reader(topic, where), topic)
+    return store
+
+
 def lagging(store: KafkaLogStore, lag: dict) -> KafkaLogStore:
     """``store`` whose readers see the broker through :class:`LaggingReader`."""
-    new_reader = store.pool.new_reader
-    store.pool.new_reader = lambda topic, where: LaggingReader(new_reader(topic, where), topic, lag)
-    return store
+    return with_readers(store, lambda reader, topic: LaggingReader(reader, topic, lag))
 
 
 @pytest.mark.backends("kafka-confluent", "kafka-python")
@@ -728,8 +735,6 @@ class UnknownAtFirst:
         self.inner, self.misses = inner, misses
 
     def get_watermark_offsets(self, tp, **kwargs):
-        from confluent_kafka import KafkaError, KafkaException
-
         if self.misses["left"] > 0:
             self.misses["left"] -= 1
             raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION,
@@ -746,21 +751,14 @@ def test_a_partition_the_client_does_not_know_yet_is_asked_again(make_kafka, mon
     yet (a topic just created, its metadata not yet on the broker asked) asks again and
     reads every entry, and that a partition still unknown after the grace is
     LogNotFound naming the log."""
-    from pyspark_durable.errors import LogNotFound
-    from pyspark_durable.log.kafka.confluent import reader as reader_module
-
     make_kafka().open_region(0).append([Record(b"k%d" % i, b"v") for i in range(3)])
     misses = {"left": 3}
 
     def unknowing(store: KafkaLogStore) -> KafkaLogStore:
-        new_reader = store.pool.new_reader
-
-        def reader(topic, where):
-            made = new_reader(topic, where)
-            made.consumer = UnknownAtFirst(made.consumer, misses)
-            return made
-        store.pool.new_reader = reader
-        return store
+        def wrap(reader, _topic):
+            reader.consumer = UnknownAtFirst(reader.consumer, misses)
+            return reader
+        return with_readers(store, wrap)
 
     region = unknowing(make_kafka()).open_region(0, create=False)
     assert [(e.offset, e.key) for e in region.read(0)] == [(i, b"k%d" % i) for i in range(3)]

@@ -112,7 +112,9 @@ class DurableWalDataSource(DataSource):
             raise ConfigError(
                 "namespace has no tables yet, so there is no schema to read; write to it "
                 "first or give the reader a .schema(...)", namespace=self.opts.namespace)
-        return spark_schema(pa.schema(list(payload) + list(METADATA_FIELDS)))
+        by_name = {f.name: f for f in METADATA_FIELDS}
+        return spark_schema(pa.schema(list(payload) + [by_name[n] for n in
+                                                      self.opts.metadata_columns]))
 
     def _plan(self, schema: StructType) -> ReadPlan:
         payload, ids = _payload_schema(self.opts)

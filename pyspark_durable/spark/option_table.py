@@ -23,6 +23,7 @@ from pyspark_durable.spark.option_values import (
     duration,
     integer,
     integers,
+    metadata_names,
     retention_limit,
     step_or,
     tables,
@@ -228,6 +229,19 @@ OPTION_TABLE: tuple[Opt, ...] = (
         "form); an unknown one fails, listing the tables",
         field="tables",
         parse=tables,
+    ),
+    Opt(
+        "metadataColumns",
+        "`none`",
+        "read: the metadata columns a read adds after the table's columns (the default schema): "
+        "`none`, `all`, or a comma list of `_region`, `_table`, `_sequence`, `_step`, "
+        "`_commit_timestamp`, `_row`, `_event_time_min`, `_event_time_max` (always in that "
+        "order). Each one costs the read its transfer to the JVM; filters on `_step`, "
+        "`_commit_timestamp`, `_region` and `_table` prune steps once the column is there. A "
+        "schema given with `.schema(...)` picks them instead",
+        field="metadata_columns",
+        parse=metadata_names,
+        default=(),
     ),
     Opt(
         "startingStep",

@@ -11,6 +11,7 @@ retention limit of 0 as "no limit".
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from typing import Any
 
 from pyspark_durable.errors import ConfigError
 from pyspark_durable.times import duration_ms, timestamp_ms
+from pyspark_durable.wal.metadata import METADATA_NAMES
 
 Parser = Callable[[str, str, "int | None"], Any]
 
@@ -132,6 +134,26 @@ def tables(name: str, value: str, minimum: int | None) -> tuple[str | int, ...] 
                 "non-empty string) nor a table id (an integer in [0, 2**64))"
             )
     return tuple(listed)
+
+
+def metadata_names(name: str, value: str, minimum: int | None) -> tuple[str, ...]:
+    """``none``, ``all``, or a comma list of metadata column names (``_step,
+    _commit_timestamp``), kept in :data:`METADATA_NAMES` order whatever order they are
+    written in, so one set of names is one schema. An unknown name fails with the
+    closest one and the valid names."""
+    word = str(value).strip()
+    if word.lower() in ("none", ""):
+        return ()
+    if word.lower() == "all":
+        return METADATA_NAMES
+    given = _names(word) or ()
+    unknown = [n for n in given if n not in METADATA_NAMES]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], METADATA_NAMES, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"option {name}={value!r}: {unknown[0]!r} is no metadata column{hint} "
+                          f"(give none, all, or a comma list of {', '.join(METADATA_NAMES)})")
+    return tuple(n for n in METADATA_NAMES if n in given)
 
 
 def _names(value: str) -> tuple[str, ...] | None:

@@ -49,6 +49,7 @@ class WalOptions:
     entry_max_bytes: int = D("entryMaxBytes")
     regions: tuple[int, ...] | None = None
     tables: tuple[str | int, ...] | None = None  # str: a name, int: a table id
+    metadata_columns: tuple[str, ...] = D("metadataColumns")
     starting_step: str = D("startingStep")
     starting_timestamp_ms: int | None = None
     starting_event_time_ms: int | None = None

@@ -49,7 +49,7 @@ def main() -> None:
                        .option("checkpointLocation", f"{own}/ckpt-sink")
                        .trigger(availableNow=True).start())
         steps = (spark.readStream.format("durablewal").options(**pair["source"])
-                 .option("maxStepsPerTrigger", 1).load())
+                 .option("maxStepsPerTrigger", 1).option("metadataColumns", "all").load())
         rows = steps.select("id", "payload", "_step", "_region", "_table", "_sequence", "_row")
         queries.append(rows.writeStream.format("parquet")
                        .option("checkpointLocation", f"{own}/ckpt-source")

@@ -125,7 +125,7 @@ def writer_query(spark, wal: dict, in_dir: str, ckpt: str, gate: str = ""):
 def reader_query(spark, wal: dict, out_dir: str, ckpt: str):
     """durablewal -> parquet, one step per micro-batch."""
     stream = spark.readStream.format("durablewal").options(**wal).option(
-        "maxStepsPerTrigger", 1).load()
+        "maxStepsPerTrigger", 1).option("metadataColumns", "_step").load()
     return (stream.select("id", "payload", "_step").writeStream.format("parquet")
             .queryName("source").option("checkpointLocation", f"{ckpt}/source")
             .trigger(processingTime=TRIGGER).start(out_dir))

@@ -61,7 +61,8 @@ def op_batch(wal: dict) -> list[list]:
     df = spark.range(6).selectExpr("id", "concat('n', cast(id as string)) as name")
     w = _writer(df, wal).option("table", "orders").mode("append")
     w.save(wal["path"]) if "path" in wal else w.save()
-    back = _load(_reader(spark.read.format("durablewal"), wal), wal)
+    back = _load(_reader(spark.read.format("durablewal").option("metadataColumns", "_table"),
+                         wal), wal)
     return _rows(back, ["id", "name", "_table"])
 
 
@@ -75,7 +76,8 @@ def op_stream(wal: dict, work: str, sink: str) -> list[list]:
     w = _reader(w, wal)
     q = w.start(wal["path"]) if "path" in wal else w.start()
     q.awaitTermination()
-    src = _load(_reader(spark.readStream.format("durablewal").option("tables", "events"), wal), wal)
+    src = _load(_reader(spark.readStream.format("durablewal").option("tables", "events")
+                        .option("metadataColumns", "_table"), wal), wal)
     out = (src.writeStream.format(sink).option("checkpointLocation", f"{work}/ckpt_out")
            .trigger(availableNow=True))
     if sink == "memory":
@@ -90,7 +92,8 @@ def op_stream(wal: dict, work: str, sink: str) -> list[list]:
 
 def op_stream_read(wal: dict, work: str) -> list[list]:
     """durablewal -> parquet with availableNow (the WAL was written before)."""
-    src = _load(_reader(spark.readStream.format("durablewal"), wal), wal)
+    src = _load(_reader(spark.readStream.format("durablewal")
+                        .option("metadataColumns", "_table"), wal), wal)
     (src.writeStream.format("parquet").option("checkpointLocation", f"{work}/ckpt_read")
      .trigger(availableNow=True).start(f"{work}/read_out").awaitTermination())
     return _rows(spark.read.parquet(f"{work}/read_out"), ["id", "name", "_table"])

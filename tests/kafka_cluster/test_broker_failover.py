@@ -58,7 +58,8 @@ def test_streams_survive_broker_kills(spark, kafka_cluster, progress, tmp_path, 
                   .queryName(f"json-to-wal-{client}").trigger(processingTime=TRIGGER).start())
         progress.wait_until([writer], lambda: progress.rows_of(writer) >= ROWS_PER_FILE,
                             "the writer's first micro-batch")
-        reader = (spark.readStream.format("durablewal").options(**wal).load()
+        reader = (spark.readStream.format("durablewal").options(**wal)
+                  .option("metadataColumns", "_step").load()
                   .select("id", "payload", "_step")
                   .writeStream.format("parquet")
                   .option("checkpointLocation", str(tmp_path / "ckpt-reader"))

@@ -104,7 +104,8 @@ def test_partitions_under_running_queries(spark, kafka_cluster, net, progress, t
                 .queryName("json-to-wal-partitions").trigger(processingTime=TRIGGER).start())
 
     def start_reader():
-        return (spark.readStream.format("durablewal").options(**wal).load()
+        return (spark.readStream.format("durablewal").options(**wal)
+                .option("metadataColumns", "all").load()
                 .select("id", "payload", "_step").writeStream.format("parquet")
                 .option("checkpointLocation", str(tmp_path / "ckpt-reader"))
                 .queryName("wal-to-parquet-partitions").trigger(processingTime=TRIGGER)

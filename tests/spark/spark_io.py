@@ -4,8 +4,10 @@ from __future__ import annotations
 
 
 def reader(spark, opts: dict, stream: bool = False, **extra):
+    """A read with every metadata column (the tests check them) unless ``metadataColumns``
+    is given; the default read's own schema is tested on its own."""
     r = (spark.readStream if stream else spark.read).format("durablewal")
-    for k, v in {**opts, **extra}.items():
+    for k, v in {"metadataColumns": "all", **opts, **extra}.items():
         r = r.option(k, v)
     return r.load()
 

@@ -91,6 +91,41 @@ def test_a_read_schema_naming_some_metadata_columns_reads_those(tmp_path):
         source.reader(of("id", "_step", "nope"))
 
 
+def test_a_read_carries_metadata_columns_only_when_asked(tmp_path):
+    """This tests that the default read schema is the table's columns alone (each metadata
+    column costs a read its transfer to the JVM), that reading it gives batches of those
+    columns only, that ``metadataColumns`` adds all or some of them in their defined order
+    (whatever order they are named in, any case of none/all), and that a name that is no
+    metadata column fails naming it, the closest one and the valid ones."""
+    from pyspark_durable.errors import ConfigError
+    from pyspark_durable.spark.datasource import DurableWalDataSource
+
+    ns = Namespace(open_store("file", "m", path=str(tmp_path)))
+    write_step(ns, "w", 0, {"t": [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}]})
+    ns.close()
+
+    def source(**extra: str) -> DurableWalDataSource:
+        return DurableWalDataSource({"path": str(tmp_path), "namespace": "m", **extra})
+
+    default = source()
+    assert default.schema().fieldNames() == ["id", "v"]
+    reader = default.reader(default.schema())
+    got = [b for p in reader.partitions() for b in reader.read(p)]
+    assert [r for b in got for r in b.to_pylist()] == [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}]
+    assert source(metadataColumns="None").schema().fieldNames() == ["id", "v"]
+    assert source(metadataColumns="ALL").schema().fieldNames() == [
+        "id", "v", *(f.name for f in METADATA_FIELDS)]
+    picked = source(metadataColumns=" _commit_timestamp, _step ")
+    assert picked.schema().fieldNames() == ["id", "v", "_step", "_commit_timestamp"]
+    reader = picked.reader(picked.schema())
+    rows = [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
+    assert [(r["id"], r["_step"]) for r in rows] == [(1, 0), (2, 0)]
+    with pytest.raises(ConfigError, match=r"option metadataColumns='_step,_stpe': '_stpe' is no "
+                                          r"metadata column; did you mean '_step'\? \(give "
+                                          r"none, all, or a comma list of _region, _table"):
+        source(metadataColumns="_step,_stpe")
+
+
 @pytest.mark.parametrize("keys", [1024, 2])
 def test_each_row_gets_its_own_entrys_metadata_whatever_was_read_before(tmp_path, monkeypatch,
                                                                        keys):

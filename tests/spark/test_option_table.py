@@ -52,6 +52,7 @@ def test_every_table_option_is_accepted_and_near_misses_are_named(opt):
         "paths": '["/nowhere"]',
         "tables": "a",
         "entryMaxBytes": "2048",
+        "metadataColumns": "_step",
     }.get(opt.name, "1")
     if opt.field and isinstance(opt.default, bool):
         value = "true"

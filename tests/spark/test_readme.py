@@ -51,7 +51,8 @@ def test_python_blocks_run_in_any_order_and_again(spark, tmp_path):
             code = BLOCKS[index][1].replace("/tmp/", f"{tmp_path}/")
             exec(compile(code, f"README.md block {index}", "exec"), {"__name__": "readme"})
     wal = tmp_path / "durablewal_quickstart" / "wal"
-    back = spark.read.format("durablewal").option("namespace", "shop").load(str(wal))
+    back = spark.read.format("durablewal").option("namespace", "shop") \
+        .option("metadataColumns", "all").load(str(wal))
     counts = {r["_table"]: r["count"] for r in back.groupBy("_table").count().collect()}
     assert counts["orders"] == 2 * (1000 + 10) and counts["customers"] == 1
     assert set(back.columns) >= {"id", "amount", "reason", "name", "_region", "_sequence"}

@@ -138,5 +138,6 @@ def check_source(spark, source_opts: dict, out: Path, name: str) -> None:
     key = ("_region", "_table", "_sequence", "_row")
     keys = {r.id: tuple(r[k] for k in key) for r in rows}
     assert len(set(keys.values())) == len(rows), f"{name}: a row key names two rows"
-    again = spark.read.format("durablewal").options(**source_opts).load().select("id", *key)
+    again = spark.read.format("durablewal").options(**source_opts) \
+        .option("metadataColumns", ",".join(key)).load().select("id", *key)
     assert {r.id: tuple(r[k] for k in key) for r in again.collect()} == keys, name

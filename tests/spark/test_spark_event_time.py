@@ -24,11 +24,11 @@ def test_writer_event_time_reaches_readers_and_selects_steps(spark, wal, tmp_pat
                               "id long, at timestamp") \
             .write.format("durablewal").options(**wal).option("eventTimeColumn", "at") \
             .mode("append").save()
-    rows = spark.read.format("durablewal").options(**wal).load() \
-        .select("_step", "_event_time_min", "_event_time_max").distinct().collect()
+    rows = spark.read.format("durablewal").options(**wal).option("metadataColumns", "all") \
+        .load().select("_step", "_event_time_min", "_event_time_max").distinct().collect()
     assert sorted((r[0], r[1].day, r[2].day) for r in rows) == [
         (i, lo, hi) for i, (lo, hi) in enumerate(DAYS)]
-    since = spark.read.format("durablewal").options(**wal) \
+    since = spark.read.format("durablewal").options(**wal).option("metadataColumns", "_step") \
         .option("startingEventTime", "2026-01-07T00:00:00").load()
     assert sorted(r.id for r in since.collect()) == [5, 6, 10, 12] and \
         {r._step for r in since.collect()} == {1, 2}

@@ -63,8 +63,8 @@ def recreate(opts: dict):
 
 
 def stream_read(spark, opts: dict, out: Path, ckpt: Path, **extra):
-    q = (spark.readStream.format("durablewal").options(**opts, **extra).load()
-         .select("id", "src", "_step").writeStream.format("json")
+    q = (spark.readStream.format("durablewal").options(**opts, **extra)
+         .option("metadataColumns", "_step").load().select("id", "src", "_step").writeStream.format("json")
          .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start(str(out)))
     try:
         q.awaitTermination()
@@ -192,7 +192,7 @@ def test_a_step_recorded_lost_fails_a_read_or_is_skipped(spark, tmp_path, capsys
     assert durablewal(["repair", opts["path"], "--namespace", "shop"]) == 0, capsys.readouterr()
     others = [(i, f"step-{i}") for i in range(6) if i != 2]
 
-    reader = spark.read.format("durablewal").options(**opts)
+    reader = spark.read.format("durablewal").options(**opts).option("metadataColumns", "_step")
     with pytest.raises(PySparkException, match="step 2 is lost") as info:
         reader.load().collect()
     assert "durablewal repair" in str(info.value)

@@ -203,7 +203,8 @@ def test_writer_and_reader_stream_while_cleaners_run(spark, tmp_path):
 
 def stream_read(spark, opts: dict, out_dir: str, ckpt: str):
     """One availableNow run of a durablewal -> parquet query; returns the stopped query."""
-    q = (spark.readStream.format("durablewal").options(**opts).load().select("id", "_step")
+    q = (spark.readStream.format("durablewal").options(**opts)
+         .option("metadataColumns", "_step").load().select("id", "_step")
          .writeStream.format("parquet").option("checkpointLocation", ckpt)
          .trigger(availableNow=True).start(out_dir))
     try:
@@ -233,7 +234,7 @@ def test_reader_behind_retention_fails_with_the_available_range(spark, tmp_path)
 
     def batch(**extra):
         return (spark.read.format("durablewal").options(**opts).option("startingStep", 0)
-                .options(**extra).load())
+                .option("metadataColumns", "_step").options(**extra).load())
 
     with pytest.raises(PySparkException, match=r"step 0 was expired; available steps are "
                                                 r"\[7, 10\)\. Set failOnDataLoss=false"):

@@ -18,7 +18,7 @@ def test_one_big_step_is_read_by_many_tasks_with_the_same_rows(spark, wal, tmp_p
     spark.range(20_000).selectExpr("id", "repeat('x', 200) AS pad").coalesce(1) \
         .write.format("durablewal").options(**wal).option("entryMaxBytes", "65536") \
         .mode("append").save()
-    reader = spark.read.format("durablewal").options(**wal)
+    reader = spark.read.format("durablewal").options(**wal).option("metadataColumns", "all")
     one = reader.option("minPartitions", "1").load()
     split = reader.option("minPartitions", "4").load()
     assert one.rdd.getNumPartitions() == 1 and split.rdd.getNumPartitions() == 4
@@ -26,7 +26,7 @@ def test_one_big_step_is_read_by_many_tasks_with_the_same_rows(spark, wal, tmp_p
     assert len(expect) == 20_000 and rows_of(split) == expect
     out = str(tmp_path / "out")
     query = (spark.readStream.format("durablewal").options(**wal)
-             .option("maxRowsPerPartition", "6000").load()
+             .option("maxRowsPerPartition", "6000").option("metadataColumns", "all").load()
              .select("id", "_region", "_sequence", "_row").writeStream.format("parquet")
              .option("checkpointLocation", str(tmp_path / "ckpt"))
              .trigger(availableNow=True).start(out))

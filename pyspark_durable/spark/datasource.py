@@ -27,7 +27,7 @@ from pyspark_durable.spark.source import (
 )
 from pyspark_durable.wal import Namespace
 from pyspark_durable.wal.format.schemas import union_by_name
-from pyspark_durable.wal.metadata import METADATA_FIELDS
+from pyspark_durable.wal.metadata import METADATA_NAMES, metadata_fields
 
 PICK_NAMESPACE = '.option("namespace", NAME)'
 
@@ -112,30 +112,26 @@ class DurableWalDataSource(DataSource):
             raise ConfigError(
                 "namespace has no tables yet, so there is no schema to read; write to it "
                 "first or give the reader a .schema(...)", namespace=self.opts.namespace)
-        by_name = {f.name: f for f in METADATA_FIELDS}
-        return spark_schema(pa.schema(list(payload) + [by_name[n] for n in
-                                                      self.opts.metadata_columns]))
+        return spark_schema(pa.schema(list(payload) + metadata_fields(self.opts.metadata_columns)))
 
     def _plan(self, schema: StructType) -> ReadPlan:
         payload, ids = _payload_schema(self.opts)
-        meta_names = {f.name for f in METADATA_FIELDS}
         if payload is None:  # nothing written yet: trust the user's schema
-            given = [f for f in schema.fields if f.name not in meta_names]
+            given = [f for f in schema.fields if f.name not in METADATA_NAMES]
             payload = check_writable(StructType(given), namespace=self.opts.namespace)
-        full = pa.schema(list(payload) + list(METADATA_FIELDS))
         # the payload columns, then any of the metadata columns: a schema written before
         # a metadata column was added (``_row``) keeps reading what it named
         names = [f.name for f in schema.fields]
         meta = names[len(payload.names):]
-        by_name = {f.name: f for f in METADATA_FIELDS}
         if names[:len(payload.names)] == payload.names and len(set(meta)) == len(meta) \
-                and all(n in by_name for n in meta):
-            arrow = pa.schema(list(payload) + [by_name[n] for n in meta])
+                and all(n in METADATA_NAMES for n in meta):
+            arrow = pa.schema(list(payload) + metadata_fields(meta))
             with_meta = bool(meta)
         else:
             raise SchemaMismatch(
                 f"the given schema {schema.simpleString()} does not match the table's "
-                f"{spark_schema(full).simpleString()}", namespace=self.opts.namespace)
+                f"{spark_schema(payload).simpleString()}, then any of the metadata columns "
+                f"{', '.join(METADATA_NAMES)}", namespace=self.opts.namespace)
         regions = None if self.opts.regions is None else frozenset(self.opts.regions)
         return ReadPlan(self.opts, ids, regions, read_schema(arrow), with_meta)
 

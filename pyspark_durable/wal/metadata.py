@@ -56,6 +56,11 @@ METADATA_NAMES: tuple[str, ...] = tuple(f.name for f in METADATA_FIELDS)
 _TYPES: dict[str, pa.DataType] = {f.name: f.type for f in METADATA_FIELDS}
 
 
+def metadata_fields(names: Sequence[str]) -> list[pa.Field]:
+    """The fields of the metadata columns ``names``, in the order given."""
+    return [pa.field(n, _TYPES[n]) for n in names]
+
+
 def metadata_columns(sb: StepBatch, table_name: str, rows: int, first_row: int = 0,
                      names: Sequence[str] = METADATA_NAMES) -> list[pa.Array]:
     """The metadata columns ``names`` (by default all, in :data:`METADATA_FIELDS` order)

@@ -90,9 +90,12 @@ def trend(samples: list[dict], key: str) -> tuple[float, str]:
     """The slope per hour over the second half of the run, and a word for it: flat
     (within 5% of the series' level, or 2 units, per hour), within noise (what the fit
     moves over the window is less than twice the samples' scatter around it: a sawtooth
-    such as the heap between GCs), else growing or shrinking."""
+    such as the heap between GCs), bounded (it rises, but never above what the first
+    half already reached: a series settling at the top of its range), else growing or
+    shrinking."""
     start = samples[-1]["t_s"] * WARMUP_SHARE
     pts = [(s["t_s"], float(s[key])) for s in samples if s["t_s"] >= start]
+    before = [float(s[key]) for s in samples if s["t_s"] < start]
     slope = slope_per_hour(pts)
     level = max(abs(v) for _, v in pts) if pts else 0.0
     if abs(slope) <= max(0.05 * level, 2.0):
@@ -103,6 +106,8 @@ def trend(samples: list[dict], key: str) -> tuple[float, str]:
     moved = abs(slope) / 3600 * (pts[-1][0] - pts[0][0])
     if moved < 2 * scatter:
         return slope, "within noise"
+    if slope > 0 and before and max(v for _, v in pts) <= max(before):
+        return slope, "bounded"
     return slope, "growing" if slope > 0 else "shrinking"
 
 
@@ -186,7 +191,7 @@ def write_report(samples_path: Path, md: Path) -> None:
         "its working size), extrapolated to an hour; flat when within 5% of the series' "
         "level (or 2 units) per hour, within noise when what the fit moves over that half "
         "is less than twice the samples' scatter around it (a sawtooth, as the heap "
-        "between GCs).",
+        "between GCs), bounded when it rises but never above what the first half reached.",
         "",
         "| series | first | last | max | last - first | trend per hour | reading |",
         "|---|---:|---:|---:|---:|---:|---|",

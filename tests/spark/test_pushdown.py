@@ -88,7 +88,7 @@ def planned(root, filters) -> set[tuple[int, int]]:
                 attempt.write(table, pa.table({"id": [step]}), region)
             attempt.commit()
         ns.close()
-    source = DurableWalDataSource({"path": str(root), "namespace": NS})
+    source = DurableWalDataSource({"path": str(root), "namespace": NS, "metadataColumns": "all"})
     reader = PushdownBatchReader(source._plan(source.schema()))  # as Spark's pushing worker gets
     reader.pushFilters(filters)
     return {(p.region_id, s) for p in reader.partitions() for s in p.steps}
@@ -99,6 +99,7 @@ def test_only_spark_pushing_worker_gets_a_reader_with_push_filters(tmp_path):
     implement pushFilters (Spark refuses such a reader while its flag is off, the
     default), so reads work without the flag."""
     planned(tmp_path, [])
-    source = DurableWalDataSource({"path": str(tmp_path), "namespace": NS})
+    source = DurableWalDataSource({"path": str(tmp_path), "namespace": NS,
+                                   "metadataColumns": "all"})
     reader = source.reader(source.schema())
     assert type(reader).pushFilters is DataSourceReader.pushFilters

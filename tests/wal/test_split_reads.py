@@ -106,7 +106,8 @@ def test_a_split_batch_read_reads_the_same_rows_and_keys(tmp_path, min_partition
 
 
 def read_all(root, options: dict) -> tuple[list[tuple], list]:
-    source = DurableWalDataSource({"path": str(root), "namespace": "split", **options})
+    source = DurableWalDataSource({"path": str(root), "namespace": "split", "metadataColumns": "all",
+                                   **options})
     reader = source.reader(source.schema())
     parts = reader.partitions()
     got = [(r["id"], r["tag"], r["_step"], r["_sequence"], r["_row"])

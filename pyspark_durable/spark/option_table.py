@@ -30,6 +30,7 @@ from pyspark_durable.spark.option_values import (
     text,
     timestamp,
 )
+from pyspark_durable.wal.metadata import METADATA_NAMES
 from pyspark_durable.wal.namespace import DEFAULT_TABLE, ENTRY_MAX_BYTES
 from pyspark_durable.wal.upkeep.cleaner import DEFAULT_GRACE_MS
 
@@ -234,9 +235,8 @@ OPTION_TABLE: tuple[Opt, ...] = (
         "metadataColumns",
         "`none`",
         "read: the metadata columns a read adds after the table's columns (the default schema): "
-        "`none`, `all`, or a comma list of `_region`, `_table`, `_sequence`, `_step`, "
-        "`_commit_timestamp`, `_row`, `_event_time_min`, `_event_time_max` (always in that "
-        "order). Each one costs the read its transfer to the JVM; filters on `_step`, "
+        f"`none`, `all`, or a comma list of {', '.join(f'`{n}`' for n in METADATA_NAMES)} "
+        "(always in that order). Each one costs the read its transfer to the JVM; filters on `_step`, "
         "`_commit_timestamp`, `_region` and `_table` prune steps once the column is there. A "
         "schema given with `.schema(...)` picks them instead",
         field="metadata_columns",

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import kafka.errors as kerr
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from pyspark_durable.log.kafka.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class KafkaPythonAdmin(OneTopicRule):
@@ -58,14 +60,33 @@ class KafkaPythonAdmin(OneTopicRule):
         return translated(what, self.address, self.principal, namespace=self.namespace,
                           topic=topic)
 
+    def _past_backoff(self, call: Callable[[], T]) -> T:
+        """``call()``, asked again while kafka-python refuses it with NodeNotReadyError.
+
+        kafka-python fails a request at once, without sending it, while every node is in
+        its reconnect backoff (after connections were reset, up to
+        ``reconnect_backoff_max_ms``): a request right after the link healed would fail
+        for the client's own pause. Waiting out one backoff keeps a dead link's failure
+        within its bound and lets a healed link answer.
+        """
+        backoff_s = self.settings.clients["admin"].get("reconnect_backoff_max_ms", 1000) / 1000
+        deadline = time.monotonic() + backoff_s + 0.2
+        while True:
+            try:
+                return call()
+            except kerr.NodeNotReadyError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
+
     def list_topics(self) -> list[str]:
         with translated("listing topics", self.address, self.principal, namespace=self.namespace):
-            return list(self.client.list_topics())
+            return list(self._past_backoff(self.client.list_topics))
 
     def partitions(self, topic: str) -> int | None:
         """Number of partitions of ``topic``, None if it does not exist."""
         with self._doing("describing topic", topic):
-            (info,) = self.client.describe_topics([topic])
+            (info,) = self._past_backoff(lambda: self.client.describe_topics([topic]))
         if info.get("error_code", 0) == kerr.UnknownTopicOrPartitionError.errno:
             return None
         if info.get("error_code", 0):
@@ -86,7 +107,7 @@ class KafkaPythonAdmin(OneTopicRule):
                 "configs": {**configs, **self.settings.topic_config}}
         with self._doing("creating topic", topic):
             try:
-                self.client.create_topics({topic: spec})
+                self._past_backoff(lambda: self.client.create_topics({topic: spec}))
             except kerr.TopicAlreadyExistsError:
                 pass  # another process won the race: verified by the caller
             self.client.wait_for_topics([topic], timeout_ms=self.settings.request_timeout_ms)
@@ -127,7 +148,7 @@ class KafkaPythonAdmin(OneTopicRule):
         async def send() -> Any:
             return await manager.send(request)
 
-        return manager.run(send)
+        return self._past_backoff(lambda: manager.run(send))
 
     def topic_configs(self, topic: str, names: tuple[str, ...]) -> dict[str, str | None]:
         resource = ConfigResource(ConfigResourceType.TOPIC, topic, configs=dict.fromkeys(names))

@@ -29,8 +29,9 @@ from tests.spark.progress_events import ProgressEvents
 
 pytestmark = pytest.mark.spark
 
-MIN_BATCHES = 30  # micro-batches with rows, of each query
+MIN_BATCHES = 20  # micro-batches with rows, of each query: four retention windows
 RETENTION_STEPS = 5
+CLEANER_PASSES = 5  # of the second cleaner, while both queries stream
 # Uncommitted entries younger than this are kept. It must stay above the longest
 # micro-batch (an older attempt is refused with AttemptLost and fails the writer),
 # and first micro-batches take 10-40 s on a loaded 2-core machine.
@@ -138,8 +139,10 @@ def test_writer_and_reader_stream_while_cleaners_run(spark, tmp_path):
         cleaner = CleanerThread(open_namespace(config), interval_s=1.0)
         cleaner.start()
         counter.wait_until(both, lambda: counter.batches_of(writer) >= MIN_BATCHES and
-                           counter.batches_of(reader) >= MIN_BATCHES,
-                           f"{MIN_BATCHES} batches of each query")
+                           counter.batches_of(reader) >= MIN_BATCHES and
+                           len(cleaner.reports) >= CLEANER_PASSES,
+                           f"{MIN_BATCHES} batches of each query and {CLEANER_PASSES} passes "
+                           "of the second cleaner")
         for q in both:
             assert q.isActive and q.exception() is None, (q.name, q.exception())
 
@@ -189,7 +192,7 @@ def test_writer_and_reader_stream_while_cleaners_run(spark, tmp_path):
         assert steps.start > expired_by_driver
         assert region.low_watermark() > 0
         assert commits.low_watermark() > 0
-        assert len(cleaner.reports) >= 5
+        assert len(cleaner.reports) >= CLEANER_PASSES
         segments = tmp_path / "wal" / namespace / "region_0"
         assert not (segments / f"{0:020d}.seg").exists(), "no region segment file was deleted"
     finally:

@@ -1,24 +1,28 @@
 """A spark-submit job for the standalone-cluster tests: JSON -> durablewal -> parquet.
 
 Usage: spark-submit --master spark://HOST:PORT --py-files ... cluster_job.py
-       stream|read WAL_OPTIONS_JSON IN_DIR OUT_DIR CHECKPOINT_ROOT [GATE]
+       stream PAIRS_JSON IN_DIR OUT_DIR CHECKPOINT_ROOT [GATE]
+       read WAL_OPTIONS_JSON IN_DIR OUT_DIR CHECKPOINT_ROOT
 
 It imports nothing from the test suite: the package arrives with ``--py-files`` (in
 mode ``installed`` it is installed where the job runs).
-Both queries run at once with a processing-time trigger, one input file and one step
-per micro-batch; the job stops both when the input is used up (the writer is idle,
-then the reader is idle).
+Mode ``stream`` runs, for each pair NAME -> WAL options of PAIRS_JSON (one per backend),
+a writer (IN_DIR -> durablewal) and a reader (durablewal -> parquet in OUT_DIR/NAME),
+all at once in one application, so that one kill of an executor or of the driver hits
+every backend. Each query has a processing-time trigger, one input file and one step
+per micro-batch; the job stops them when the input is used up (every writer is idle,
+then every reader is).
 
-Prints (flushed) ``BATCH <sink|source> <batch id> <rows>`` after each micro-batch,
-``APP <application id>``, ``DRIVER_MODULE`` / ``EXECUTOR_MODULE`` (where
-pyspark_durable was imported from), ``RESULT <json>`` (a batch read of the WAL and of
-the parquet output) and ``DONE``.
+Prints (flushed) ``BATCH <sink|source>-<NAME> <batch id> <rows>`` after each
+micro-batch, ``APP <application id>``, ``DRIVER_MODULE`` / ``EXECUTOR_MODULE`` (where
+pyspark_durable was imported from), ``RESULT <json>`` (per pair, a batch read of the
+WAL and of the parquet output) and ``DONE``.
 
 GATE (mode ``stream``) is a FIFO the test made and the id of one input row: the first
-attempt of the sink task whose rows hold that id writes the pid of its executor JVM
-into the FIFO (which blocks until the test reads it) and then waits, so that the test
-kills that executor while the task is surely running, however fast the backend is.
-A retry of the task, or a task once the FIFO is gone, passes.
+attempt of the first pair's sink task whose rows hold that id writes the pid of its
+executor JVM into the FIFO (which blocks until the test reads it) and then waits, so
+that the test kills that executor while the task is surely running, however fast the
+backend is. A retry of the task, or a task once the FIFO is gone, passes.
 
 Mode ``read`` (IN_DIR and CHECKPOINT_ROOT unused) is one batch read of the WAL (its
 options may hold ``minPartitions``): each row is written to parquet in OUT_DIR with the
@@ -54,14 +58,18 @@ GATE_WAIT_S = 120.0  # a held task waits at most this long for its executor's ki
 
 
 class Progress(StreamingQueryListener):
-    """Prints one line per micro-batch; notices when the writer, then the reader, is idle."""
+    """Prints one line per micro-batch; notices when every writer, then every reader, is
+    idle."""
 
-    def __init__(self) -> None:
-        self.names: dict[str, str] = {}
-        self.sink_progressed = threading.Event()
-        self.sink_idle = threading.Event()
-        self.source_idle = threading.Event()
-        self.source_idle_count = 0
+    def __init__(self, pairs: list[str]) -> None:
+        self.names: dict[str, tuple[str, str]] = {}  # query id -> (sink|source, pair)
+        self.pairs = pairs
+        self.lock = threading.Lock()
+        self.sinks_progressed: set[str] = set()
+        self.sinks_idle: set[str] = set()
+        self.source_idle_counts: dict[str, int] = {}
+        self.sinks_started = threading.Event()
+        self.sources_idle = threading.Event()
 
     def onQueryStarted(self, event) -> None:
         pass
@@ -69,28 +77,35 @@ class Progress(StreamingQueryListener):
     def onQueryProgress(self, event) -> None:
         p = event.progress
         print(f"BATCH {p.name} {p.batchId} {p.numInputRows}", flush=True)
-        if p.name == "sink":
-            self.sink_progressed.set()
-            self.sink_idle.clear()
-            self.source_idle_count = 0
-        elif p.name == "source":
-            self.source_idle_count = 0
+        role, pair = p.name.split("-", 1)
+        with self.lock:
+            if role == "sink":
+                self.sinks_progressed.add(pair)
+                self.sinks_idle.discard(pair)
+                self.source_idle_counts.clear()
+                if self.sinks_progressed >= set(self.pairs):
+                    self.sinks_started.set()
+            else:
+                self.source_idle_counts.pop(pair, None)
 
     def onQueryIdle(self, event) -> None:
-        name = self.names.get(str(event.id))
-        if name == "sink":
-            self.sink_progressed.set()  # (a restart may find nothing new to write)
-            self.sink_idle.set()
-        elif name == "source" and self.sink_idle.is_set():
-            # two idle triggers after the writer went idle: the second one surely
-            # started after the writer's last commit
-            self.source_idle_count += 1
-            if self.source_idle_count >= 2:
-                self.source_idle.set()
+        role, pair = self.names.get(str(event.id), ("", ""))
+        with self.lock:
+            if role == "sink":
+                self.sinks_progressed.add(pair)  # (a restart may find nothing new to write)
+                self.sinks_idle.add(pair)
+                if self.sinks_progressed >= set(self.pairs):
+                    self.sinks_started.set()
+            elif role == "source" and self.sinks_idle >= set(self.pairs):
+                # two idle triggers after every writer went idle: the second one surely
+                # started after the writers' last commits
+                self.source_idle_counts[pair] = self.source_idle_counts.get(pair, 0) + 1
+                if all(self.source_idle_counts.get(n, 0) >= 2 for n in self.pairs):
+                    self.sources_idle.set()
 
     def onQueryTerminated(self, event) -> None:
-        self.sink_idle.set()
-        self.source_idle.set()
+        self.sinks_started.set()
+        self.sources_idle.set()
 
 
 def gated(fifo: str, row_id: int):
@@ -110,25 +125,25 @@ def gated(fifo: str, row_id: int):
     return gate
 
 
-def writer_query(spark, wal: dict, in_dir: str, ckpt: str, gate: str = ""):
+def writer_query(spark, pair: str, wal: dict, in_dir: str, ckpt: str, gate: str = ""):
     """JSON files -> durablewal, one input file per micro-batch."""
     stream = spark.readStream.schema("id long, payload string").option(
         "maxFilesPerTrigger", 1).json(in_dir)
     if gate:
         fifo, row_id = gate.rsplit(":", 1)
         stream = stream.mapInArrow(gated(fifo, int(row_id)), "id long, payload string")
-    return (stream.writeStream.format("durablewal").options(**wal).queryName("sink")
-            .option("checkpointLocation", f"{ckpt}/sink").trigger(processingTime=TRIGGER)
-            .start())
+    return (stream.writeStream.format("durablewal").options(**wal).queryName(f"sink-{pair}")
+            .option("checkpointLocation", f"{ckpt}/{pair}/sink")
+            .trigger(processingTime=TRIGGER).start())
 
 
-def reader_query(spark, wal: dict, out_dir: str, ckpt: str):
+def reader_query(spark, pair: str, wal: dict, out_dir: str, ckpt: str):
     """durablewal -> parquet, one step per micro-batch."""
     stream = spark.readStream.format("durablewal").options(**wal).option(
         "maxStepsPerTrigger", 1).option("metadataColumns", "_step").load()
     return (stream.select("id", "payload", "_step").writeStream.format("parquet")
-            .queryName("source").option("checkpointLocation", f"{ckpt}/source")
-            .trigger(processingTime=TRIGGER).start(out_dir))
+            .queryName(f"source-{pair}").option("checkpointLocation", f"{ckpt}/{pair}/source")
+            .trigger(processingTime=TRIGGER).start(f"{out_dir}/{pair}"))
 
 
 def executor_of_worker() -> tuple[str, int, str]:
@@ -230,39 +245,54 @@ def main() -> None:
     print(f"DRIVER_MODULE {pyspark_durable.__file__}", flush=True)
     files = sc.parallelize(range(2), 2).map(lambda _: __import__("pyspark_durable").__file__)
     print(f"EXECUTOR_MODULE {sorted(set(files.collect()))}", flush=True)
-    progress = Progress()
-    spark.streams.addListener(progress)
-    if mode == "stream":
-        sink = writer_query(spark, wal, in_dir, ckpt, gate)
-        progress.names[str(sink.id)] = "sink"
-        while not progress.sink_progressed.wait(timeout=1.0):  # the namespace exists then
-            check(sink)
-        source = reader_query(spark, wal, out_dir, ckpt)
-        progress.names[str(source.id)] = "source"
-        while not progress.source_idle.wait(timeout=1.0):
-            check(sink)
-            check(source)
-        for query in (sink, source):
-            query.stop()
-            check(query)
-    elif mode == "read":
+    if mode == "read":
         print(f"RESULT {json.dumps(read_job(spark, wal, out_dir))}", flush=True)
         print("DONE", flush=True)
         spark.stop()
         return
-    else:
+    if mode != "stream":
         raise SystemExit(f"unknown mode {mode!r}")
-    wal_rows = spark.read.format("durablewal").options(**wal).load()
-    out_rows = spark.read.parquet(out_dir)  # honours _spark_metadata
-    result = {
-        "wal_rows": wal_rows.count(),
-        "wal_distinct_ids": wal_rows.select("id").distinct().count(),
-        "out_rows": out_rows.count(),
-        "out_distinct_ids": out_rows.select("id").distinct().count(),
-    }
+    result = stream_job(spark, wal, in_dir, out_dir, ckpt, gate)
     print(f"RESULT {json.dumps(result)}", flush=True)
     print("DONE", flush=True)
     spark.stop()
+
+
+def stream_job(spark, pairs: dict[str, dict], in_dir: str, out_dir: str, ckpt: str,
+               gate: str) -> dict:
+    """Mode ``stream``: every pair's writer and reader until the input is used up; then,
+    per pair, what a batch read of its WAL and of its parquet output holds."""
+    progress = Progress(list(pairs))
+    spark.streams.addListener(progress)
+    sinks = {}
+    for i, (pair, wal) in enumerate(pairs.items()):
+        sinks[pair] = writer_query(spark, pair, wal, in_dir, ckpt, gate if i == 0 else "")
+        progress.names[str(sinks[pair].id)] = ("sink", pair)
+    while not progress.sinks_started.wait(timeout=1.0):  # the namespaces exist then
+        for query in sinks.values():
+            check(query)
+    sources = {}
+    for pair, wal in pairs.items():
+        sources[pair] = reader_query(spark, pair, wal, out_dir, ckpt)
+        progress.names[str(sources[pair].id)] = ("source", pair)
+    queries = [*sinks.values(), *sources.values()]
+    while not progress.sources_idle.wait(timeout=1.0):
+        for query in queries:
+            check(query)
+    for query in queries:
+        query.stop()
+        check(query)
+    result = {}
+    for pair, wal in pairs.items():
+        wal_rows = spark.read.format("durablewal").options(**wal).load()
+        out_rows = spark.read.parquet(f"{out_dir}/{pair}")  # honours _spark_metadata
+        result[pair] = {
+            "wal_rows": wal_rows.count(),
+            "wal_distinct_ids": wal_rows.select("id").distinct().count(),
+            "out_rows": out_rows.count(),
+            "out_distinct_ids": out_rows.select("id").distinct().count(),
+        }
+    return result
 
 
 if __name__ == "__main__":

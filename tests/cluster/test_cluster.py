@@ -2,11 +2,12 @@
 
 The executors (and the spark-submit driver) run a Python that does NOT have
 pyspark_durable installed: every test ships the package with the job, the way a user
-deploys it (a wheel on the file backend, a zip on Kafka, each in ``--py-files``). The
-exactly-once test spark-submits ``cluster_job.py``, kills an executor JVM and then the
-whole driver with SIGKILL, restarts from the same checkpoints and checks every row by
-content. The split-read test has one large step read by the executors of both workers.
-The no-register test is the other deployment: the package installed (from its wheel)
+deploys it (in ``--py-files``: a zip for the exactly-once test, a wheel for the split
+read). The exactly-once test spark-submits ``cluster_job.py`` with a writer and a reader
+on Kafka and on S3 at once, kills an executor JVM and then the whole driver with
+SIGKILL, restarts from the same checkpoints and checks every row of each by content.
+The split-read test has one large step read by the executors of both workers. The
+no-register test is the other deployment: the package installed (from its wheel)
 in the Python of the driver and of the executors, nothing shipped, nothing registered.
 """
 
@@ -176,8 +177,7 @@ def check_origin(job: Job, artifact: Path) -> None:
 
 
 # The recipes (--py-files with spark.executorEnv.PYTHONPATH pointing at the same file: a
-# wheel, a zip) are what the exactly-once test below deploys with, one per backend, so each
-# recipe runs a streaming write and a streaming read under kills, from a spark-submit.
+# zip, a wheel) are what the exactly-once test and the split-read test deploy with.
 
 
 # ---------------------------------------------------------------- exactly once under kills
@@ -239,33 +239,35 @@ def parquet_rows(out_dir: Path) -> list[dict]:
 
 
 @pytest.mark.crash
-# the backends a cluster of several machines shares (a file WAL needs a path every node
-# shares; its kills are the local Spark crash test's), one recipe each
-@pytest.mark.parametrize("backend, recipe", [("kafka", "package_zip"),
-                                             pytest.param("s3", "package_wheel", marks=pytest.mark.s3)])
-def test_exactly_once_across_executor_and_driver_kills(cluster, backend, recipe, tmp_path,
-                                                       request):
-    """This tests that JSON -> durablewal -> parquet on the cluster, deployed with a recipe
-    (a wheel or a zip in --py-files), with one executor JVM killed while its sink task is
+@pytest.mark.s3
+def test_exactly_once_across_executor_and_driver_kills(cluster, package_zip, kafka_broker,
+                                                       s3_server, tmp_path):
+    """This tests that JSON -> durablewal -> parquet on the cluster, on each backend a
+    cluster of several machines shares (Kafka and S3: a file WAL needs a path every node
+    shares, and its kills are the local Spark crash test's), all in one application
+    deployed with a zip in --py-files, with one executor JVM killed while a sink task is
     held inside a micro-batch, and then the driver SIGKILLed and restarted, holds every
-    row exactly once in the WAL and in the parquet output, and that the package came from
-    the shipped file."""
-    package = request.getfixturevalue(recipe)
-    broker = request.getfixturevalue("kafka_broker") if backend == "kafka" else None
-    server = request.getfixturevalue("s3_server") if backend == "s3" else None
-    rng = random.Random(zlib.crc32(backend.encode()))
+    row exactly once in each WAL and each parquet output, and that the package came from
+    the shipped file. (The wheel in --py-files is the split-read test's recipe.)"""
+    backends = {"kafka": {"broker": kafka_broker}, "s3": {"server": s3_server}}
+    rng = random.Random(zlib.crc32(b"kafka and s3"))
     total = write_inputs(tmp_path / "in", KILL_FILES, KILL_ROWS)
-    wal, config = wal_options(backend, tmp_path, broker, server)
-    ship = {"py_files": [package], "conf": {"spark.executorEnv.PYTHONPATH": str(package)}}
+    pairs, configs = {}, {}
+    for name, where in backends.items():
+        pairs[name], configs[name] = wal_options(name, tmp_path, where.get("broker"),
+                                                 where.get("server"))
+    ship = {"py_files": [package_zip], "conf": {"spark.executorEnv.PYTHONPATH": str(package_zip)}}
+    gated = next(iter(pairs))  # the pair whose sink task is held at the gate
 
-    # run 1: kill the executor of the held sink task, let the query go on, then kill the driver
+    # run 1: kill the executor of the held sink task, let the queries go on, then kill the
+    # driver
     gate = Gate(cluster, tmp_path, EXECUTOR_KILL_FILE * KILL_ROWS)
-    job = Job(cluster, "stream", wal, tmp_path, run="run1", gate=gate.arg, **ship)
+    job = Job(cluster, "stream", pairs, tmp_path, run="run1", gate=gate.arg, **ship)
     sink_batches = 0
     driver_killed = killed_at = None
     try:
         for line in job:
-            if not line.startswith("BATCH sink ") or int(line.split()[3]) == 0:
+            if not line.startswith(f"BATCH sink-{gated} ") or int(line.split()[3]) == 0:
                 continue
             sink_batches += 1
             if killed_at is None and gate.done.is_set():
@@ -284,18 +286,28 @@ def test_exactly_once_across_executor_and_driver_kills(cluster, backend, recipe,
     assert driver_killed, f"run 1 ended (exit {rc}) before the driver kill\n{job.lines}\n" \
                           f"{job.stderr()[-5000:]}"
     app = job.value("APP")
-    # the query survived the executor loss (more batches after it) and the worker relaunched one
+    # the queries survived the executor loss (more batches after it) and the worker
+    # relaunched one
     master_log = cluster.master.log_text()
     assert f"Launching executor {app}/2 " in master_log, master_log[-3000:]
     assert executor_killed not in cluster.executor_pids()
 
     # run 2: restart from the same checkpoints, run to the end of the input
-    job2 = run_to_end(cluster, "stream", wal, tmp_path, run="run2", **ship)
-    assert job2.result() == {"wal_rows": total, "wal_distinct_ids": total, "out_rows": total,
-                             "out_distinct_ids": total}
-    check_origin(job2, package)
+    job2 = run_to_end(cluster, "stream", pairs, tmp_path, run="run2", **ship)
+    once = {"wal_rows": total, "wal_distinct_ids": total, "out_rows": total,
+            "out_distinct_ids": total}
+    assert job2.result() == dict.fromkeys(pairs, once)
+    check_origin(job2, package_zip)
+    for name, config in configs.items():
+        check_once_by_content(name, config, tmp_path / "out" / name, total)
+    print(f"executor {executor_killed} killed after {gated} sink batch {killed_at} while "
+          f"running task(s) {sorted(killed_in_task)}, driver killed after {gated} sink batch "
+          f"{driver_killed}; {total} rows once on {', '.join(pairs)}", file=sys.stderr)
 
-    # every id once in the WAL, by content, and no batch committed twice
+
+def check_once_by_content(name: str, config: dict, out_dir: Path, total: int) -> None:
+    """Every id once in the WAL and in the parquet output, by content; no batch committed
+    twice; a step is whole input files."""
     ns = open_namespace(config)
     try:
         got = read_steps(ns, "default")
@@ -303,9 +315,10 @@ def test_exactly_once_across_executor_and_driver_kills(cluster, backend, recipe,
     finally:
         ns.close()
     ids = got.column("id").to_pylist()
-    assert sorted(ids) == list(range(total)), "WAL: lost or duplicated rows"
-    assert got.column("payload").to_pylist() == [payload(i) for i in ids]
-    assert len(writer_steps) == len(set(writer_steps)), f"a batch committed twice: {writer_steps}"
+    assert sorted(ids) == list(range(total)), f"{name} WAL: lost or duplicated rows"
+    assert got.column("payload").to_pylist() == [payload(i) for i in ids], name
+    assert len(writer_steps) == len(set(writer_steps)), \
+        f"{name}: a batch committed twice: {writer_steps}"
     step_of = dict(zip(ids, got.column("_step").to_pylist(), strict=True))
     # a step is whole input files: one per micro-batch, except that Spark's file source
     # puts two files in the first batch after a driver killed between recording a file
@@ -316,18 +329,15 @@ def test_exactly_once_across_executor_and_driver_kills(cluster, backend, recipe,
     for step, files in files_of.items():
         ids_in = sorted(i for i, s in step_of.items() if s == step)
         assert ids_in == [i for f in sorted(files) for i in range(f * KILL_ROWS,
-                                                                 (f + 1) * KILL_ROWS)], step
+                                                                 (f + 1) * KILL_ROWS)], (name, step)
     assert KILL_FILES - 1 <= len(writer_steps) <= KILL_FILES, \
-        f"steps of files: {sorted(files_of.items())}"
+        f"{name} steps of files: {sorted(files_of.items())}"
 
-    # every id once in the parquet output, by content
-    out = parquet_rows(tmp_path / "out")
-    assert sorted(r["id"] for r in out) == list(range(total)), "parquet: lost or duplicated rows"
-    assert all(r["payload"] == payload(r["id"]) for r in out)
-    assert all(r["_step"] == step_of[r["id"]] for r in out)
-    print(f"{backend}: executor {executor_killed} killed after sink batch {killed_at} while running "
-          f"task(s) {sorted(killed_in_task)}, driver killed after sink batch {driver_killed}; "
-          f"{total} rows once", file=sys.stderr)
+    out = parquet_rows(out_dir)
+    assert sorted(r["id"] for r in out) == list(range(total)), \
+        f"{name} parquet: lost or duplicated rows"
+    assert all(r["payload"] == payload(r["id"]) for r in out), name
+    assert all(r["_step"] == step_of[r["id"]] for r in out), name
 
 
 # ---------------------------------------------------------------- a split read on both workers

@@ -197,6 +197,12 @@ class Log(ABC):
             fut.set_exception(exc)
         return fut
 
+    def expect_append(self, nbytes: int) -> None:
+        """A writer is about to append about ``nbytes`` (it is encoding them now): a log
+        whose append first asks where its end is (S3) may ask meanwhile. The default,
+        for logs whose appends need no such question, does nothing."""
+        return
+
     @abstractmethod
     def read(self, start: int, end: int | None = None) -> Iterator[Entry]:
         """Yield entries with ``start <= offset < end`` (``end`` clamped to the high watermark).

@@ -171,6 +171,7 @@ class Attempt:
                 chunk_rows = max(1, int(chunk_rows * most / conformed))
         end = data.num_rows if whole else data.num_rows - data.num_rows % chunk_rows
         region = self.ns.store.open_region(region_id)
+        region.expect_append(min(data.nbytes, APPEND_GROUP_BYTES))
         records: list[Record] = []
         stats: list[tuple[int, int, str]] = []
         group_bytes = 0

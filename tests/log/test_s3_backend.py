@@ -9,6 +9,7 @@ both succeed, and a create whose answer was lost is settled by the token in its 
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
@@ -284,3 +285,38 @@ def test_a_read_learns_low_from_its_listing_and_never_yields_below_it(s3_server)
         list(reader.read(3, 4))
     with pytest.raises(OffsetOutOfRange, match="below the low watermark 4"):
         list(reader.read(3))
+
+
+def test_an_announced_append_sends_only_its_create_and_a_stale_end_still_lands_dense(s3_server):
+    """This tests that a large append announced with ``expect_append`` (the writer is
+    still encoding it) has its end listed meanwhile, so the append itself sends only its
+    create; and the rule that makes that safe: an end another writer has moved past since
+    the listing makes the create lose (412), never overwrite, and the append lands at the
+    next boundary, every offset dense and each value once."""
+    options = s3_options(s3_server)
+    store = open_store("s3", "announced", **options)
+    log = store.open_log("region_0")
+    calls: list[str] = []
+    listed = threading.Event()
+    store.client.meta.events.register(
+        "before-parameter-build.s3", lambda model, **_: calls.append(model.name))
+    store.client.meta.events.register(
+        "after-call.s3.ListObjectsV2", lambda **_: listed.set())
+    big = [bytes([i]) * 100_000 for i in range(3)]
+
+    log.expect_append(len(big[0]))
+    assert listed.wait(30), f"no LIST after the announcement: {calls}"
+    calls.clear()
+    assert log.append([Record(b"k", big[0])]) == [0]
+    assert calls == ["PutObject"], calls
+
+    # announced again: then another writer's append ends the chain past that listing
+    listed.clear()
+    log.expect_append(len(big[1]))
+    assert listed.wait(30)
+    other = open_store("s3", "announced", **options).open_log("region_0", create=False)
+    assert other.append([Record(b"o", b"another writer's")]) == [1]
+    assert log.append([Record(b"k", big[1])]) == [2]
+    assert log.append([Record(b"k", big[2])]) == [3]  # not announced: lists first, as ever
+    fresh = open_store("s3", "announced", **options).open_log("region_0", create=False)
+    assert [e.value for e in fresh.read(0)] == [big[0], b"another writer's", big[1], big[2]]

@@ -72,6 +72,9 @@ HINT_EVERY = 256  # offsets between two writes of the hint: a LIST from it reads
 # an append of at most this much tries the offset it knows first; a larger one lists the
 # end first, since a create that loses the race has sent its whole body for nothing
 OPTIMISTIC_BYTES = 64 << 10
+# an end listed ahead (``expect_append``) serves an append that starts within this long;
+# an older one is listed again (a stale end is still safe: its create loses, and retries)
+END_AHEAD_S = 2.0
 READ_AHEAD_BYTES = 64 << 20  # objects a read fetches at once hold at most this much
 CONFLICT = ("ConditionalRequestConflict", "409")  # S3: a racing conditional write, retry it
 
@@ -200,15 +203,37 @@ class S3Log(ObjectLog):
             executor = self._executor
         return executor.submit(self.append, list(records))
 
+    def expect_append(self, nbytes: int) -> None:
+        """List the end now for a large append the writer is still encoding, so that its
+        LIST overlaps the encoding instead of delaying the create."""
+        if nbytes <= OPTIMISTIC_BYTES:
+            return
+        with self._lock:
+            if self._closed or (self._end_ahead is not None
+                                and not self._end_ahead[1].done()):
+                return
+        listing = self._reader_pool().submit(self.high_watermark)
+        with self._lock:
+            self._end_ahead = (time.monotonic(), listing)
+
+    def _end_listed(self) -> Future[int]:
+        """The end for a large append: the LIST ``expect_append`` started, if recent, or a
+        new one (it runs while the frames are built)."""
+        with self._lock:
+            ahead, self._end_ahead = self._end_ahead, None
+        if ahead is not None and time.monotonic() - ahead[0] <= END_AHEAD_S and not (
+                ahead[1].done() and ahead[1].exception() is not None):
+            return ahead[1]  # (a failed one is asked again: the append's own answer counts)
+        return self._reader_pool().submit(self.high_watermark)
+
     def _append_object(self, records: Sequence[Record]) -> list[int]:
         if not records:
             return []
         self._writable()
-        # a large append lists the end first (a LIST costs less than a create that loses),
-        # while its frames are built
+        # a large append lists the end first (a LIST costs less than a create that loses)
         end: Future[int] | None = None
         if sum(len(r.value) for r in records) > OPTIMISTIC_BYTES:
-            end = self._reader_pool().submit(self.high_watermark)
+            end = self._end_listed()
         now = int(time.time() * 1000)
         parts = []
         for index, record in enumerate(records):  # frames hold their index in the object
@@ -410,6 +435,6 @@ class S3Log(ObjectLog):
         with self._lock:
             pools = [p for p in (self._executor, self._readers) if p is not None]
             self._executor = self._readers = None
-            self._closed, self._ahead = True, {}
+            self._closed, self._ahead, self._end_ahead = True, {}, None
         for pool in pools:
             pool.shutdown(wait=True)

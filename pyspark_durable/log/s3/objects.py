@@ -72,6 +72,8 @@ class ObjectLog(Log):
         self._low_seen: tuple[str, int] | None = None  # (ETag, offset) of ``low`` as last read
         self._last_stop: int | None = None  # where the last read ended
         self._ahead: dict[int, Future[list[Entry] | None]] = {}  # first -> its fetch, ahead
+        # the end being listed for the next large append: (monotonic start, its LIST)
+        self._end_ahead: tuple[float, Future[int]] | None = None
         self._closed = False
 
     # -- requests ----------------------------------------------------------------------

@@ -58,17 +58,17 @@ GATE_WAIT_S = 120.0  # a held task waits at most this long for its executor's ki
 
 
 class Progress(StreamingQueryListener):
-    """Prints one line per micro-batch; notices when every writer, then every reader, is
-    idle."""
+    """Prints one line per micro-batch; notices each query's first trigger, and when every
+    writer, then every reader, is idle."""
 
     def __init__(self, pairs: list[str]) -> None:
-        self.names: dict[str, tuple[str, str]] = {}  # query id -> (sink|source, pair)
+        self.names: dict[str, str] = {}  # query id -> its name, "<sink|source>-<pair>"
         self.pairs = pairs
         self.lock = threading.Lock()
-        self.sinks_progressed: set[str] = set()
+        self.triggered: dict[str, threading.Event] = {
+            f"{role}-{pair}": threading.Event() for role in ("sink", "source") for pair in pairs}
         self.sinks_idle: set[str] = set()
         self.source_idle_counts: dict[str, int] = {}
-        self.sinks_started = threading.Event()
         self.sources_idle = threading.Event()
 
     def onQueryStarted(self, event) -> None:
@@ -77,26 +77,25 @@ class Progress(StreamingQueryListener):
     def onQueryProgress(self, event) -> None:
         p = event.progress
         print(f"BATCH {p.name} {p.batchId} {p.numInputRows}", flush=True)
+        self.triggered[p.name].set()
         role, pair = p.name.split("-", 1)
         with self.lock:
             if role == "sink":
-                self.sinks_progressed.add(pair)
                 self.sinks_idle.discard(pair)
                 self.source_idle_counts.clear()
-                if self.sinks_progressed >= set(self.pairs):
-                    self.sinks_started.set()
             else:
                 self.source_idle_counts.pop(pair, None)
 
     def onQueryIdle(self, event) -> None:
-        role, pair = self.names.get(str(event.id), ("", ""))
+        name = self.names.get(str(event.id), "")
+        if not name:
+            return
+        self.triggered[name].set()  # (a restart may find nothing new to write)
+        role, pair = name.split("-", 1)
         with self.lock:
             if role == "sink":
-                self.sinks_progressed.add(pair)  # (a restart may find nothing new to write)
                 self.sinks_idle.add(pair)
-                if self.sinks_progressed >= set(self.pairs):
-                    self.sinks_started.set()
-            elif role == "source" and self.sinks_idle >= set(self.pairs):
+            elif self.sinks_idle >= set(self.pairs):
                 # two idle triggers after every writer went idle: the second one surely
                 # started after the writers' last commits
                 self.source_idle_counts[pair] = self.source_idle_counts.get(pair, 0) + 1
@@ -104,7 +103,8 @@ class Progress(StreamingQueryListener):
                     self.sources_idle.set()
 
     def onQueryTerminated(self, event) -> None:
-        self.sinks_started.set()
+        for started in self.triggered.values():
+            started.set()
         self.sources_idle.set()
 
 
@@ -264,18 +264,24 @@ def stream_job(spark, pairs: dict[str, dict], in_dir: str, out_dir: str, ckpt: s
     per pair, what a batch read of its WAL and of its parquet output holds."""
     progress = Progress(list(pairs))
     spark.streams.addListener(progress)
-    sinks = {}
+    queries = []
+
+    def started(name: str, query) -> None:
+        """Wait for ``query``'s first trigger before the next query starts: a query's start
+        spawns Python workers on the driver, and Spark gives each a fixed time to connect
+        back, which several at once on a loaded machine can miss."""
+        progress.names[str(query.id)] = name
+        queries.append(query)
+        while not progress.triggered[name].wait(timeout=1.0):
+            for running in queries:
+                check(running)
+
+    # the writers first: the namespaces exist once each has triggered
     for i, (pair, wal) in enumerate(pairs.items()):
-        sinks[pair] = writer_query(spark, pair, wal, in_dir, ckpt, gate if i == 0 else "")
-        progress.names[str(sinks[pair].id)] = ("sink", pair)
-    while not progress.sinks_started.wait(timeout=1.0):  # the namespaces exist then
-        for query in sinks.values():
-            check(query)
-    sources = {}
+        started(f"sink-{pair}", writer_query(spark, pair, wal, in_dir, ckpt,
+                                            gate if i == 0 else ""))
     for pair, wal in pairs.items():
-        sources[pair] = reader_query(spark, pair, wal, out_dir, ckpt)
-        progress.names[str(sources[pair].id)] = ("source", pair)
-    queries = [*sinks.values(), *sources.values()]
+        started(f"source-{pair}", reader_query(spark, pair, wal, out_dir, ckpt))
     while not progress.sources_idle.wait(timeout=1.0):
         for query in queries:
             check(query)

@@ -65,7 +65,7 @@ from s3_tools import (  # noqa: E402
     write_report,
 )
 
-from pyspark_durable.log import open_store, region_log_name  # noqa: E402
+from pyspark_durable.log import Record, open_store, region_log_name  # noqa: E402
 from pyspark_durable.wal import Namespace  # noqa: E402
 from tests.s3_server import SeaweedS3  # noqa: E402
 
@@ -78,6 +78,7 @@ class SinkSource:
     bodies: list[bytes] = field(default_factory=list)  # the region objects of a WAL round
     s3_ns: str = ""  # a namespace the sink wrote, for the read
     file_ns: str = ""
+    records: list[list[Record]] = field(default_factory=list)  # each step's entries
 
 
 def sink_and_source(env: Env, args: argparse.Namespace, log: Callable[[str], None]
@@ -123,11 +124,44 @@ def sink_and_source(env: Env, args: argparse.Namespace, log: Callable[[str], Non
         delete_prefix(raw, prefix)
         return secs
 
+    def step_records() -> list[list[Record]]:
+        """Each step's entries as the WAL wrote them (key, value, headers): the log-layer
+        side appends them as they are, one append per step, as the WAL's task did."""
+        ns = env.s3_namespace(out.s3_ns, create=False)
+        try:
+            region = ns.store.open_region(0)
+            steps = []
+            for step in ns.steps():
+                [run] = ns.step_commit(step).runs
+                steps.append([Record(e.key, e.value, e.headers)
+                              for e in region.read(run.start, run.end)])
+            return steps
+        finally:
+            ns.close()
+
+    def log_append(rep: int) -> float:
+        """S3Log.append alone, its records encoded before the clock starts: the log layer
+        against the raw PUTs, as pair 4 holds the Kafka log to its raw producer."""
+        name = f"log{rep}{uuid.uuid4().hex[:6]}"
+        ns = env.s3_namespace(name)
+        try:
+            region = ns.store.open_region(0)
+            start = time.perf_counter()
+            for records in out.records:
+                region.append(records)
+            secs = time.perf_counter() - start
+        finally:
+            ns.close()
+        delete_prefix(raw, f"{WAL_PREFIX}/{name}/")
+        return secs
+
     log(f"1. sink: {args.rows:,} rows ({mb(data_bytes)} MB in Arrow) in {len(tables)} steps")
     s3_wal(-1)  # the objects the raw side PUTs
+    out.records = step_records()
     sizes = [len(b) for b in out.bodies]
     log(f"  region objects: {len(sizes)}, {mb(sum(sizes))} MB, sizes {sorted(set(sizes))[:4]}...")
-    sink = alternate({"s3": s3_wal, "raw": raw_put, "file": file_wal}, args.reps, log)
+    sink = alternate({"s3": s3_wal, "raw": raw_put, "log": log_append, "file": file_wal},
+                     args.reps, log)
 
     def s3_read(rep: int) -> float:
         ns = env.s3_namespace(out.s3_ns, create=False)
@@ -176,6 +210,7 @@ def sink_and_source(env: Env, args: argparse.Namespace, log: Callable[[str], Non
     s3_append = med([t.append_s for t in sink["s3"]])
     s3_commit = med([t.commit_s for t in sink["s3"]])
     raw_s = med(sink["raw"])
+    log_s = med(sink["log"])
     file_total = med([t.total_s for t in sink["file"]])
     obj = sum(sizes)
     rate = lambda s: f"{mb(obj / s)}"  # noqa: E731 - MB/s of the region objects' bytes
@@ -191,6 +226,8 @@ def sink_and_source(env: Env, args: argparse.Namespace, log: Callable[[str], Non
         "|---|---:|---:|---:|",
         f"| raw boto3 `put_object`, the same {len(sizes)} objects one after another | "
         f"{raw_s:.2f} | {rate(raw_s)} | 1.00 |",
+        f"| S3 log alone: `S3Log.append` of each step's entries, encoded before timing | "
+        f"{log_s:.2f} | {rate(log_s)} | {raw_s / log_s:.2f} |",
         f"| WAL on S3, appends only (`write` + `receipt`, every step) | {s3_append:.2f} | "
         f"{rate(s3_append)} | {raw_s / s3_append:.2f} |",
         f"| WAL on S3, whole steps (`begin` + `write` + `commit`) | {s3_total:.2f} | "
@@ -200,7 +237,8 @@ def sink_and_source(env: Env, args: argparse.Namespace, log: Callable[[str], Non
         f"{raw_s / file_total:.2f} |",
         "",
         f"Rounds (s): WAL on S3 {[round(t.total_s, 2) for t in sink['s3']]}, raw "
-        f"{[round(s, 2) for s in sink['raw']]}, file "
+        f"{[round(s, 2) for s in sink['raw']]}, S3 log alone "
+        f"{[round(s, 2) for s in sink['log']]}, file "
         f"{[round(t.total_s, 2) for t in sink['file']]}.",
         "",
         "### 2. Source: WAL reads on S3 vs raw boto3 GETs of the same objects",

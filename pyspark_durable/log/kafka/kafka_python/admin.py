@@ -69,7 +69,7 @@ class KafkaPythonAdmin(OneTopicRule):
         for the client's own pause. Waiting out one backoff keeps a dead link's failure
         within its bound and lets a healed link answer.
         """
-        backoff_s = self.settings.clients["admin"].get("reconnect_backoff_max_ms", 1000) / 1000
+        backoff_s = float(self.settings.clients["admin"]["reconnect_backoff_max_ms"]) / 1000  # TUNED
         deadline = time.monotonic() + backoff_s + 0.2
         while True:
             try:

@@ -249,13 +249,11 @@ def test_exactly_once_across_executor_and_driver_kills(cluster, package_zip, kaf
     held inside a micro-batch, and then the driver SIGKILLed and restarted, holds every
     row exactly once in each WAL and each parquet output, and that the package came from
     the shipped file. (The wheel in --py-files is the split-read test's recipe.)"""
-    backends = {"kafka": {"broker": kafka_broker}, "s3": {"server": s3_server}}
     rng = random.Random(zlib.crc32(b"kafka and s3"))
     total = write_inputs(tmp_path / "in", KILL_FILES, KILL_ROWS)
     pairs, configs = {}, {}
-    for name, where in backends.items():
-        pairs[name], configs[name] = wal_options(name, tmp_path, where.get("broker"),
-                                                 where.get("server"))
+    for name in ("kafka", "s3"):
+        pairs[name], configs[name] = wal_options(name, tmp_path, kafka_broker, s3_server)
     ship = {"py_files": [package_zip], "conf": {"spark.executorEnv.PYTHONPATH": str(package_zip)}}
     gated = next(iter(pairs))  # the pair whose sink task is held at the gate
 

@@ -76,6 +76,9 @@ from tests.s3_server import SeaweedS3  # noqa: E402
 class SinkSource:
     rows: list[str] = field(default_factory=list)
     bodies: list[bytes] = field(default_factory=list)  # the region objects of a WAL round
+    # every object a WAL round wrote (region objects, commits records, metadata), in key
+    # order, less those its namespace held when created: what the whole steps move
+    step_objects: list[bytes] = field(default_factory=list)
     s3_ns: str = ""  # a namespace the sink wrote, for the read
     file_ns: str = ""
     records: list[list[Record]] = field(default_factory=list)  # each step's entries
@@ -98,11 +101,25 @@ def sink_and_source(env: Env, args: argparse.Namespace, log: Callable[[str], Non
         finally:
             ns.close()
 
+    def created_keys() -> set[str]:
+        """The keys (below the namespace) a namespace holds once created, before a step."""
+        name = f"probe{uuid.uuid4().hex[:6]}"
+        env.s3_namespace(name).close()
+        base = f"{WAL_PREFIX}/{name}/"
+        keys = {k[len(base):] for k, _ in objects(raw, base)}
+        delete_prefix(raw, base)
+        return keys
+
+    def body(key: str) -> bytes:
+        return raw.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+
     def s3_wal(rep: int) -> WriteTimes:
         name, times = written(env.s3_namespace, rep)
         if not out.bodies:  # the objects the WAL wrote: the raw side's bodies
-            listed = objects(raw, region_prefix.format(ns=name))
-            out.bodies = [raw.get_object(Bucket=BUCKET, Key=k)["Body"].read() for k, _ in listed]
+            out.bodies = [body(k) for k, _ in objects(raw, region_prefix.format(ns=name))]
+            base, before = f"{WAL_PREFIX}/{name}/", created_keys()
+            out.step_objects = [body(k) for k, _ in objects(raw, base)
+                                if k[len(base):] not in before]
         if out.s3_ns:
             delete_prefix(raw, f"{WAL_PREFIX}/{out.s3_ns}/")
         out.s3_ns = name
@@ -120,6 +137,17 @@ def sink_and_source(env: Env, args: argparse.Namespace, log: Callable[[str], Non
         start = time.perf_counter()
         for i, body in enumerate(out.bodies):
             raw.put_object(Bucket=BUCKET, Key=f"{prefix}{i:020d}", Body=body)
+        secs = time.perf_counter() - start
+        delete_prefix(raw, prefix)
+        return secs
+
+    def raw_put_all(rep: int) -> float:
+        """Every object the whole steps wrote, PUT as is: the raw client moving the same
+        bytes as the WAL's steps, commits records included."""
+        prefix = f"raw/all{rep}/"
+        start = time.perf_counter()
+        for i, obj in enumerate(out.step_objects):
+            raw.put_object(Bucket=BUCKET, Key=f"{prefix}{i:020d}", Body=obj)
         secs = time.perf_counter() - start
         delete_prefix(raw, prefix)
         return secs
@@ -160,8 +188,8 @@ def sink_and_source(env: Env, args: argparse.Namespace, log: Callable[[str], Non
     out.records = step_records()
     sizes = [len(b) for b in out.bodies]
     log(f"  region objects: {len(sizes)}, {mb(sum(sizes))} MB, sizes {sorted(set(sizes))[:4]}...")
-    sink = alternate({"s3": s3_wal, "raw": raw_put, "log": log_append, "file": file_wal},
-                     args.reps, log)
+    sink = alternate({"s3": s3_wal, "raw": raw_put, "raw_all": raw_put_all,
+                      "log": log_append, "file": file_wal}, args.reps, log)
 
     def s3_read(rep: int) -> float:
         ns = env.s3_namespace(out.s3_ns, create=False)
@@ -210,6 +238,7 @@ def sink_and_source(env: Env, args: argparse.Namespace, log: Callable[[str], Non
     s3_append = med([t.append_s for t in sink["s3"]])
     s3_commit = med([t.commit_s for t in sink["s3"]])
     raw_s = med(sink["raw"])
+    raw_all_s = med(sink["raw_all"])
     log_s = med(sink["log"])
     file_total = med([t.total_s for t in sink["file"]])
     obj = sum(sizes)
@@ -233,11 +262,17 @@ def sink_and_source(env: Env, args: argparse.Namespace, log: Callable[[str], Non
         f"| WAL on S3, whole steps (`begin` + `write` + `commit`) | {s3_total:.2f} | "
         f"{rate(s3_total)} | {raw_s / s3_total:.2f} |",
         f"| (of which the {len(tables)} `commit()` calls) | {s3_commit:.2f} | | |",
+        f"| raw boto3 `put_object` of every object the whole steps wrote ({len(out.step_objects)}"
+        f": the region objects, the commits records, the tables' definitions) | "
+        f"{raw_all_s:.2f} | {rate(raw_all_s)} | 1.00 |",
+        f"| WAL on S3, whole steps, against that | {s3_total:.2f} | {rate(s3_total)} | "
+        f"**{raw_all_s / s3_total:.2f}** |",
         f"| WAL on the file backend, whole steps | {file_total:.2f} | {rate(file_total)} | "
         f"{raw_s / file_total:.2f} |",
         "",
         f"Rounds (s): WAL on S3 {[round(t.total_s, 2) for t in sink['s3']]}, raw "
-        f"{[round(s, 2) for s in sink['raw']]}, S3 log alone "
+        f"{[round(s, 2) for s in sink['raw']]}, raw (every object) "
+        f"{[round(s, 2) for s in sink['raw_all']]}, S3 log alone "
         f"{[round(s, 2) for s in sink['log']]}, file "
         f"{[round(t.total_s, 2) for t in sink['file']]}.",
         "",

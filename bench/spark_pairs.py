@@ -10,14 +10,18 @@ and stop excluded, the same for both sides of a pair); the wall time from
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import spark_kafka
 from common import (
+    WARMUPS,
     CpuMeter,
     Result,
     Target,
@@ -54,6 +58,25 @@ from spark_queries import (
 
 ROOT = Path(__file__).resolve().parents[1]
 CORES = os.cpu_count() or 1  # the Python floor's batch partitions (pair 1d)
+
+
+def jvm_ceiling(parquet_dir: Path, n: int, reps: int, log: Callable[[str], None]
+                ) -> list[float]:
+    """Rows/s of Spark's vectorized parquet reader on ``local[1]`` over pair 1's parquet
+    files, one per repetition: ``parquet_ceiling.py`` in a process of its own (a second
+    SparkSession cannot share this one), with as many warm-ups as the pairs."""
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "parquet_ceiling.py"), str(parquet_dir), str(n),
+         str(reps), str(WARMUPS[0])], capture_output=True, text=True, check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if done.returncode != 0:
+        raise RuntimeError(f"the local[1] parquet ceiling failed (exit {done.returncode}): "
+                           f"{done.stderr[-2000:]}")
+    rates = json.loads(done.stdout.strip().splitlines()[-1])["rows_per_s"]
+    log(f"  JVM ceiling (parquet, local[1]): {[round(r) for r in rates]} rows/s, "
+        f"{time.perf_counter() - t0:.0f} s with its JVM's start")
+    return rates
 
 
 def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
@@ -138,6 +161,8 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
             peer_cpu["1"] = with_peer_meters(fns)
         try:
             runs = repeat(fns, reps)
+            if parquet_dir is not None:  # after the rounds: its one core is then its own
+                ceiling = jvm_ceiling(parquet_dir, n, reps, log)
         finally:
             if parquet_dir is not None:
                 shutil.rmtree(parquet_dir, ignore_errors=True)
@@ -198,11 +223,21 @@ def source_sink_pairs(spark: SparkSession, base: Target, n: int, reps: int,
                      f"{pq_note}; 8 more columns on durablewal's side"),
         ]
         if measure_parquet:
-            out.append(reported(
+            out += [reported(
                 f"1 source floor vs parquet [{b} run]: in-memory Python source→noop vs "
                 "parquet file source→noop", runs["pyfloor"], runs["parquet"], "rows/s",
                 f"{note}; PySpark's limit: the most any Python source reaches, as a share "
-                "of Spark's parquet source"))
+                "of Spark's parquet source"),
+                reported(
+                f"1 ceiling [{b} run]: Python floor of the payload columns (local[2])→noop vs "
+                "Spark's vectorized parquet reader on one core (local[1])→noop",
+                runs["pyfloor payload"], ceiling, "rows/s",
+                f"{note}; the JVM alone, one core, the same parquet files as the peer: how far "
+                "below the JVM the Python floor sits, on twice the cores"),
+                reported(
+                f"1 source vs the ceiling [{b}]: durablewal→noop (local[2]) vs Spark's "
+                "vectorized parquet reader on one core (local[1])→noop", runs["ours"],
+                ceiling, "rows/s", f"{note}; the default read against the JVM's one core")]
 
     sink_ns = base.with_namespace(uid("sink"))
     fns = {"ours": rate_fn(spark, n, "durablewal", sink_ns.spark_options),

@@ -11,6 +11,11 @@ and not forwarded. Modes, switched from any thread:
 * :meth:`S3Proxy.lose_put_answers`: the next ``n`` PUTs (of a path matching a regex, if
   given) reach the server and are carried out, but their answer is dropped and the
   client's connection reset: an indeterminate write. Then ``forward`` again.
+* :meth:`S3Proxy.cut_put_bodies`: the next ``n`` PUTs (of a path matching a regex, if
+  given) reach the server as their head alone, and the proxy then ends its side of the
+  connection (FIN) without one byte of the body, as a writer that dies between a
+  PUT's head and its body; the server's answer is recorded in :attr:`cut` and the
+  client's connection reset. Then ``forward`` again.
 * :meth:`S3Proxy.throttle`: the next ``n`` requests (``None``: all) get 503
   ``SlowDown`` from the proxy and never reach the server.
 * :meth:`S3Proxy.down`: the port refuses connections and open ones are reset.
@@ -19,7 +24,9 @@ and not forwarded. Modes, switched from any thread:
   drops the header would answer (the header itself is signed, so it cannot be removed).
 
 Counters: :attr:`S3Proxy.requests` (every request seen, by method), :attr:`lost` (the
-``(method, path)`` of each answer dropped), :attr:`throttled`.
+``(method, path)`` of each answer dropped), :attr:`cut` (the ``(path, server's status)``
+of each PUT cut before its body; status ``""``: the server closed without one),
+:attr:`throttled`.
 """
 
 from __future__ import annotations
@@ -128,6 +135,7 @@ class _State:
     path: re.Pattern[str] | None = None
     methods: tuple[str, ...] = ("PUT",)
     lost: list[tuple[str, str]] = field(default_factory=list)
+    cut: list[tuple[str, str]] = field(default_factory=list)
     throttled: int = 0
 
 
@@ -168,6 +176,11 @@ class S3Proxy:
             return list(self._state.lost)
 
     @property
+    def cut(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return list(self._state.cut)
+
+    @property
     def throttled(self) -> int:
         with self._lock:
             return self._state.throttled
@@ -183,6 +196,11 @@ class S3Proxy:
         matches regex ``path``, and drop their answers; then forward."""
         self._set("lose", n, re.compile(path) if path else None, methods)
         self.lost_event.clear()
+
+    def cut_put_bodies(self, n: int = 1, path: str | None = None) -> None:
+        """Send the next ``n`` PUTs whose path matches regex ``path`` to the server as
+        their head alone, then end the proxy's side (FIN); then forward."""
+        self._set("cut", n, re.compile(path) if path else None, ("PUT",))
 
     def lose_next_put_answer(self, path: str | None = None) -> None:
         self.lose_put_answers(1, path)
@@ -251,6 +269,9 @@ class S3Proxy:
             elif state.mode == "lose" and state.left != 0 and method in state.methods \
                     and (state.path is None or state.path.search(target)):
                 state.lost.append((method, target))
+            elif state.mode == "cut" and state.left != 0 and method in state.methods \
+                    and (state.path is None or state.path.search(target)):
+                pass  # recorded with the server's answer, once it has one
             else:
                 return "forward"
             action = state.mode
@@ -285,6 +306,11 @@ class S3Proxy:
                     writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                     await writer.drain()
                 await _read_body(reader, req, to_eof=False)
+                if action == "cut":
+                    status = await self._head_alone(req)
+                    with self._lock:
+                        self._state.cut.append((req.start.split(" ", 2)[1], status))
+                    raise _Reset
                 resp = await self._exchange(req)
                 if action == "lose":
                     self.lost_event.set()
@@ -328,6 +354,22 @@ class S3Proxy:
             if not self._bodyless(req, resp):
                 await _read_body(up_reader, resp, to_eof=True)
             return resp
+        finally:
+            up_writer.transport.abort()
+
+    async def _head_alone(self, req: _Message) -> str:
+        """Send ``req``'s head to the server, none of its body, and end the proxy's side
+        of the connection (FIN, not a reset: as the kernel does for a process that died
+        after its send of the head); the status the server then answers ("": none)."""
+        up_reader, up_writer = await asyncio.open_connection(*self.upstream, limit=HEAD_LIMIT)
+        try:
+            up_writer.write(req.head_bytes())
+            await up_writer.drain()
+            up_writer.write_eof()
+            resp = await _read_head(up_reader)
+            return "" if resp is None else resp.start.split(" ", 2)[1]
+        except (ConnectionError, OSError, asyncio.IncompleteReadError):
+            return ""
         finally:
             up_writer.transport.abort()
 

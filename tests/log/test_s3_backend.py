@@ -96,6 +96,27 @@ def test_a_lost_answer_with_the_store_unreachable_is_indeterminate_and_a_recommi
     assert got.equals(rows("b", 4))
 
 
+def test_a_put_cut_before_its_body_stores_nothing_and_every_entry_reads_back(s3_server, proxy):
+    """This tests that a create whose head reached the server without one byte of its body
+    (the writer's connection ended there, FIN, as when a writer dies between the two sends)
+    leaves nothing damaged at its offset: the server refuses it, as every PUT carries its
+    body's CRC-32, the client's retry creates the whole object, and a fresh handle reads
+    every entry back by content. Without the checksum SeaweedFS stores an empty object
+    with the create's metadata, which the retry then settles as its own."""
+    options = s3_options(s3_server, endpoint_url=proxy.endpoint)
+    log = open_store("s3", "cut", **options).open_log("region_0")
+    assert log.append([Record(b"k", b"v0")]) == [0]
+    proxy.cut_put_bodies(1, path=r"/logs/region_0/e/")
+    assert log.append([Record(b"k", b"v1"), Record(b"k", b"v2")]) == [1, 2]
+    [(path, status)] = proxy.cut
+    assert path.endswith("/logs/region_0/e/00000000000000000001") and status != "200", proxy.cut
+    assert log.append([Record(b"k", b"v3")]) == [3]
+    direct = {**options, "endpoint_url": s3_server.endpoint}  # a fresh handle: no copies kept
+    fresh = open_store("s3", "cut", **direct).open_log("region_0", create=False)
+    assert [(e.offset, e.value) for e in fresh.read(0)] == [
+        (0, b"v0"), (1, b"v1"), (2, b"v2"), (3, b"v3")]
+
+
 def test_throttling_is_retried_with_backoff_then_typed_and_the_log_stays_dense(
         s3_server, proxy):
     """This tests that 503 SlowDown is retried by the client (bounded: max_attempts per

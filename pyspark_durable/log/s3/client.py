@@ -10,6 +10,7 @@ instance roles), and retry modes with backoff for throttling and dropped connect
 
 from __future__ import annotations
 
+import base64
 import os
 import threading
 import uuid
@@ -24,6 +25,7 @@ from pyspark_durable.errors import (
     ConfigError,
     LogNotFound,
 )
+from pyspark_durable.log.file.frames import crc32
 from pyspark_durable.secrets import remember
 
 try:
@@ -181,6 +183,18 @@ def _make_client(config: S3Config) -> Any:
         aws_session_token=config.session_token,
         config=botocore_config,
     )
+
+
+def checked_body(body: bytes) -> dict[str, Any]:
+    """``put_object`` arguments for ``body`` with its CRC-32 (``ChecksumCRC32``), which the
+    server checks against what it received: a PUT whose body did not all arrive stores
+    nothing. Without it a server may store an empty object when the writer dies between
+    a PUT's headers and its body (SeaweedFS 4.48 does), and an entry object, a mark or a
+    snapshot would then sit damaged at its key for good. The header is sent as given
+    (AWS S3, MinIO, R2 and SeaweedFS verify it), not as the aws-chunked trailer boto3
+    would compute by default."""
+    value = base64.b64encode(crc32(body).to_bytes(4, "big")).decode()
+    return {"Body": body, "ChecksumCRC32": value}
 
 
 def error_code(exc: BaseException) -> str:

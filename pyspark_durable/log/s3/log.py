@@ -53,6 +53,7 @@ from pyspark_durable.log.s3.client import (
     ERRORS,
     MISSING,
     PRECONDITION,
+    checked_body,
     is_code,
     is_transient,
     typed,
@@ -262,7 +263,8 @@ class S3Log(ObjectLog):
         key = self._key(first)
         while True:
             try:
-                self._client.put_object(Bucket=self._bucket, Key=key, Body=body, IfNoneMatch="*",
+                self._client.put_object(Bucket=self._bucket, Key=key, **checked_body(body),
+                                        IfNoneMatch="*",
                                         Metadata={"count": str(count), "token": token})
                 return True
             except ERRORS as exc:
@@ -296,7 +298,7 @@ class S3Log(ObjectLog):
         makes the next open list a little more."""
         try:
             self._client.put_object(Bucket=self._bucket, Key=self._base + "hint",
-                                    Body=_mark(boundary))
+                                    **checked_body(_mark(boundary)))
         except ERRORS as exc:
             log.warning("namespace=%s log=%s: could not store the hint at offset %d (%s); the "
                         "next open lists from an older one", self.namespace, self.name,
@@ -396,7 +398,7 @@ class S3Log(ObjectLog):
             condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
             try:
                 self._client.put_object(Bucket=self._bucket, Key=self._base + "low",
-                                        Body=_mark(offset), **condition)
+                                        **checked_body(_mark(offset)), **condition)
                 break
             except ERRORS as exc:
                 if not is_code(exc, PRECONDITION + CONFLICT):

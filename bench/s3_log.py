@@ -132,25 +132,22 @@ def sink_and_source(env: Env, args: argparse.Namespace, log: Callable[[str], Non
         out.file_ns = name
         return times
 
-    def raw_put(rep: int) -> float:
-        prefix = f"raw/put{rep}/"
-        start = time.perf_counter()
-        for i, body in enumerate(out.bodies):
-            raw.put_object(Bucket=BUCKET, Key=f"{prefix}{i:020d}", Body=body)
-        secs = time.perf_counter() - start
-        delete_prefix(raw, prefix)
-        return secs
+    def raw_puts(objects_of: Callable[[], list[bytes]], tag: str) -> Callable[[int], float]:
+        """Raw boto3 PUTs of ``objects_of()``, one after another, as they are."""
+        def run(rep: int) -> float:
+            prefix = f"raw/{tag}{rep}/"
+            start = time.perf_counter()
+            for i, body in enumerate(objects_of()):
+                raw.put_object(Bucket=BUCKET, Key=f"{prefix}{i:020d}", Body=body)
+            secs = time.perf_counter() - start
+            delete_prefix(raw, prefix)
+            return secs
+        return run
 
-    def raw_put_all(rep: int) -> float:
-        """Every object the whole steps wrote, PUT as is: the raw client moving the same
-        bytes as the WAL's steps, commits records included."""
-        prefix = f"raw/all{rep}/"
-        start = time.perf_counter()
-        for i, obj in enumerate(out.step_objects):
-            raw.put_object(Bucket=BUCKET, Key=f"{prefix}{i:020d}", Body=obj)
-        secs = time.perf_counter() - start
-        delete_prefix(raw, prefix)
-        return secs
+    raw_put = raw_puts(lambda: out.bodies, "put")
+    # every object the whole steps wrote: the raw client moving the same bytes as the
+    # WAL's steps, commits records included
+    raw_put_all = raw_puts(lambda: out.step_objects, "all")
 
     def step_records() -> list[list[Record]]:
         """Each step's entries as the WAL wrote them (key, value, headers): the log-layer

@@ -26,11 +26,11 @@ IDLE_EVENT_MS = "200"  # an idle query's event at most this often (Spark's defau
 
 @pytest.mark.backends("file", "kafka-confluent")
 def test_lag_listener_reports_a_reader_behind_a_writer(spark, wal, tmp_path: Path):
-    """This tests that with a writer ahead of a running reader (one step per batch), the
-    listener reports the reader's steps, rows, bytes and seconds behind on progress
-    events, shrinking as it catches up, then 0 steps, rows and seconds on the idle query's
-    events, staying 0 while it idles; sources' progress keeps the WAL's end (file log and
-    Kafka)."""
+    """This tests that with a writer ahead of a running reader (one step per batch, the
+    second held until the listener's first report), the listener reports the reader's
+    steps, rows, bytes and seconds behind on progress events, shrinking as it catches up,
+    then 0 steps, rows and seconds on the idle query's events, staying 0 while it idles;
+    sources' progress keeps the WAL's end (file log and Kafka)."""
     opts, namespace = wal, wal["namespace"]
     ns = wal_namespace(wal)
     for step in range(STEPS):
@@ -46,6 +46,15 @@ def test_lag_listener_reports_a_reader_behind_a_writer(spark, wal, tmp_path: Pat
     def caught_up(times: int) -> bool:
         return sum(lag.steps_behind == 0 for lag in seen) >= times or not query.isActive
 
+    def held(batch, batch_id: int) -> None:
+        """Read the batch; from the second one on, first wait for the listener's first
+        report, so it reports while the reader is still behind however late Spark's
+        listener bus delivers the events (it runs apart from the query)."""
+        batch.write.format("noop").mode("overwrite").save()
+        if batch_id >= 1:
+            with cond:
+                assert cond.wait_for(lambda: bool(seen), timeout=WAIT_S), "no lag reported"
+
     listener = LagListener(opts, reader_id="dashboard", on_lag=on_lag)
     spark.streams.addListener(listener)
     query = None
@@ -53,7 +62,7 @@ def test_lag_listener_reports_a_reader_behind_a_writer(spark, wal, tmp_path: Pat
     spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", IDLE_EVENT_MS)
     try:
         query = (reader(spark, opts, stream=True, readerId="dashboard", maxStepsPerTrigger="1")
-                 .writeStream.format("noop").queryName(f"lag_{namespace}")
+                 .writeStream.foreachBatch(held).queryName(f"lag_{namespace}")
                  .option("checkpointLocation", str(tmp_path / "ckpt"))
                  .trigger(processingTime="200 milliseconds").start())
         spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", interval)

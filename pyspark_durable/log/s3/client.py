@@ -174,7 +174,7 @@ def _make_client(config: S3Config) -> Any:
         s3={"addressing_style": "path"} if config.endpoint_url or os.environ.get(
             "AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3") else None,
     )
-    return session.client(
+    client = session.client(
         "s3",
         endpoint_url=config.endpoint_url,
         region_name=config.region or session.region_name or "us-east-1",
@@ -183,18 +183,21 @@ def _make_client(config: S3Config) -> Any:
         aws_session_token=config.session_token,
         config=botocore_config,
     )
+    client.meta.events.register("before-parameter-build.s3.PutObject", _with_crc32)
+    return client
 
 
-def checked_body(body: bytes) -> dict[str, Any]:
-    """``put_object`` arguments for ``body`` with its CRC-32 (``ChecksumCRC32``), which the
-    server checks against what it received: a PUT whose body did not all arrive stores
-    nothing. Without it a server may store an empty object when the writer dies between
-    a PUT's headers and its body (SeaweedFS 4.48 does), and an entry object, a mark or a
-    snapshot would then sit damaged at its key for good. The header is sent as given
-    (AWS S3, MinIO, R2 and SeaweedFS verify it), not as the aws-chunked trailer boto3
-    would compute by default."""
-    value = base64.b64encode(crc32(body).to_bytes(4, "big")).decode()
-    return {"Body": body, "ChecksumCRC32": value}
+def _with_crc32(params: dict[str, Any], **_: Any) -> None:
+    """Give a PUT its body's CRC-32 (``ChecksumCRC32``), which the server checks against
+    what it received: a PUT whose body did not all arrive stores nothing. Without it a
+    server may store an empty object when the writer dies between a PUT's headers and its
+    body (SeaweedFS 4.48 does), and an entry object, a mark or a snapshot would then sit
+    damaged at its key for good. Registered on the client, so no PUT of the backend goes
+    without; the header is sent as given (AWS S3, MinIO, R2 and SeaweedFS verify it), not
+    as the aws-chunked trailer boto3 would compute by default."""
+    body = params.get("Body")
+    if isinstance(body, (bytes, bytearray, memoryview)) and "ChecksumCRC32" not in params:
+        params["ChecksumCRC32"] = base64.b64encode(crc32(body).to_bytes(4, "big")).decode()
 
 
 def error_code(exc: BaseException) -> str:

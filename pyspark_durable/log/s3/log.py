@@ -53,7 +53,6 @@ from pyspark_durable.log.s3.client import (
     ERRORS,
     MISSING,
     PRECONDITION,
-    checked_body,
     is_code,
     is_transient,
     typed,
@@ -263,8 +262,7 @@ class S3Log(ObjectLog):
         key = self._key(first)
         while True:
             try:
-                self._client.put_object(Bucket=self._bucket, Key=key, **checked_body(body),
-                                        IfNoneMatch="*",
+                self._client.put_object(Bucket=self._bucket, Key=key, Body=body, IfNoneMatch="*",
                                         Metadata={"count": str(count), "token": token})
                 return True
             except ERRORS as exc:
@@ -298,7 +296,7 @@ class S3Log(ObjectLog):
         makes the next open list a little more."""
         try:
             self._client.put_object(Bucket=self._bucket, Key=self._base + "hint",
-                                    **checked_body(_mark(boundary)))
+                                    Body=_mark(boundary))
         except ERRORS as exc:
             log.warning("namespace=%s log=%s: could not store the hint at offset %d (%s); the "
                         "next open lists from an older one", self.namespace, self.name,
@@ -398,7 +396,7 @@ class S3Log(ObjectLog):
             condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
             try:
                 self._client.put_object(Bucket=self._bucket, Key=self._base + "low",
-                                        **checked_body(_mark(offset)), **condition)
+                                        Body=_mark(offset), **condition)
                 break
             except ERRORS as exc:
                 if not is_code(exc, PRECONDITION + CONFLICT):

@@ -25,7 +25,6 @@ from pyspark_durable.log.s3.client import (
     OPTIONS,
     PRECONDITION,
     S3Config,
-    checked_body,
     client_for,
     get_or_none,
     is_code,
@@ -106,8 +105,8 @@ class S3LogStore(LogStore):
                 raise LogNotFound("log does not exist", namespace=self.namespace, log=name)
             self.writable()
             try:
-                self.client.put_object(Bucket=self.config.bucket, Key=meta,
-                                       **checked_body(b"1"), IfNoneMatch="*")
+                self.client.put_object(Bucket=self.config.bucket, Key=meta, Body=b"1",
+                                       IfNoneMatch="*")
                 created = True
             except ERRORS as exc:
                 if not is_code(exc, PRECONDITION):  # created meanwhile: as good
@@ -126,8 +125,7 @@ class S3LogStore(LogStore):
         self.writable()
         try:  # a PUT is atomic: a reader sees the whole object or none
             self.client.put_object(Bucket=self.config.bucket,
-                                   Key=self._snapshot_key(name, version),
-                                   **checked_body(bytes(data)))
+                                   Key=self._snapshot_key(name, version), Body=bytes(data))
         except ERRORS as exc:
             typed(exc, self.config, f"writing snapshot {name} version {version}", **self._where())
 

@@ -266,12 +266,10 @@ class S3Proxy:
                 return state.mode if state.mode == "down" or method == "PUT" else "forward"
             if state.mode == "throttle" and state.left != 0:
                 state.throttled += 1
-            elif state.mode == "lose" and state.left != 0 and method in state.methods \
+            elif state.mode in ("lose", "cut") and state.left != 0 and method in state.methods \
                     and (state.path is None or state.path.search(target)):
-                state.lost.append((method, target))
-            elif state.mode == "cut" and state.left != 0 and method in state.methods \
-                    and (state.path is None or state.path.search(target)):
-                pass  # recorded with the server's answer, once it has one
+                if state.mode == "lose":  # (a cut is recorded with the server's answer)
+                    state.lost.append((method, target))
             else:
                 return "forward"
             action = state.mode

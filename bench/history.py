@@ -379,7 +379,9 @@ def main() -> None:
                                           [int(s) for s in args.sizes.split(",")], args.reps))
         print(text)
         return
-    root = args.keep or tempfile.mkdtemp(prefix="history-", dir=Path(__file__).parent / "out")
+    out = Path(__file__).parent / "out"
+    out.mkdir(exist_ok=True)  # ignored by git: a fresh clone has none
+    root = args.keep or tempfile.mkdtemp(prefix="history-", dir=out)
     results = []
     try:
         for shape in args.shapes.split(","):

@@ -55,6 +55,7 @@ def child(config: dict, index: int, seconds: float, n_rows: int, regions: int) -
 
     ns = open_namespace(config, create=False)
     writer_id = f"w{index}-{uuid.uuid4().hex[:8]}"
+    rows(index, 0, n_rows)  # pyarrow imports pandas on its first array: not a commit's cost
     print("ready", flush=True)
     sys.stdin.readline()
     latencies: list[float] = []

@@ -27,6 +27,7 @@ BODY_HEAD = struct.Struct(">QQHH")  # offset, timestamp_ms, key_len, n_headers
 HEADER_HEAD = struct.Struct(">HI")  # name_len, value_len
 MIN_BODY = BODY_HEAD.size
 MAX_BODY = 1 << 30
+SMALL_BODY = 64 << 10  # read whole and sliced: copying this much costs less than the calls
 
 
 def frame_parts(offset: int, timestamp_ms: int, record: Record) -> tuple[bytes, bytes]:
@@ -55,9 +56,14 @@ def frame_size(length: int) -> int:
 def read_body(f: BinaryIO, length: int, crc: int) -> Entry | None:
     """Read a frame body of ``length`` bytes as an Entry, or None if it is damaged.
 
-    The body is read piece by piece (CRC carried along), so the value, nearly all
-    of it, lands in its own ``bytes`` straight from the file with no second copy.
+    A small body (a commits record, a short entry) is read with one call and parsed
+    from memory: per frame, the calls cost more than the copy. A larger one is read
+    piece by piece (CRC carried along), so the value, nearly all of it, lands in its
+    own ``bytes`` straight from the file with no second copy.
     """
+    if length <= SMALL_BODY:
+        body = f.read(length)
+        return parse_body(body, crc) if len(body) == length else None
     left, seen = length, 0
 
     def take(n: int) -> bytes | None:
@@ -86,3 +92,25 @@ def read_body(f: BinaryIO, length: int, crc: int) -> Entry | None:
     if seen != crc or any(p is None for p in pieces):
         return None
     return Entry(offset, key, value, tuple((n.decode(), v) for n, v in raw_headers), ts)
+
+
+def parse_body(body: bytes, crc: int) -> Entry | None:
+    """A frame body read whole, as an Entry, or None if it is damaged (its CRC, or
+    fields that run past its end)."""
+    if crc32(body) != crc or len(body) < MIN_BODY:
+        return None
+    offset, ts, key_len, n_headers = BODY_HEAD.unpack_from(body)
+    pos = MIN_BODY + key_len
+    key = body[MIN_BODY:pos]
+    headers = []
+    for _ in range(n_headers):
+        if pos + HEADER_HEAD.size > len(body):
+            return None
+        name_len, value_len = HEADER_HEAD.unpack_from(body, pos)
+        name_at = pos + HEADER_HEAD.size
+        pos = name_at + name_len + value_len
+        headers.append((body[name_at:name_at + name_len].decode(),
+                        body[name_at + name_len:pos]))
+    if pos > len(body):
+        return None
+    return Entry(offset, key, body[pos:], tuple(headers), ts)

@@ -41,6 +41,7 @@ SHORT = {"request_timeout_ms": 3000, "connect_timeout_ms": 3000, "message_timeou
 # how long typed failures are tolerated while the restarted node comes up: a node's
 # start is ~10 s on a quiet machine, several times that beside the rest of the suite
 BACK_WITHIN_S = 180.0
+ASK_ATTEMPTS = 8  # new admin clients asked in turn while a restarting node resets some
 
 
 def rows(writer_step: int) -> list[dict]:
@@ -67,16 +68,28 @@ def finalized_features(cluster: KafkaCluster) -> dict[str, int]:
 
 
 def replica_sets(cluster: KafkaCluster, topics: list[str], via: int) -> dict[str, tuple]:
-    """(leader, ISR, ELR, last known ELR) of partition 0 of each topic, asked of node
-    ``via`` only (a node restarting may take a connection and reset it), with
-    DescribeTopicPartitions: the request that carries the ELR fields."""
-    from kafka import KafkaAdminClient
+    """(leader, ISR, ELR, last known ELR) of partition 0 of each topic, with
+    DescribeTopicPartitions: the request that carries the ELR fields.
 
-    admin = KafkaAdminClient(bootstrap_servers=cluster.node(via).address)
-    try:
-        described = admin.describe_topic_partitions(topics)["topics"]
-    finally:
-        admin.close()
+    The client bootstraps from node ``via`` but sends the request to a node of its
+    choosing, at random; a node restarting takes a connection and resets it. Such a
+    refused question is asked again of a new client (at most ``ASK_ATTEMPTS`` times):
+    the cluster's answer is what is observed here, not the client's luck."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaConnectionError, NodeNotReadyError
+
+    refused: list[str] = []
+    for _ in range(ASK_ATTEMPTS):
+        admin = KafkaAdminClient(bootstrap_servers=cluster.node(via).address)
+        try:
+            described = admin.describe_topic_partitions(topics)["topics"]
+            break
+        except (KafkaConnectionError, NodeNotReadyError) as exc:
+            refused.append(repr(exc))
+        finally:
+            admin.close()
+    else:
+        raise AssertionError(f"no node answered DescribeTopicPartitions: {refused}")
     return {t["name"].split("_", 1)[1]: (p["leader_id"], sorted(p["isr_nodes"]),
                                            sorted(p["eligible_leader_replicas"] or []),
                                            sorted(p["last_known_elr"] or []))

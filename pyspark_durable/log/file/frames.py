@@ -109,6 +109,8 @@ def parse_body(body: bytes, crc: int) -> Entry | None:
         name_len, value_len = HEADER_HEAD.unpack_from(body, pos)
         name_at = pos + HEADER_HEAD.size
         pos = name_at + name_len + value_len
+        if pos > len(body):
+            return None
         headers.append((body[name_at:name_at + name_len].decode(),
                         body[name_at + name_len:pos]))
     if pos > len(body):

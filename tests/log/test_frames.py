@@ -66,3 +66,6 @@ def test_a_short_body_and_lying_field_lengths_read_as_damage_not_an_error():
         body = BODY_HEAD.pack(3, 5, key_len, n_headers) + b"k" * 5 + struct.pack(">HI", 3, 99)
         crafted = FRAME_HEAD.pack(len(body), crc32(body)) + body
         assert read_frame(crafted) is None, (key_len, n_headers)
+    # a header name cut inside a character, its value running past the end
+    body = BODY_HEAD.pack(3, 5, 0, 1) + struct.pack(">HI", 2, 50) + "é".encode()[:1]
+    assert read_frame(FRAME_HEAD.pack(len(body), crc32(body)) + body) is None

@@ -101,18 +101,18 @@ def parse_body(body: bytes, crc: int) -> Entry | None:
         return None
     offset, ts, key_len, n_headers = BODY_HEAD.unpack_from(body)
     pos = MIN_BODY + key_len
+    if pos > len(body):
+        return None
     key = body[MIN_BODY:pos]
     headers = []
     for _ in range(n_headers):
-        if pos + HEADER_HEAD.size > len(body):
+        name_at = pos + HEADER_HEAD.size
+        if name_at > len(body):
             return None
         name_len, value_len = HEADER_HEAD.unpack_from(body, pos)
-        name_at = pos + HEADER_HEAD.size
         pos = name_at + name_len + value_len
         if pos > len(body):
             return None
         headers.append((body[name_at:name_at + name_len].decode(),
                         body[name_at + name_len:pos]))
-    if pos > len(body):
-        return None
     return Entry(offset, key, body[pos:], tuple(headers), ts)

@@ -9,9 +9,11 @@ For each N in ``--writers`` (default 1, 8, 32), N processes open the namespace, 
 common start, then for ``--seconds`` each commits small steps (``--rows`` rows of one
 table into region ``index % --regions``) under its own writer id, numbering its steps 0,
 1, 2, ... as a streaming writer does. Each step is ``begin`` + ``write`` + ``commit``;
-the latency is that whole call, as a caller sees it. Reported per N: commits/s of all
-writers together, the p50 and p99 latency over every commit, and the ratio of commits/s
-to one writer's. Rounds alternate the N values (``--reps`` rounds, median of rounds).
+the latency is that whole call, as a caller sees it, and a commit's CPU is the writer
+process's (all its threads) over that call: building the step's rows comes before it,
+as the caller's cost. Reported per N: commits/s of all writers together, the p50 and
+p99 latency over every commit, the CPU per commit, and the ratio of commits/s to one
+writer's. Rounds alternate the N values (``--reps`` rounds, median of rounds).
 
 After the rounds, every namespace is read back: the number of committed steps must be
 the number of commits the writers counted, and every row id must be there once.
@@ -60,19 +62,20 @@ def child(config: dict, index: int, seconds: float, n_rows: int, regions: int) -
     sys.stdin.readline()
     latencies: list[float] = []
     end = time.perf_counter() + seconds
-    cpu0 = time.process_time()
+    cpu = 0.0  # the process's CPU (every thread) from begin to commit, summed
     step = 0
     try:
         while time.perf_counter() < end:
-            t0 = time.perf_counter()
+            data = rows(index, step, n_rows)  # the caller's rows: not the commit's cost
+            cpu0, t0 = time.process_time(), time.perf_counter()
             attempt = ns.begin(writer_id, step)
-            attempt.write(TABLE, rows(index, step, n_rows), index % regions)
+            attempt.write(TABLE, data, index % regions)
             attempt.commit()
             latencies.append(time.perf_counter() - t0)
+            cpu += time.process_time() - cpu0
             step += 1
     finally:
         ns.close()
-    cpu = time.process_time() - cpu0
     print(json.dumps({"writer": writer_id, "latencies": latencies, "cpu_s": cpu}), flush=True)
 
 
@@ -156,7 +159,7 @@ def run(backend: str, bootstrap: str | None, scratch: Path, args: argparse.Names
             results[n].append(r)
             print(f"{backend} {n:>3} writers: {r['commits_per_s']:7.1f} commits/s "
                   f"p50 {r['p50_ms']:6.1f} ms p99 {r['p99_ms']:7.1f} ms "
-                  f"cpu {r['cpu_ms_per_commit']:5.1f} ms/commit", flush=True)
+                  f"cpu {r['cpu_ms_per_commit']:5.2f} ms/commit", flush=True)
     one = statistics.median(r["commits_per_s"] for r in results[counts[0]])
     table = []
     for n in counts:
@@ -178,7 +181,7 @@ def report(table: list[dict], args: argparse.Namespace) -> str:
              "|---|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['backend']} | {r['writers']} | {r['commits_per_s']:.0f} | "
               f"{r['vs_first']:.2f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
-              f"{r['cpu_ms']:.1f} |" for r in table]
+              f"{r['cpu_ms']:.2f} |" for r in table]
     return "\n".join(lines) + "\n"
 
 

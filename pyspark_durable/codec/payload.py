@@ -45,6 +45,9 @@ class PayloadCodec(ABC):
         return encode_value(self.encode(batch))
 
 
+SMALL_VALUE_BYTES = 64 << 10  # rows up to this size are encoded in one pass
+
+
 class ArrowCodec(PayloadCodec):
     """Arrow IPC stream format; the schema travels in the payload."""
 
@@ -58,9 +61,17 @@ class ArrowCodec(PayloadCodec):
         the log as is: no copy to ``bytes`` and none to prefix the version (the file
         log writes it with ``writev``, librdkafka takes it as a read-only buffer).
 
-        The buffer is sized first by a counting pass (which copies nothing): a growing
-        ``BufferOutputStream`` keeps up to twice the value's size allocated, and a
-        writer holds many values in flight until the log has them."""
+        A large value's buffer is sized first by a counting pass (which copies nothing):
+        a growing ``BufferOutputStream`` keeps up to twice the value's size allocated,
+        and a writer holds many values in flight until the log has them. A small one
+        (a commit of a few rows) is written in one pass: the spare room is a few KiB,
+        and the second pass would cost as much as the write."""
+        if batch.nbytes <= SMALL_VALUE_BYTES:
+            grown = pa.BufferOutputStream()
+            grown.write(VALUE_PREFIX)
+            with pa.ipc.new_stream(grown, batch.schema) as writer:
+                writer.write(batch)
+            return grown.getvalue()
         counted = pa.MockOutputStream()
         with pa.ipc.new_stream(counted, batch.schema) as writer:
             writer.write(batch)

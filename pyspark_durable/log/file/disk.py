@@ -76,19 +76,39 @@ def access_named(name: str | Access) -> Access:
     return found
 
 
-def create_file(path: Path, access: Access, flags: int = os.O_WRONLY) -> int:
+def create_file(path: Path | str, access: Access, flags: int = os.O_WRONLY) -> int:
     """Open ``path`` with ``flags``, creating it with the mode of ``access`` (exactly: the
-    umask neither widens nor narrows it); an existing file keeps its mode."""
+    umask neither widens nor narrows it); an existing file keeps its mode.
+
+    The file is opened as it is first: the lock and the marks are opened at every append
+    and almost always exist, and a create tried first would fail each time."""
+    try:
+        return os.open(path, flags)
+    except FileNotFoundError:
+        pass
     try:
         fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, access.file)
     except FileExistsError:
-        return os.open(path, flags)
+        return os.open(path, flags)  # another process made it meanwhile
     try:
         os.fchmod(fd, access.file)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def read_small(path: Path | str) -> bytes:
+    """A small file's bytes, read without a buffered file object: an open, reads until
+    the end, a close (the marks and the segment heads are read at every append)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def create_empty(path: Path, access: Access) -> None:

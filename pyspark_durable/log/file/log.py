@@ -8,7 +8,9 @@ Implementation notes (why):
   gathered several, or more arrived during one) the writer waits up to
   ``group_commit_interval_ms`` after the previous fsync (IOx waits 10 ms) so they
   share fsyncs; a lone appender, whose next append comes only after the previous
-  returned, never waits.
+  returned, never waits. A synchronous append that finds nothing pending or being
+  written, after a write that was not concurrent, is written by its caller's thread:
+  there is no group to join.
 * **Several processes.** Spark runs writers in separate Python workers. A writer
   holds ``flock(LOCK_EX)`` on ``lock`` while it catches up with frames other
   processes appended, writes and fsyncs. Readers take ``LOCK_SH`` only to learn the
@@ -95,12 +97,35 @@ class FileLog(SegmentFolder):
         self._closed = False
         self._last_sync = 0.0
         self._concurrent = False  # were appends concurrent at the last write?
+        self._writing = False  # a batch is being written (by the writer or a lone caller)
         self._punched: set[FreedFrames] = set()  # records this handle knows have their hole
 
     # -- appending ------------------------------------------------------------
 
     def append(self, records: Sequence[Record]) -> list[int]:
-        return self.append_async(records).result()
+        """Append and wait. A lone caller (nothing pending or being written, and the last
+        write was not shared) writes on its own thread: handing its records to the
+        writer thread and waking again would cost two thread switches, with no one to
+        share a sync with."""
+        if not records:
+            return []
+        with self._cond:
+            if self._closed:
+                raise BackendUnavailable("log is closed", namespace=self.namespace, log=self.name)
+            lone = not (self._pending or self._writing or self._concurrent)
+            if lone:
+                self._writing = True
+        if not lone:
+            return self.append_async(records).result()
+        try:
+            with storage_errors("appending", self.path, namespace=self.namespace,
+                                log=self.name):
+                return self._write_batch([records])[0]
+        finally:
+            with self._cond:
+                self._writing = False
+                self._concurrent = bool(self._pending)
+                self._cond.notify_all()
 
     def append_async(self, records: Sequence[Record]) -> Future[list[int]]:
         fut: Future[list[int]] = Future()
@@ -122,24 +147,30 @@ class FileLog(SegmentFolder):
     def _write_loop(self) -> None:
         while True:
             with self._cond:
-                while not self._pending and not self._closed:
+                # a lone caller's write on its own thread goes first (closing does not
+                # wait for it: the log's flock keeps the two writes apart)
+                while not self._closed and (not self._pending or self._writing):
                     self._cond.wait()
-                if not self._pending and self._closed:
+                if not self._pending:
                     return
             wait_s = self._last_sync + self.group_commit_interval_ms / 1000 - time.monotonic()
             if wait_s > 0 and self._concurrent:
                 time.sleep(wait_s)
             with self._cond:
                 batch, self._pending = self._pending, []
+                self._writing = True
             try:
                 with storage_errors("appending", self.path, namespace=self.namespace,
                                     log=self.name):
                     offsets = self._write_batch([r for r, _ in batch])
             except BaseException as exc:  # noqa: BLE001 - forwarded to every waiter, none hangs
+                with self._cond:
+                    self._writing = False
                 for _, fut in batch:
                     fut.set_exception(exc)
                 continue
             with self._cond:  # appends that came while this batch was written wait next time
+                self._writing = False
                 self._concurrent = len(batch) > 1 or bool(self._pending)
             for (_, fut), offs in zip(batch, offsets, strict=False):
                 fut.set_result(offs)

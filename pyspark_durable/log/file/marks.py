@@ -28,7 +28,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pyspark_durable.log.base import is_decimal
-from pyspark_durable.log.file.disk import Access, create_file, fsync_dir, write_atomic
+from pyspark_durable.log.file.disk import (
+    Access,
+    create_file,
+    fsync_dir,
+    read_small,
+    write_atomic,
+)
 
 ACK_SLOT = struct.Struct(">QQI")
 ACK_SLOT_PADDED = struct.Struct(">QQI4x")  # commits 426c954-2dfc380: a 48-byte file
@@ -47,7 +53,7 @@ def read_acked(folder: Path, note: Callable[[str], None]) -> tuple[int, int, boo
     valid slot's offset as a floor, until its next append writes the mark again.
     """
     try:
-        raw = (folder / ACK_FILE).read_bytes()
+        raw = read_small(folder / ACK_FILE)
     except FileNotFoundError:
         return 0, 0, False
     best, trusted = (0, 0), True
@@ -78,15 +84,14 @@ def write_acked(folder: Path, seq: int, next_offset: int, access: Access) -> Non
     slot = ACK_SLOT.pack(seq, next_offset, zlib.crc32(ACK_BODY.pack(seq, next_offset)))
     path = folder / ACK_FILE
     try:
-        created = False
-        if path.stat().st_size == 2 * ACK_SLOT_PADDED.size:
+        fd, created = os.open(path, os.O_WRONLY), False
+    except FileNotFoundError:
+        fd, created = create_file(path, access), True
+    try:
+        if not created and os.fstat(fd).st_size == 2 * ACK_SLOT_PADDED.size:
             # the padded form: replaced whole (atomically) by today's, the other slot unwritten
             write_atomic(path, bytes(ACK_SLOT.size) + slot if seq % 2 else slot, access)
             return
-    except FileNotFoundError:
-        created = True
-    fd = create_file(path, access)
-    try:
         os.pwrite(fd, slot, (seq % 2) * ACK_SLOT.size)
         os.fdatasync(fd)
     finally:
@@ -98,7 +103,7 @@ def write_acked(folder: Path, seq: int, next_offset: int, access: Access) -> Non
 def read_low(folder: Path, first_base: int, note: Callable[[str], None]) -> int:
     """The low watermark file (``offset crc32``), or the first segment's base if damaged."""
     try:
-        raw = (folder / LOW_FILE).read_bytes()
+        raw = read_small(folder / LOW_FILE)
     except FileNotFoundError:
         return first_base
     text, _, crc = raw.decode("latin-1").partition(" ")

@@ -95,11 +95,14 @@ class Segment:
         if len(self.head) < FRAME_HEAD.size:
             return True  # nothing indexed from it yet
         try:
-            with open(self.path, "rb") as f:
-                return f.read(FRAME_HEAD.size) == self.head and \
-                    os.fstat(f.fileno()).st_size >= self.end
+            fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return True  # gone: the caller's listing decides
+        try:
+            return os.pread(fd, FRAME_HEAD.size, 0) == self.head and \
+                os.fstat(fd).st_size >= self.end
+        finally:
+            os.close(fd)
 
     @property
     def count(self) -> int:

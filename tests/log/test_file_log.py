@@ -546,6 +546,62 @@ def test_concurrent_appends_share_fsyncs_and_each_waits_for_one(tmp_path, monkey
                        for done, p, size in syncs), f"offset {o} returned before its fsync"
 
 
+def test_a_lone_append_written_by_its_caller_goes_first_and_the_others_wait_their_turn(
+        tmp_path, monkeypatch):
+    """This tests the rule for an append written on its caller's thread (nothing was
+    pending or being written): while it is inside its fdatasync, appends handed to the
+    writer thread meanwhile are not written and do not return; they are written after
+    it, at the offsets that follow its own, each returning after a sync of its frames;
+    a synchronous append that comes meanwhile joins them instead of writing on its own
+    thread. The lone write is held inside its fsync by the test (no sleep decides it)."""
+    real = os.fdatasync
+    inside, release = threading.Event(), threading.Event()
+    synced: list[tuple[int, str, int]] = []  # (thread, file, size) of each finished sync
+
+    def holding(fd: int) -> None:
+        path = fd_path(fd)
+        if path.endswith(".seg") and not inside.is_set():
+            inside.set()  # the first segment sync after arming: the lone write's
+            assert release.wait(30), "the test never released the held fsync"
+        real(fd)
+        synced.append((threading.get_ident(), path, os.fstat(fd).st_size))
+
+    root = tmp_path / "wal"
+    store, log = open_log(root, 1 << 20, group_commit_interval_ms=0)
+    assert log.append([make_record(1, 0, 100)]) == [0]
+    inside.set()  # the setup's syncs are not held
+    monkeypatch.setattr(os, "fdatasync", holding)
+    inside.clear()
+    lone_result: list[list[int]] = []
+    lone = threading.Thread(target=lambda: lone_result.append(
+        log.append([make_record(1, 1, 100), make_record(1, 2, 100)])))
+    lone.start()
+    assert inside.wait(30), "the lone append never reached its fsync"
+    later = [log.append_async([make_record(2, i, 100)]) for i in range(3)]
+    joined: list[list[int]] = []
+    sync_caller = threading.Thread(target=lambda: joined.append(
+        log.append([make_record(3, 0, 100)])))
+    sync_caller.start()
+    sync_caller.join(0.5)  # it must not finish while the lone write holds the log
+    assert sync_caller.is_alive() and not any(f.done() for f in later)
+    release.set()
+    lone.join(30)
+    sync_caller.join(30)
+    assert lone_result == [[1, 2]]
+    assert [f.result(30) for f in later] == [[3], [4], [5]]
+    assert joined == [[6]]
+    seg_syncs = [(t, size) for t, path, size in synced if path.endswith(".seg")]
+    assert seg_syncs[0][0] == lone.ident, "the lone append was not written by its caller"
+    assert all(t != lone.ident and t != sync_caller.ident for t, _ in seg_syncs[1:]), (
+        "an append that came during the lone write did not go to the writer thread")
+    store.close()
+    _, reopened = open_log(root, 1 << 20)
+    want = [make_record(1, i, 100) for i in range(3)] + \
+        [make_record(2, i, 100) for i in range(3)] + [make_record(3, 0, 100)]
+    got = [(e.key, e.value) for e in reopened.read(0)]
+    assert got == [(r.key, r.value) for r in want]
+
+
 # -- 6. durability order ----------------------------------------------------------------------
 
 

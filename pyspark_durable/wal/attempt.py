@@ -164,14 +164,15 @@ class Attempt:
         info = self.ns.tables.define(table, data.schema, payload_format, merge_schema)
         codec = codec_for(info.payload_format, info.schema)
         most = self.ns.entry_max_bytes
-        chunk_rows = max(1, int(data.num_rows * most / max(data.nbytes, 1)))
+        nbytes = data.nbytes  # a sum over the buffers each time it is asked
+        chunk_rows = max(1, int(data.num_rows * most / max(nbytes, 1)))
         if not data.schema.equals(info.schema):  # added null columns, wider types: size one
             conformed = conform(data.slice(0, chunk_rows), info.schema).nbytes
             if conformed > most:
                 chunk_rows = max(1, int(chunk_rows * most / conformed))
         end = data.num_rows if whole else data.num_rows - data.num_rows % chunk_rows
         region = self.ns.store.open_region(region_id)
-        region.expect_append(min(data.nbytes, APPEND_GROUP_BYTES))
+        region.expect_append(min(nbytes, APPEND_GROUP_BYTES))
         records: list[Record] = []
         stats: list[tuple[int, int, str]] = []
         group_bytes = 0

@@ -10,6 +10,8 @@ add nullable columns or widen types (:mod:`pyspark_durable.wal.format.schemas`).
 from __future__ import annotations
 
 import difflib
+import functools
+import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -37,10 +39,9 @@ HIGH_BIT = 1 << 63
 EVOLVE_ATTEMPTS = 8  # schema versions racing writers append before ours lands
 
 
+@functools.lru_cache(maxsize=4096)  # asked at every write: a hash of the name each time
 def table_id_for_name(name: str) -> int:
     """A stable id for a table name (ids >= 2**63); small integers stay user ids."""
-    import hashlib
-
     digest = hashlib.sha256(name.encode()).digest()
     return int.from_bytes(digest[:8], "big") | HIGH_BIT
 

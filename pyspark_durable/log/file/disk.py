@@ -98,6 +98,26 @@ def create_file(path: Path | str, access: Access, flags: int = os.O_WRONLY) -> i
     return fd
 
 
+def size_of(fd: int) -> int:
+    """The size of the open file ``fd``, without a stat.
+
+    A file the log writes and syncs at every append is never stat'd on that path: a
+    stat asks for the file's times, after which Linux (6.13 on) gives the next write a
+    fine-grained time, and the fdatasync after it commits that to ext4's journal. That
+    cost 30 us of CPU per sync here (Linux 6.18, ext4), 4 syncs a commit. Seeking to
+    the end reads the size and no time."""
+    return os.lseek(fd, 0, os.SEEK_END)
+
+
+def file_size(path: Path | str) -> int:
+    """The size of the file at ``path``, without a stat (:func:`size_of` says why)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return size_of(fd)
+    finally:
+        os.close(fd)
+
+
 def read_small(path: Path | str) -> bytes:
     """A small file's bytes, read without a buffered file object: an open, reads until
     the end, a close (the marks and the segment heads are read at every append)."""

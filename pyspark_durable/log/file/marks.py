@@ -33,6 +33,7 @@ from pyspark_durable.log.file.disk import (
     create_file,
     fsync_dir,
     read_small,
+    size_of,
     write_atomic,
 )
 
@@ -88,7 +89,7 @@ def write_acked(folder: Path, seq: int, next_offset: int, access: Access) -> Non
     except FileNotFoundError:
         fd, created = create_file(path, access), True
     try:
-        if not created and os.fstat(fd).st_size == 2 * ACK_SLOT_PADDED.size:
+        if not created and size_of(fd) == 2 * ACK_SLOT_PADDED.size:
             # the padded form: replaced whole (atomically) by today's, the other slot unwritten
             write_atomic(path, bytes(ACK_SLOT.size) + slot if seq % 2 else slot, access)
             return

@@ -44,6 +44,7 @@ from typing import Any, BinaryIO
 
 from pyspark_durable.errors import CorruptEntryError, OffsetOutOfRange
 from pyspark_durable.log.base import merge_ranges
+from pyspark_durable.log.file.disk import file_size, size_of
 from pyspark_durable.log.file.frames import (
     BODY_HEAD,
     FRAME_HEAD,
@@ -99,8 +100,7 @@ class Segment:
         except FileNotFoundError:
             return True  # gone: the caller's listing decides
         try:
-            return os.pread(fd, FRAME_HEAD.size, 0) == self.head and \
-                os.fstat(fd).st_size >= self.end
+            return os.pread(fd, FRAME_HEAD.size, 0) == self.head and size_of(fd) >= self.end
         finally:
             os.close(fd)
 
@@ -314,7 +314,7 @@ def scan_segment(seg: Segment, *, acked: int | None, floor: int, exclusive: bool
 def _size_of(seg: Segment, where: dict[str, str]) -> int:
     """The segment file's size: typed errors if it was deleted or cut below what was indexed."""
     try:
-        size = os.path.getsize(seg.path)
+        size = file_size(seg.path)
     except FileNotFoundError:
         raise OffsetOutOfRange(f"segment {seg.path.name} was deleted (below the low watermark)",
                                **where) from None

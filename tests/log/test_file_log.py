@@ -763,6 +763,43 @@ def test_torn_tail_rule_as_a_decision(tail, expect, acked, clean_after, verdict)
     assert bool(asked) == (tail and expect >= acked)
 
 
+def test_an_append_never_stats_the_files_it_syncs(tmp_path, monkeypatch):
+    """This tests that appends (a lone caller's and the writer thread's, rolling
+    segments) ask no stat of the last segment or of ``acked``, the files they write and
+    fdatasync, except a new segment's inode once when a roll makes it: on Linux 6.13+ a
+    stat makes the next write take a fine-grained time, and the fdatasync after it
+    commits that to ext4's journal (30 us of CPU a sync, measured in bench/RESULTS.md).
+    Sizes are read by seeking to the end instead; every entry still reads back."""
+    root = tmp_path / "wal"
+    store, log = open_log(root, 8 * 1024)
+    log.append([rec(0)])
+    asked: list[str] = []
+
+    def watching(real):
+        def call(target, *args, **kwargs):
+            name = fd_path(target) if isinstance(target, int) else str(target)
+            if name.endswith((".seg", "/acked")):
+                asked.append(f"{real.__name__}({name})")
+            return real(target, *args, **kwargs)
+        return call
+
+    for fn in ("stat", "fstat", "lstat"):
+        monkeypatch.setattr(os, fn, watching(getattr(os, fn)))
+    for i in range(1, 100):
+        if i % 3:
+            log.append([rec(i)])
+        else:
+            log.append_async([rec(i)]).result()
+    monkeypatch.undo()
+    # a roll asks the new segment's inode once, when it is made: one sync pays for it
+    created = {f"stat({p})" for p in segment_files(root / NS / LOG)[1:]}
+    repeated = [a for a in asked if a not in created or asked.count(a) > 1]
+    assert repeated == [], f"appends stat'd the files they sync: {sorted(set(repeated))}"
+    assert created, "no segment roll"
+    assert [e.offset for e in log.read(0)] == list(range(100))
+    store.close()
+
+
 def test_a_lone_appender_never_waits_for_the_group_commit_interval(tmp_path, monkeypatch):
     """This tests that appends that come one after another (each after the previous one
     returned) are written at once, with no group-commit wait, while appends from

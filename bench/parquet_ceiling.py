@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common import SCRATCH
 from spark_queries import rows_of, run_available_now
 
 from pyspark_durable.showcase.session import local_session
@@ -26,6 +27,9 @@ SCHEMA = "id long, payload binary"
 def main() -> None:
     folder, rows, reps, warmups = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
         int(sys.argv[4])
+    # the queries' checkpoints go beside the parquet folder, in the bench run's work dir,
+    # which the run deletes (by default they would pile up in bench/out)
+    SCRATCH[0] = Path(folder).parent
     spark = local_session("durablewal-bench-ceiling", **{
         "spark.master": "local[1]", "spark.sql.shuffle.partitions": "1",
         "spark.sql.parquet.enableVectorizedReader": "true"})

@@ -76,26 +76,34 @@ def access_named(name: str | Access) -> Access:
     return found
 
 
-def create_file(path: Path | str, access: Access, flags: int = os.O_WRONLY) -> int:
+def open_or_create(path: Path | str, access: Access,
+                   flags: int = os.O_WRONLY) -> tuple[int, bool]:
     """Open ``path`` with ``flags``, creating it with the mode of ``access`` (exactly: the
-    umask neither widens nor narrows it); an existing file keeps its mode.
+    umask neither widens nor narrows it); an existing file keeps its mode. Also whether
+    it was missing when looked for: then this call or another process made it just now,
+    and a caller that relies on it fsyncs its folder.
 
     The file is opened as it is first: the lock and the marks are opened at every append
     and almost always exist, and a create tried first would fail each time."""
     try:
-        return os.open(path, flags)
+        return os.open(path, flags), False
     except FileNotFoundError:
         pass
     try:
         fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, access.file)
     except FileExistsError:
-        return os.open(path, flags)  # another process made it meanwhile
+        return os.open(path, flags), True  # another process made it meanwhile
     try:
         os.fchmod(fd, access.file)
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, True
+
+
+def create_file(path: Path | str, access: Access, flags: int = os.O_WRONLY) -> int:
+    """:func:`open_or_create`'s descriptor alone."""
+    return open_or_create(path, access, flags)[0]
 
 
 def size_of(fd: int) -> int:

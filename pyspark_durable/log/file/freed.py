@@ -48,7 +48,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark_durable.log.file.disk import Access, create_file, fsync_dir, write_all, write_atomic
+from pyspark_durable.log.file.disk import (
+    Access,
+    fsync_dir,
+    open_or_create,
+    write_all,
+    write_atomic,
+)
 from pyspark_durable.log.file.frames import FRAME_HEAD
 
 FREED_FILE = "freed"
@@ -105,8 +111,7 @@ def append_freed(folder: Path, records: Sequence[FreedFrames], whole: int,
     """Append ``records`` durably after the whole records (``whole`` bytes; a partial
     last record is cut off first). The caller holds the log's exclusive lock."""
     path = folder / FREED_FILE
-    created = not path.exists()
-    fd = create_file(path, access)
+    fd, created = open_or_create(path, access)
     try:
         os.ftruncate(fd, whole)
         os.lseek(fd, whole, os.SEEK_SET)

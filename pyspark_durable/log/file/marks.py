@@ -30,8 +30,8 @@ from pathlib import Path
 from pyspark_durable.log.base import is_decimal
 from pyspark_durable.log.file.disk import (
     Access,
-    create_file,
     fsync_dir,
+    open_or_create,
     read_small,
     size_of,
     write_atomic,
@@ -84,10 +84,7 @@ def write_acked(folder: Path, seq: int, next_offset: int, access: Access) -> Non
     file fsyncs its folder, so a crash cannot forget the mark."""
     slot = ACK_SLOT.pack(seq, next_offset, zlib.crc32(ACK_BODY.pack(seq, next_offset)))
     path = folder / ACK_FILE
-    try:
-        fd, created = os.open(path, os.O_WRONLY), False
-    except FileNotFoundError:
-        fd, created = create_file(path, access), True
+    fd, created = open_or_create(path, access)
     try:
         if not created and size_of(fd) == 2 * ACK_SLOT_PADDED.size:
             # the padded form: replaced whole (atomically) by today's, the other slot unwritten

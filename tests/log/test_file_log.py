@@ -938,3 +938,79 @@ def test_reserve_is_made_with_the_namespace_released_once_and_recreated(tmp_path
         assert [p.name for p in (tmp_path / NS).iterdir() if p.name.endswith(".tmp")] == []
     finally:
         store.close()
+
+
+def test_a_reader_catching_up_reads_what_its_refresh_checked_without_reading_it_again(
+        tmp_path, monkeypatch):
+    """A handle catching up with another process's appends scans the new frames (length,
+    CRC, offset) when it refreshes, then reads them. This tests that the read takes the
+    bodies that scan checked (the segment is opened once, by the scan), once: a second
+    read of them goes to the file, as every read did (so damage since is reported,
+    test_a_damaged_acknowledged_frame_in_the_last_segment_stays_local); that every entry
+    is the one appended, by content; and that what memory cannot serve reads from the
+    file as before: a frame above SMALL_BODY, a range from before what was kept, and
+    freed entries (skipped, though their bodies were kept). A handle keeps at most
+    RECENT_BYTES of bodies across its segments, sealed ones keeping none."""
+    from pyspark_durable.log.file import folder as folder_module
+    from pyspark_durable.log.file import segments as segments_module
+    from pyspark_durable.log.file.frames import SMALL_BODY
+    from pyspark_durable.log.file.segments import RECENT_BYTES
+
+    root = tmp_path / "wal"
+    wstore, writer = open_log(root, 256 << 10)
+    rstore, reader = open_log(root, 256 << 10)
+    opened: list[str] = []
+
+    def counting(path, *args, **kwargs):
+        if str(path).endswith(".seg"):
+            opened.append(str(path))
+        return open(path, *args, **kwargs)
+
+    def catch_up(start: int) -> list:
+        opened.clear()
+        monkeypatch.setattr(folder_module, "open", counting, raising=False)
+        monkeypatch.setattr(segments_module, "open", counting, raising=False)
+        try:
+            return list(reader.read(start))
+        finally:
+            monkeypatch.undo()
+
+    records = [rec(i, 300) for i in range(41)]
+    writer.append(records[:1])
+    assert [e.value for e in reader.read(0)] == [records[0].value]
+    for i in range(1, 41, 5):
+        writer.append(records[i : i + 5])
+    got = catch_up(1)
+    assert [check_entry(e, 300)[1] for e in got] == list(range(1, 41))
+    assert [e.offset for e in got] == list(range(1, 41))
+    assert len(opened) == 1, f"the catch-up opened the segment {len(opened)} times"
+    again = catch_up(1)  # a second read goes to the file, and checks every CRC again
+    assert [(e.offset, e.value) for e in again] == [(e.offset, e.value) for e in got]
+    assert len(opened) == 1, "the second read did not read the file"
+
+    large = Record(b"large", os.urandom(SMALL_BODY + 1024))
+    writer.append([large, rec(42, 300)])
+    got = catch_up(41)
+    assert [(e.value, e.headers) for e in got] == \
+        [(large.value, large.headers), (rec(42, 300).value, rec(42, 300).headers)]
+    assert len(opened) == 2, "a frame above SMALL_BODY is read from the file"
+
+    writer.free([(5, 10)])
+    got = catch_up(0)
+    assert [e.offset for e in got] == [o for o in range(43) if not 5 <= o < 10]
+    for e in got:
+        if e.offset != 41:
+            check_entry(e, 300)
+
+    # past RECENT_BYTES, across a segment roll: a long catch-up keeps its first bodies
+    many = [rec(i, 300) for i in range(43, 43 + 3 * RECENT_BYTES // 300)]
+    for i in range(0, len(many), 50):
+        writer.append(many[i : i + 50])
+    got = catch_up(43)
+    assert [check_entry(e, 300)[1] for e in got] == [parse_key(r.key)[1] for r in many]
+    segments = reader._segments  # noqa: SLF001 - what the handle holds in memory
+    assert len(segments) > 1, "no segment roll"
+    assert sum(s.recent_bytes for s in segments) <= RECENT_BYTES
+    assert all(not s.recent for s in segments[:-1]), "a sealed segment keeps bodies"
+    rstore.close()
+    wstore.close()

@@ -274,3 +274,43 @@ def test_one_off_writers_held_as_columns_decide_as_a_full_replay():
     for d in (kept, reloaded):
         assert {w: (s.last, s.pairs, s.forgot, s.started_ms) for w, s in d.writers.items()} == \
             {w: (s.last, s.pairs, s.forgot, s.started_ms) for w, s in full.writers.items()}
+
+
+def test_a_writer_committing_out_of_order_keeps_its_newest_writer_steps():
+    """Retried and late micro-batches commit a writer's steps out of order. This tests
+    that the bound then still forgets the writer's lowest writer step, as a model that
+    scans every remembered pair for the lowest one decides, record by record: the same
+    pairs remembered, the same step forgotten and the same refusals, in this handle and
+    in one recovering from a snapshot written along the way (its runs are written
+    sorted, whatever the order replay met them in)."""
+    rng = random.Random(7)
+    d, steps = Dedup(), 4
+    d.set_policy(DEDUP_WINDOW_MS, steps)
+    model: dict[int, int] = {}  # writer step -> step
+    forgot, step, out_of_order = -1, 0, 0
+    for i in range(600):
+        wstep = rng.randrange(i // 3 + 8)
+        out_of_order += bool(model) and wstep < max(model)
+        if i % 50 == 0:
+            d = _reloaded(d)
+        got = _decide(d, ("step", "q", wstep, None, 1_000 + i), step)
+        if wstep in model:
+            want: str | int | None = f"duplicate of {model[wstep]}"
+        elif wstep <= forgot:
+            want = "too old"
+        else:
+            want = step
+            model[wstep] = step
+            while len(model) > steps:
+                lowest = min(model)
+                del model[lowest]
+                forgot = max(forgot, lowest)
+        if want == "too old":
+            assert isinstance(got, str) and "is older than the 4 newest" in got, (i, got)
+        else:
+            assert got == want, (i, wstep)
+        step += isinstance(got, int)
+        w = d.writers["q"]
+        assert (w.pairs, w.forgot) == (model, forgot), i
+        assert list(w.pairs) == sorted(w.pairs), i  # the order the bound relies on
+    assert out_of_order > 100 and step > 50

@@ -21,7 +21,7 @@ from pathlib import Path
 from pyspark_durable.errors import CorruptEntryError, OffsetOutOfRange
 from pyspark_durable.log.base import Entry, Log, is_decimal
 from pyspark_durable.log.file.disk import PRIVATE, Access, FileLock, create_empty, fsync_dir
-from pyspark_durable.log.file.frames import FRAME_HEAD, frame_size, read_body
+from pyspark_durable.log.file.frames import FRAME_HEAD, frame_size, parse_body, read_body
 from pyspark_durable.log.file.freed import FREED_FILE, FreedFrames, read_freed
 from pyspark_durable.log.file.marks import read_acked, read_low, write_acked
 from pyspark_durable.log.file.segments import (
@@ -103,6 +103,8 @@ class SegmentFolder(Log):
             for seg, nxt in itertools.pairwise(segments):
                 if seg.base + seg.count != nxt.base:
                     seg.scanned = False  # sealed by another process: rescan when read
+                if seg.recent:  # sealed: its frames are read back no more often than any
+                    seg.forget_recent()
             self._load_claims(segments)
             self._scan(segments[-1], exclusive=exclusive, tail=True)
 
@@ -185,6 +187,25 @@ class SegmentFolder(Log):
             offset = upto
 
     def _read_segment(self, seg: Segment, start: int, stop: int) -> Iterator[Entry]:
+        """The entries of offsets ``[start, stop)`` of ``seg``: those a scan of the tail
+        found new and kept (a catch-up's, just checked) from memory, once, the rest from
+        the file."""
+        recent = seg.recent
+        while start < stop and recent and not seg.freed:
+            body = recent.pop(start, None)
+            if body is None:
+                break
+            entry = parse_body(body, None)  # its CRC and offset were checked by the scan
+            if entry is None:  # a header field runs past the body: as the file read says
+                raise CorruptEntryError(
+                    f"CRC or length mismatch at byte {seg.position(start)} of segment "
+                    f"{seg.path.name}", namespace=self.namespace, log=self.name, offset=start)
+            start += 1
+            yield entry
+        if start < stop:
+            yield from self._read_file(seg, start, stop)
+
+    def _read_file(self, seg: Segment, start: int, stop: int) -> Iterator[Entry]:
         try:
             f = open(seg.path, "rb", buffering=READ_CHUNK_BYTES)
         except FileNotFoundError:

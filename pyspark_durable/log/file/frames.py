@@ -94,16 +94,18 @@ def read_body(f: BinaryIO, length: int, crc: int) -> Entry | None:
     return Entry(offset, key, value, tuple((n.decode(), v) for n, v in raw_headers), ts)
 
 
-def parse_body(body: bytes, crc: int) -> Entry | None:
+def parse_body(body: bytes, crc: int | None) -> Entry | None:
     """A frame body read whole, as an Entry, or None if it is damaged (its CRC, or
-    fields that run past its end)."""
-    if crc32(body) != crc or len(body) < MIN_BODY:
+    fields that run past its end). ``crc`` None: a body a scan already checked."""
+    if (crc is not None and crc32(body) != crc) or len(body) < MIN_BODY:
         return None
     offset, ts, key_len, n_headers = BODY_HEAD.unpack_from(body)
     pos = MIN_BODY + key_len
     if pos > len(body):
         return None
     key = body[MIN_BODY:pos]
+    if not n_headers:  # a commits record, most entries: nothing to walk
+        return Entry(offset, key, body[pos:], (), ts)
     headers = []
     for _ in range(n_headers):
         name_at = pos + HEADER_HEAD.size

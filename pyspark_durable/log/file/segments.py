@@ -50,6 +50,7 @@ from pyspark_durable.log.file.frames import (
     FRAME_HEAD,
     MAX_BODY,
     MIN_BODY,
+    SMALL_BODY,
     crc32,
     frame_size,
 )
@@ -59,6 +60,7 @@ log = logging.getLogger(__package__)
 
 SEGMENT_SUFFIX = ".seg"
 READ_CHUNK_BYTES = 1 << 20
+RECENT_BYTES = 128 << 10  # frame bodies a segment keeps from its last scans (Segment.recent)
 
 
 def segment_name(base: int) -> str:
@@ -83,6 +85,12 @@ class Segment:
     claims: dict[int, FreedFrames] = field(default_factory=dict)
     freed: list[tuple[int, int]] = field(default_factory=list)
     applied: frozenset[FreedFrames] = frozenset()  # the claims behind ``freed``
+    # bodies of small frames that tail scans found new and checked, by offset, until a
+    # read takes them (once: a second read goes to the file): a catch-up reads what its
+    # refresh just scanned (other processes' records) without reading and checking it
+    # again. At most RECENT_BYTES kept since the last reset (the older scans' go first)
+    recent: dict[int, bytes] = field(default_factory=dict, repr=False)
+    recent_bytes: int = 0
     _path: Path | None = field(default=None, repr=False)
 
     @property
@@ -113,6 +121,17 @@ class Segment:
         i = offset - self.base
         return self.positions[i] if i < len(self.positions) else self.end
 
+    def keep_recent(self, kept: Kept) -> None:
+        """Remember the frame bodies a scan checked (``kept``); past ``RECENT_BYTES`` the
+        older scans' go first."""
+        if self.recent_bytes + kept.size > RECENT_BYTES:
+            self.recent, self.recent_bytes = {}, 0
+        self.recent.update(kept.bodies)
+        self.recent_bytes += kept.size
+
+    def forget_recent(self) -> None:
+        self.recent, self.recent_bytes = {}, 0
+
     def freed_until(self, offset: int) -> int | None:
         """The end of the freed range holding ``offset``, or None if it is not freed."""
         i = bisect.bisect_right(self.freed, (offset, 1 << 63)) - 1
@@ -136,6 +155,20 @@ class Segment:
         return wrong
 
 
+class Kept:
+    """Frame bodies a scan read and checked, by offset, up to ``RECENT_BYTES`` in all
+    (a scan of a whole segment on open keeps its first ones only)."""
+
+    def __init__(self) -> None:
+        self.bodies: dict[int, bytes] = {}
+        self.size = 0
+
+    def add(self, offset: int, body: bytes) -> None:
+        if len(body) <= SMALL_BODY and self.size + len(body) <= RECENT_BYTES:
+            self.bodies[offset] = body
+            self.size += len(body)
+
+
 @dataclass(frozen=True)
 class BadFrame:
     """The first frame a scan could not index: where it starts and ends, and why."""
@@ -148,11 +181,12 @@ class BadFrame:
 def walk_frames(f: BinaryIO, pos: int, size: int, expect: int,
                 stop: int | None = None,
                 claims: dict[int, FreedFrames] | None = None,
+                keep: Kept | None = None,
                 ) -> tuple[array, int, int, BadFrame | None]:
     """Index the frames from byte ``pos`` (holding offset ``expect``) to ``size``, and
     never the frame of offset ``stop`` or later. Freed frames (``claims``, by first
     offset) that start where the walk is are stepped over unread: their bytes may be a
-    punched hole.
+    punched hole. Each good frame's body is offered to ``keep``, if given.
 
     Returns (their positions, the byte after the last good one, the next offset, the
     bad frame that stopped the walk or None).
@@ -183,6 +217,8 @@ def walk_frames(f: BinaryIO, pos: int, size: int, expect: int,
         if held != expect:
             return found, pos, expect, BadFrame(pos, end,
                                                 f"frame holds offset {held}, expected {expect}")
+        if keep is not None:
+            keep.add(expect, body)
         found.append(pos)
         pos = end
         expect += 1
@@ -295,8 +331,12 @@ def scan_segment(seg: Segment, *, acked: int | None, floor: int, exclusive: bool
         # (corruption) must leave the index as it was, or the next scan would resume at
         # the old end with a wrong expected offset and report a wrong place (and the
         # high watermark would count unchecked frames).
+        # only frames new since this handle's last look: a segment scanned for the
+        # first time (an open) is not about to be read whole, and its bodies may be old
+        kept = Kept() if tail and seg.scanned else None
         positions, damaged, pos, expect = _walk(seg, f, size, expect, stop, limit, tail=tail,
-                                                floor=floor, exclusive=exclusive, where=where)
+                                                floor=floor, exclusive=exclusive, where=where,
+                                                keep=kept)
         if tail and acked is not None and pos < size and expect == stop:
             if exclusive:
                 log.warning("namespace=%s log=%s: truncating torn tail of %s at byte %d (%d "
@@ -309,6 +349,8 @@ def scan_segment(seg: Segment, *, acked: int | None, floor: int, exclusive: bool
         seg.damaged.update(damaged)
         seg.end = pos
         seg.scanned = True
+        if kept is not None and kept.bodies:
+            seg.keep_recent(kept)
 
 
 def _size_of(seg: Segment, where: dict[str, str]) -> int:
@@ -326,7 +368,8 @@ def _size_of(seg: Segment, where: dict[str, str]) -> int:
 
 def _walk(seg: Segment, f: Any, size: int, expect: int, stop: int | None,
           limit: int | None, *, tail: bool, floor: int, exclusive: bool,
-          where: dict[str, str]) -> tuple[array, dict[int, str], int, int]:
+          where: dict[str, str], keep: Kept | None = None,
+          ) -> tuple[array, dict[int, str], int, int]:
     """Walk the frames of ``seg`` from its indexed end: (positions, damaged offsets with
     why, end byte, next offset). Below ``limit`` (an acknowledged end or the next
     segment's base) a bad frame is damage, recorded for the offsets it hides up to the
@@ -334,7 +377,7 @@ def _walk(seg: Segment, f: Any, size: int, expect: int, stop: int | None,
     judges (:func:`_judge_without_mark`)."""
     positions, damaged, pos = array("q"), {}, seg.end
     while True:
-        found, pos, expect, bad = walk_frames(f, pos, size, expect, stop, seg.claims)
+        found, pos, expect, bad = walk_frames(f, pos, size, expect, stop, seg.claims, keep)
         positions.extend(found)
         if bad is None:
             break

@@ -337,7 +337,8 @@ def encode_meta(d: dict[str, Any]) -> bytes:
 
 def decode_meta(data: bytes, *, namespace: str, offset: int) -> dict[str, Any]:
     try:
-        d = json.loads(data)
+        # UTF-8 is what encode_meta writes: decoded here, json skips guessing the encoding
+        d = json.loads(str(data, "utf-8"))
         if not isinstance(d, dict) or "k" not in d:
             raise ValueError("not a commit-log record")
         return d

@@ -75,7 +75,7 @@ def decode_runs(stored: Any) -> tuple[Run, ...]:
     Damage is a ``ValueError`` or ``TypeError`` (a ``DecodeError`` to the caller)."""
     if isinstance(stored, str):
         return _unpack_runs(base64.b64decode(stored, validate=True))
-    return tuple(Run(*r) for r in stored)
+    return tuple([Run(*r) for r in stored])
 
 
 def _column(values: list[int]) -> bytes | None:

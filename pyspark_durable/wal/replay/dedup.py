@@ -68,7 +68,9 @@ class WriterState:
     """What replay remembers of one writer."""
 
     last: int = -1  # highest writer step seen (a step, or a `writer` record)
-    pairs: dict[int, int] = field(default_factory=dict)  # remembered writer step -> step
+    # remembered writer step -> step, kept in ascending writer step: the bound drops the
+    # first one, found without a scan of the writer's pairs at every step replayed
+    pairs: dict[int, int] = field(default_factory=dict)
     forgot: int = -1  # the highest committed writer step no longer remembered
     started_ms: int | None = None  # a one-off writer's newest start
 
@@ -283,7 +285,11 @@ class Dedup:
     def accept(self, writer_id: str, writer_step: int, step: int,
                started_ms: int | None) -> None:
         w = self._own(writer_id)
-        w.pairs[writer_step] = step
+        pairs = w.pairs
+        out_of_order = bool(pairs) and writer_step < next(reversed(pairs))
+        pairs[writer_step] = step
+        if out_of_order:
+            w.pairs = dict(sorted(pairs.items()))
         w.last = max(w.last, writer_step)
         self._bound(w)
         if started_ms is not None and self.window_ms is not None and \
@@ -316,7 +322,7 @@ class Dedup:
         if self.steps is None:
             return
         while len(w.pairs) > self.steps:  # keep the newest: drop the lowest writer step
-            lowest = min(w.pairs)
+            lowest = next(iter(w.pairs))
             del w.pairs[lowest]
             w.forgot = max(w.forgot, lowest)
 
@@ -372,7 +378,8 @@ class Dedup:
                     step_ms=d.get("step_ms"), step_clock_ms=d.get("step_clock_ms", 0),
                     forgot_start_ms=d.get("forgot_start_ms"), max_one_offs=d.get("one_offs"))
         for writer_id, (last, forgot, started_ms, runs) in d["writers"].items():
-            pairs = {wstep + i: step + i for wstep, step, count in runs for i in range(count)}
+            pairs = dict(sorted((wstep + i, step + i) for wstep, step, count in runs
+                                for i in range(count)))
             dedup._writers[writer_id] = WriterState(last, pairs, forgot, started_ms)
             if started_ms is not None:
                 dedup._starts.append((started_ms, writer_id))
@@ -395,6 +402,7 @@ class Dedup:
         for writer_id, step in last.items():
             dedup.note(writer_id, step)
         for w in dedup._writers.values():
+            w.pairs = dict(sorted(w.pairs.items()))
             w.last = max(w.last, max(w.pairs, default=-1))
         return dedup
 

@@ -103,7 +103,7 @@ class SegmentFolder(Log):
             for seg, nxt in itertools.pairwise(segments):
                 if seg.base + seg.count != nxt.base:
                     seg.scanned = False  # sealed by another process: rescan when read
-                if seg.recent:  # sealed: its frames are read back no more often than any
+                if seg.recent:  # sealed: no scan finds anything new in it any more
                     seg.forget_recent()
             self._load_claims(segments)
             self._scan(segments[-1], exclusive=exclusive, tail=True)

@@ -157,7 +157,7 @@ class Segment:
 
 class Kept:
     """Frame bodies a scan read and checked, by offset, up to ``RECENT_BYTES`` in all
-    (a scan of a whole segment on open keeps its first ones only)."""
+    (a catch-up with more keeps its first ones only)."""
 
     def __init__(self) -> None:
         self.bodies: dict[int, bytes] = {}
@@ -327,13 +327,14 @@ def scan_segment(seg: Segment, *, acked: int | None, floor: int, exclusive: bool
     with open(seg.path, "rb") as f:
         if not seg.head:
             seg.head = f.read(FRAME_HEAD.size)
+        # Bodies are kept only of frames new since this handle's last look: a segment
+        # scanned for the first time (an open) is not about to be read whole, and its
+        # frames may have been damaged since they were written.
+        kept = Kept() if tail and seg.scanned else None
         # Positions are indexed only once the scan succeeded: a scan that raises
         # (corruption) must leave the index as it was, or the next scan would resume at
         # the old end with a wrong expected offset and report a wrong place (and the
         # high watermark would count unchecked frames).
-        # only frames new since this handle's last look: a segment scanned for the
-        # first time (an open) is not about to be read whole, and its bodies may be old
-        kept = Kept() if tail and seg.scanned else None
         positions, damaged, pos, expect = _walk(seg, f, size, expect, stop, limit, tail=tail,
                                                 floor=floor, exclusive=exclusive, where=where,
                                                 keep=kept)

@@ -197,13 +197,17 @@ class SegmentFolder(Log):
                 break
             entry = parse_body(body, None)  # its CRC and offset were checked by the scan
             if entry is None:  # a header field runs past the body: as the file read says
-                raise CorruptEntryError(
-                    f"CRC or length mismatch at byte {seg.position(start)} of segment "
-                    f"{seg.path.name}", namespace=self.namespace, log=self.name, offset=start)
+                raise self._bad_frame(seg, seg.position(start), start)
             start += 1
             yield entry
         if start < stop:
             yield from self._read_file(seg, start, stop)
+
+    def _bad_frame(self, seg: Segment, pos: int, offset: int) -> CorruptEntryError:
+        """A frame of an indexed offset that fails its CRC or whose fields run past it."""
+        return CorruptEntryError(f"CRC or length mismatch at byte {pos} of segment "
+                                 f"{seg.path.name}", namespace=self.namespace, log=self.name,
+                                 offset=offset)
 
     def _read_file(self, seg: Segment, start: int, stop: int) -> Iterator[Entry]:
         try:
@@ -236,10 +240,7 @@ class SegmentFolder(Log):
                 fits = 0 <= length <= limit - pos - FRAME_HEAD.size
                 entry = read_body(f, length, crc) if fits else None
                 if entry is None:
-                    raise CorruptEntryError(
-                        f"CRC or length mismatch at byte {pos} of segment {seg.path.name}",
-                        namespace=self.namespace, log=self.name, offset=offset,
-                    )
+                    raise self._bad_frame(seg, pos, offset)
                 if entry.offset != offset:
                     raise CorruptEntryError(
                         f"frame at byte {pos} of segment {seg.path.name} holds offset "

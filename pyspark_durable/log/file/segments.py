@@ -125,7 +125,7 @@ class Segment:
         """Remember the frame bodies a scan checked (``kept``); past ``RECENT_BYTES`` the
         older scans' go first."""
         if self.recent_bytes + kept.size > RECENT_BYTES:
-            self.recent, self.recent_bytes = {}, 0
+            self.forget_recent()
         self.recent.update(kept.bodies)
         self.recent_bytes += kept.size
 

@@ -86,7 +86,11 @@ def client_configs(servers: str, own: Mapping[str, Any],
         cfg = {k: v for k, v in {**common, **merged}.items() if k in keys}
         clients[kind] = {**cfg, **forced[kind]}
     prod = clients["producer"]
-    prod.setdefault("max_block_ms", int(own["connect_timeout_ms"]))
+    # a send without its topic's metadata (a new producer) waits for a connect and two
+    # requests (ApiVersions, Metadata): as long as a request, as librdkafka waits for
+    # metadata within the message timeout. A dead link's send still fails within the
+    # bound: request_timeout_ms and the probe stay below the delivery timeout + 2 s.
+    prod.setdefault("max_block_ms", int(own["request_timeout_ms"]))
     prod.setdefault(
         "delivery_timeout_ms", int(own["request_timeout_ms"]) + int(prod["linger_ms"]) + 1000
     )

@@ -270,8 +270,9 @@ class FileLock:
     def __init__(self, path: Path, mode: int, access: Access, **where: Any) -> None:
         self.path, self.mode, self.access, self.where = path, mode, access, where
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> FileLock:
         self.fd: int | None = None
+        self.contended = False
         try:
             self.fd = create_file(self.path, self.access, os.O_RDWR)
         except FileNotFoundError:
@@ -286,8 +287,13 @@ class FileLock:
             try:
                 self.fd = os.open(self.path, os.O_RDONLY)
             except FileNotFoundError:
-                return
-        fcntl.flock(self.fd, self.mode)
+                return self
+        try:
+            fcntl.flock(self.fd, self.mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.contended = True  # another holds it: a writer then shares its sync
+            fcntl.flock(self.fd, self.mode)
+        return self
 
     def __exit__(self, *exc: object) -> None:
         if self.fd is not None:

@@ -38,9 +38,11 @@ import logging
 import os
 import threading
 import time
+from array import array
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark_durable.errors import AppendIndeterminate, BackendUnavailable
@@ -51,6 +53,7 @@ from pyspark_durable.log.file.disk import (
     Access,
     create_empty,
     create_file,
+    file_size,
     fsync_dir,
     storage_errors,
     write_all,
@@ -64,8 +67,20 @@ from pyspark_durable.log.file.freed import (
     punch,
     rewrite_freed,
 )
-from pyspark_durable.log.file.marks import write_low
-from pyspark_durable.log.file.segments import Segment, segment_name, truncate_durably
+from pyspark_durable.log.file.marks import (
+    CUT,
+    UNSURE,
+    SyncState,
+    read_sync,
+    write_low,
+    write_sync,
+)
+from pyspark_durable.log.file.segments import (
+    Segment,
+    segment_name,
+    truncate_durably,
+    walk_frames,
+)
 
 log = logging.getLogger(__package__)
 
@@ -73,6 +88,28 @@ log = logging.getLogger(__package__)
 # this fraction of a segment, so disk stays within a fraction of a segment of what the
 # cleaner keeps (plus what is written between two deletions)
 ROLL_ON_DELETE = 16
+# an append whose frames another process's failed or unfinished sync cut is written
+# again this often before it fails
+REWRITES = 3
+
+
+@dataclass
+class Tail:
+    """The end of a log as a writer holding its lock sees it: the last segment, the
+    acknowledged end (``acked``), and the frames past it that wait for a sync (their
+    byte ``positions``, the byte after them, the offset after them). A writer's own
+    tail also keeps its last frame's head, to find it again."""
+
+    seg: Segment
+    acked: int
+    positions: list[int] = field(default_factory=list)
+    end: int = -1
+    next_offset: int = -1
+    last_head: bytes = b""
+
+    def __post_init__(self) -> None:
+        if self.end < 0:  # nothing waits: the tail is the acknowledged end
+            self.end, self.next_offset = self.seg.end, self.acked
 
 
 class FileLog(SegmentFolder):
@@ -179,75 +216,215 @@ class FileLog(SegmentFolder):
             del batch, offsets
 
     def _write_batch(self, groups: list[Sequence[Record]]) -> list[list[int]]:
-        with self._locked(fcntl.LOCK_EX):
-            self._refresh(exclusive=True)
-            with self._state:
-                seg = self._segments[-1]
-                next_offset = seg.base + seg.count
-            if seg.end >= self.segment_size_bytes and seg.count:
-                seg = self._roll(next_offset)
-            now = int(time.time() * 1000)
-            buffers: list = []
-            result, positions, end = [], [], seg.end
-            for records in groups:
-                offs = []
-                for record in records:
-                    head, value = frame_parts(next_offset, now, record)
-                    positions.append(end)
-                    buffers += (head, value)
-                    end += len(head) + len(value)
-                    offs.append(next_offset)
-                    next_offset += 1
-                result.append(offs)
-            if self._acked is None:
-                # no readable mark (a log from before it, or both slots damaged): what the
-                # older rule indexed becomes acknowledged now, before frames past it exist
-                self._write_mark(next_offset - sum(map(len, groups)))
-            self._write_frames(seg, buffers)
-            try:
-                self._write_mark(next_offset)
-            except OSError as first:
-                # the mark's page may be gone while the cache shows it: write it again,
-                # into the other slot, and only a synced copy acknowledges the frames
-                log.warning("namespace=%s log=%s: writing the acknowledgement mark failed "
-                            "(%s); writing it again", self.namespace, self.name, first)
-                try:
-                    self._write_mark(next_offset)
-                except OSError as second:
-                    raise AppendIndeterminate(
-                        f"the records at offsets [{result[0][0]}, {next_offset}) were synced "
-                        f"but the mark acknowledging them failed twice ({first.strerror}; "
-                        f"{second.strerror}) at {self.path}: they may or may not be "
-                        "acknowledged, now and after a crash. Retry the operation once the "
-                        "disk is healthy (a WAL commit is idempotent per writer step)",
-                        namespace=self.namespace, log=self.name) from second
-            self._last_sync = time.monotonic()
-            with self._state:
-                if seg.end == 0:
-                    seg.head = bytes(buffers[0][: FRAME_HEAD.size])
-                seg.positions.extend(positions)
-                seg.end = end
-        return result
+        """Write the groups' frames and return once a sync acknowledged them. Alone (the
+        lock was free), the writer syncs at once. When another process waited for the
+        lock, it lets go after writing and takes the lock again to sync: by then the
+        others have written theirs, and one sync acknowledges them all."""
+        for attempt in itertools.count():
+            with self._locked(fcntl.LOCK_EX) as lock:
+                tail, state = self._settle(lock.fd)
+                if tail.end >= self.segment_size_bytes and tail.next_offset > tail.seg.base:
+                    if tail.positions:  # a roll seals only acknowledged frames
+                        self._sync(lock.fd, tail, state)
+                    tail = Tail(self._roll(tail.next_offset), tail.next_offset)
+                if self._acked is None:
+                    # no readable mark (a log from before it, or both slots damaged): what
+                    # the older rule indexed becomes acknowledged now, synced first (its
+                    # last frames may be a waiting writer's), before any frame past it
+                    self._fdatasync(tail.seg)
+                    self._write_mark(tail.next_offset)
+                result, mine = self._write_frames(tail, groups)
+                state.written = mine.next_offset
+                if not lock.contended:
+                    self._sync(lock.fd, mine, state)
+                    return result
+                write_sync(lock.fd, state)
+                epoch = state.epoch
+            # another process waits for the lock: it writes now, and one sync serves both
+            with self._locked(fcntl.LOCK_EX) as lock:
+                tail, state = self._settle(lock.fd)
+                fate = self._fate(tail, state, epoch, mine)
+                if fate == "pending":
+                    self._sync(lock.fd, tail, state)
+                    return result
+                if fate == "acked":
+                    return result
+            if fate == "unsure":
+                raise AppendIndeterminate(
+                    f"the records at offsets [{result[0][0]}, {mine.next_offset}) were "
+                    "synced by another process whose write of the mark acknowledging them "
+                    f"failed twice, at {self.path}: they may or may not be acknowledged, now "
+                    "and after a crash. Retry the operation once the disk is healthy (a WAL "
+                    "commit is idempotent per writer step)", namespace=self.namespace,
+                    log=self.name)
+            if attempt >= REWRITES:
+                raise BackendUnavailable(
+                    f"the records were written {attempt + 1} times and cut each time by "
+                    "another process's failed or unfinished sync, never acknowledged: "
+                    f"retry once the disk of {self.path} is healthy",
+                    namespace=self.namespace, log=self.name)
+            log.warning("namespace=%s log=%s: another process's sync failed or did not "
+                        "finish, and cut the records this append wrote (never acknowledged): "
+                        "writing them again", self.namespace, self.name)
+        raise AssertionError("unreachable")
 
-    def _write_frames(self, seg: Segment, buffers: list) -> None:
-        """Write and fdatasync frames at the segment's end; on failure cut them off again
-        (they were never acknowledged, and after a failed fsync the kernel may have
-        dropped their pages), so no later append or reader takes them for written."""
-        fd = os.open(seg.path, os.O_WRONLY)
-        try:
-            os.lseek(fd, seg.end, os.SEEK_SET)
-            write_all(fd, buffers)
-            os.fdatasync(fd)
-        except OSError as exc:
-            try:
+    def _settle(self, fd: int) -> tuple[Tail, SyncState]:
+        """Catch up (the caller holds the exclusive lock, whose file ``fd`` holds the
+        writers' :class:`SyncState`) and judge what lies past the mark: whole frames
+        below ``written`` wait for a sync and stay; bytes past them are a torn write,
+        cut. A sync left unfinished (its process died: it may have failed) or a frame
+        below ``written`` that is not whole cuts everything past the mark, in a new
+        epoch that tells their writers."""
+        self._refresh(exclusive=True)
+        with self._state:
+            seg = self._segments[-1]
+            acked = seg.base + seg.count
+        state = read_sync(fd, acked)
+        written = max(state.written, acked)
+        size = file_size(seg.path)
+        positions, pos, nxt = array("q"), seg.end, acked
+        if written > acked and not state.syncing:
+            with open(seg.path, "rb") as f:
+                positions, pos, nxt, _ = walk_frames(f, seg.end, size, acked, written)
+        if state.syncing or nxt != written:
+            why = ("a sync did not finish (its process died)" if state.syncing else
+                   f"the frames below offset {written} are not whole")
+            log.warning("namespace=%s log=%s: %s: cutting %s past the acknowledged end "
+                        "(offset %d, byte %d); no acknowledged entry is lost", self.namespace,
+                        self.name, why, seg.path.name, acked, seg.end)
+            if size > seg.end:
                 truncate_durably(seg.path, seg.end)
-            except OSError as cut:
-                log.warning("namespace=%s log=%s: cutting a failed append off %s failed too "
-                            "(%s); the next writer cuts it (it lies past the acknowledged "
-                            "end)", self.namespace, self.name, seg.path.name, cut)
+            state.cut(acked)
+            write_sync(fd, state, durable=True)
+            return Tail(seg, acked), state
+        if pos < size:
+            log.warning("namespace=%s log=%s: truncating torn tail of %s at byte %d (%d "
+                        "bytes past the last whole append, offset %d: a write whose process "
+                        "died); no acknowledged entry is lost", self.namespace, self.name,
+                        seg.path.name, pos, size - pos, written)
+            truncate_durably(seg.path, pos)
+        state.written = written
+        return Tail(seg, acked, list(positions), pos, written), state
+
+    def _fate(self, tail: Tail, state: SyncState, epoch: int, mine: Tail) -> str:
+        """What became of frames written at ``epoch`` (``mine``), now that the lock is
+        held again: "acked", "pending" (still waiting: this writer syncs), "cut" or
+        "unsure" (by the first cut after ``epoch``, :class:`SyncState`)."""
+        if state.epoch == epoch:
+            if tail.acked < mine.next_offset:
+                return "pending"
+            return "acked" if self._still_mine(mine) else "cut"
+        at, kind = next(((a, k) for e, a, k in state.cuts if e == epoch + 1), (None, None))
+        if at is None:
+            return "unsure"  # more cuts since than remembered, or a damaged state
+        if at >= mine.next_offset:
+            return "acked" if self._still_mine(mine) else "cut"
+        return "cut" if kind == CUT else "unsure"
+
+    def _still_mine(self, mine: Tail) -> bool:
+        """Is the last frame this writer wrote still where it wrote it (a writer that does
+        not share syncs, an older release, cuts past the mark without an epoch)?"""
+        try:
+            fd = os.open(mine.seg.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return True  # deleted: only acknowledged segments are
+        try:
+            return os.pread(fd, len(mine.last_head), mine.positions[-1]) == mine.last_head
+        finally:
+            os.close(fd)
+
+    def _write_frames(self, tail: Tail, groups: list[Sequence[Record]],
+                      ) -> tuple[list[list[int]], Tail]:
+        """Write the groups' frames after the tail (not synced). On failure they are cut
+        off again, so no later writer takes them for a whole append."""
+        now = int(time.time() * 1000)
+        buffers: list = []
+        result, positions, end, next_offset = [], list(tail.positions), tail.end, \
+            tail.next_offset
+        for records in groups:
+            offs = []
+            for record in records:
+                head, value = frame_parts(next_offset, now, record)
+                positions.append(end)
+                buffers += (head, value)
+                end += len(head) + len(value)
+                offs.append(next_offset)
+                next_offset += 1
+            result.append(offs)
+        fd = os.open(tail.seg.path, os.O_WRONLY)
+        try:
+            os.lseek(fd, tail.end, os.SEEK_SET)
+            write_all(fd, buffers)
+        except OSError as exc:
+            self._cut_back(tail.seg, tail.end)
             raise exc
         finally:
             os.close(fd)
+        mine = Tail(tail.seg, tail.acked, positions, end, next_offset,
+                    bytes(buffers[-2][: FRAME_HEAD.size]))
+        return result, mine
+
+    def _sync(self, fd: int, tail: Tail, state: SyncState) -> None:
+        """Sync every frame past the mark (this writer's and those waiting), then move the
+        mark over them. A failed sync cuts them all, in a new epoch; a mark that cannot be
+        written is a new epoch too, of doubt (:class:`SyncState`)."""
+        state.syncing = True
+        write_sync(fd, state)
+        try:
+            self._fdatasync(tail.seg)
+        except OSError:
+            if self._cut_back(tail.seg, tail.seg.end):
+                state.cut(tail.acked)
+                write_sync(fd, state, durable=True)
+            raise  # uncut: ``syncing`` stays set, and the next writer cuts
+        try:
+            self._write_mark(tail.next_offset)
+        except OSError as first:
+            # the mark's page may be gone while the cache shows it: write it again,
+            # into the other slot, and only a synced copy acknowledges the frames
+            log.warning("namespace=%s log=%s: writing the acknowledgement mark failed "
+                        "(%s); writing it again", self.namespace, self.name, first)
+            try:
+                self._write_mark(tail.next_offset)
+            except OSError as second:
+                state.cut(tail.acked, UNSURE)
+                write_sync(fd, state)
+                raise AppendIndeterminate(
+                    f"the records at offsets [{tail.acked}, {tail.next_offset}) were "
+                    f"synced but the mark acknowledging them failed twice ({first.strerror}; "
+                    f"{second.strerror}) at {self.path}: they may or may not be "
+                    "acknowledged, now and after a crash. Retry the operation once the "
+                    "disk is healthy (a WAL commit is idempotent per writer step)",
+                    namespace=self.namespace, log=self.name) from second
+        state.syncing = False
+        write_sync(fd, state)
+        self._last_sync = time.monotonic()
+        seg = tail.seg
+        with self._state:
+            seg.positions.extend(tail.positions)
+            seg.end = tail.end
+        if len(seg.head) < FRAME_HEAD.size and tail.positions:
+            with open(seg.path, "rb") as f:
+                seg.head = f.read(FRAME_HEAD.size)
+
+    def _fdatasync(self, seg: Segment) -> None:
+        fd = os.open(seg.path, os.O_WRONLY)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+    def _cut_back(self, seg: Segment, at: int) -> bool:
+        """Cut ``seg`` to ``at`` bytes, durably; False (and logged) if that failed too:
+        the bytes lie past the mark, and the next writer cuts them."""
+        try:
+            truncate_durably(seg.path, at)
+            return True
+        except OSError as cut:
+            log.warning("namespace=%s log=%s: cutting a failed append off %s failed too "
+                        "(%s); the next writer cuts it (it lies past the acknowledged "
+                        "end)", self.namespace, self.name, seg.path.name, cut)
+            return False
 
     def _roll(self, base: int) -> Segment:
         path = self.path / segment_name(base)
@@ -391,14 +568,15 @@ class FileLog(SegmentFolder):
             self._delete_before(offset)
 
     def _delete_before(self, offset: int) -> None:
-        with self._locked(fcntl.LOCK_EX):
-            self._refresh(exclusive=True)
+        with self._locked(fcntl.LOCK_EX) as lock:
+            tail, _ = self._settle(lock.fd)
             with self._state:
                 last = self._segments[-1]
                 target = min(offset, last.base + last.count)
                 if target <= self._low:
                     return
-            if target > last.base and last.end >= self.segment_size_bytes // ROLL_ON_DELETE:
+            if target > last.base and last.end >= self.segment_size_bytes // ROLL_ON_DELETE \
+                    and not tail.positions:  # a roll seals only acknowledged frames
                 # the point is inside the segment being appended to, which only a roll lets
                 # a deletion free (now, if the point is its end; else the next time):
                 # without one, a log that never fills a segment keeps every entry on disk

@@ -21,10 +21,12 @@ used and the problem is reported through ``note`` (a log keeps it in its repairs
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark_durable.log.base import is_decimal
@@ -123,3 +125,73 @@ def _lost_space(text: str) -> bool:
 def write_low(folder: Path, offset: int, access: Access) -> None:
     text = str(offset).encode()
     write_atomic(folder / LOW_FILE, text + f" {zlib.crc32(text):08x}".encode(), access)
+
+
+# -- the shared state of a log's writers ---------------------------------------------
+
+SYNC_FILE = "sync"
+SYNC_MAGIC = b"DWS1"
+SYNC_HEAD = struct.Struct(">4sQQQ")  # magic, written, epoch, syncing
+SYNC_CUT = struct.Struct(">QQB")  # epoch, the mark it cut at, kind
+SYNC_CUTS = 8  # cuts remembered: a writer waiting through more learns it is indeterminate
+CUT, UNSURE = 0, 1  # a cut's kind: frames past the mark cut; or the mark's write failed
+
+
+@dataclass
+class SyncState:
+    """What a log's writers share about frames past its acknowledged end (the ``sync``
+    file; protocol in docs/backends.md, "Shared syncs"). Read and written under the log's
+    exclusive lock only; fsync'd only when a cut changes it, since a power cut ends every
+    waiter and the rule needs only a ``written`` that is at or below the true one.
+
+    ``written``: every frame below this offset belongs to an append that finished its
+    write (a whole batch); a byte past it is a torn write. ``epoch`` counts cuts of
+    frames past the mark, and ``cuts`` remembers the last ones as (epoch, mark, kind):
+    a writer that wrote at epoch E learns from cut E+1 whether its frames were below
+    that mark (acknowledged) or cut. ``syncing``: a sync began and has not finished; the
+    next holder of the lock finds it set only if that syncer died, and then cannot know
+    whether the frames reached the disk, so it cuts them."""
+
+    written: int = 0
+    epoch: int = 0
+    syncing: bool = False
+    cuts: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def cut(self, at: int, kind: int = CUT) -> None:
+        """Frames past ``at`` are gone (CUT) or in doubt (UNSURE): a new epoch."""
+        self.epoch += 1
+        self.cuts = [*self.cuts, (self.epoch, at, kind)][-SYNC_CUTS:]
+        self.written = at if kind == CUT else self.written
+        self.syncing = False
+
+    def encode(self) -> bytes:
+        body = SYNC_HEAD.pack(SYNC_MAGIC, self.written, self.epoch, int(self.syncing)) + \
+            bytes([len(self.cuts)]) + b"".join(SYNC_CUT.pack(*c) for c in self.cuts)
+        return body + struct.pack(">I", zlib.crc32(body))
+
+
+def read_sync(fd: int, fallback_written: int) -> SyncState:
+    """The ``sync`` file's state; a missing, short or damaged one is a fresh state
+    written at ``fallback_written`` (the mark: nothing past it is whole) with an epoch
+    no waiter holds, so a waiter from before the damage learns its append is in doubt."""
+    raw = os.pread(fd, SYNC_HEAD.size + 1 + SYNC_CUTS * SYNC_CUT.size + 4, 0)
+    if len(raw) > SYNC_HEAD.size and raw[:4] == SYNC_MAGIC:
+        n = raw[SYNC_HEAD.size]
+        end = SYNC_HEAD.size + 1 + n * SYNC_CUT.size
+        if n <= SYNC_CUTS and len(raw) >= end + 4 and \
+                struct.unpack_from(">I", raw, end)[0] == zlib.crc32(raw[:end]):
+            _, written, epoch, syncing = SYNC_HEAD.unpack_from(raw)
+            cuts = [SYNC_CUT.unpack_from(raw, SYNC_HEAD.size + 1 + i * SYNC_CUT.size)
+                    for i in range(n)]
+            return SyncState(written, epoch, bool(syncing), cuts)
+    return SyncState(fallback_written, int.from_bytes(os.urandom(7), "big"))
+
+
+def write_sync(fd: int, state: SyncState, durable: bool = False) -> None:
+    """Replace the state in place (a shorter state leaves the old one's tail behind it,
+    which its count of cuts and its CRC leave out)."""
+    data = state.encode()
+    if os.pwrite(fd, data, 0) != len(data):
+        raise OSError(errno.EIO, "short write of the sync state")
+    if durable:
+        os.fdatasync(fd)

@@ -10,13 +10,12 @@ begins.
 only after its frames were fsync'd *and then* the ``acked`` record "every offset below
 N is acknowledged" was fsync'd. So:
 
-* Nothing at or past N is ever indexed: readers stop at N, and a writer (holding the
-  exclusive lock, so no append is in flight) truncates whatever lies past N, valid
-  frames included. Those bytes belong to an append that failed (its write or fsync
-  raised, the disk filled) or whose process died before ``acked``: its caller was never
-  told it succeeded, and after a failed fsync the kernel may already have dropped those
-  pages, so adopting them would acknowledge bytes the disk may not hold (PostgreSQL's
-  "fsyncgate").
+* Nothing at or past N is ever indexed: readers stop at N. What lies past N is the
+  writers' (:mod:`.log`, "shared syncs"): whole appends waiting for a sync another
+  writer shares, which stay, and what a writer cuts: a torn write, and everything past
+  N after a failed sync or one whose process died (after a failed fsync the kernel may
+  already have dropped those pages, so adopting them would acknowledge bytes the disk
+  may not hold: PostgreSQL's "fsyncgate").
 * A bad frame *below* N is damage to acknowledged data, and it stays local: the
   offsets it covers are indexed as damaged (a read of one raises
   :class:`CorruptEntryError` naming the segment, byte and offset), the scan resumes at
@@ -310,7 +309,7 @@ def scan_segment(seg: Segment, *, acked: int | None, floor: int, exclusive: bool
     ``tail``: ``seg`` is the last segment and ``acked`` its log's acknowledged end
     (None: no trusted mark, the older rule applies with ``floor`` as the acknowledged
     end); ``exclusive``: the caller holds
-    the writers' lock, so bytes past the acknowledged end are truncated; ``end_offset``:
+    the writers' lock, so the older rule's torn tail is truncated; ``end_offset``:
     a sealed segment's next base, which it must end at exactly.
     """
     where = {"namespace": namespace, "log": name}
@@ -322,8 +321,8 @@ def scan_segment(seg: Segment, *, acked: int | None, floor: int, exclusive: bool
         # older copy or its mark damaged; what was indexed stays, nothing more is
         stop = expect
     limit = stop if stop is not None else (max(floor, expect) if tail else None)
-    if seg.scanned and (seg.end >= size or (expect == stop and not exclusive)):
-        return  # nothing new; a writer goes on to cut what lies past the acknowledged end
+    if seg.scanned and (seg.end >= size or expect == stop):
+        return  # nothing new below the mark (what lies past it is the writers', log.py)
     with open(seg.path, "rb") as f:
         if not seg.head:
             seg.head = f.read(FRAME_HEAD.size)
@@ -338,14 +337,6 @@ def scan_segment(seg: Segment, *, acked: int | None, floor: int, exclusive: bool
         positions, damaged, pos, expect = _walk(seg, f, size, expect, stop, limit, tail=tail,
                                                 floor=floor, exclusive=exclusive, where=where,
                                                 keep=kept)
-        if tail and acked is not None and pos < size and expect == stop:
-            if exclusive:
-                log.warning("namespace=%s log=%s: truncating torn tail of %s at byte %d (%d "
-                            "bytes past the acknowledged end, offset %d: an append that failed "
-                            "or whose process died before it was acknowledged); no acknowledged "
-                            "entry is lost", namespace, name, seg.path.name, pos, size - pos,
-                            stop)
-                truncate_durably(seg.path, pos)
         seg.positions.extend(positions)
         seg.damaged.update(damaged)
         seg.end = pos

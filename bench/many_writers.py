@@ -79,12 +79,13 @@ def child(config: dict, index: int, seconds: float, n_rows: int, regions: int) -
     print(json.dumps({"writer": writer_id, "latencies": latencies, "cpu_s": cpu}), flush=True)
 
 
-def round_of(config: dict, n: int, seconds: float, n_rows: int, regions: int) -> dict:
+def round_of(config: dict, n: int, seconds: float, n_rows: int, regions: int,
+             env: dict[str, str] | None = None) -> dict:
     """Start ``n`` writer processes, release them together, gather their latencies."""
     cmd = [sys.executable, __file__, "--child", json.dumps(config), "--seconds", str(seconds),
            "--rows", str(n_rows), "--regions", str(regions)]
     procs = [subprocess.Popen([*cmd, "--index", str(i)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True) for i in range(n)]
+                              stdout=subprocess.PIPE, text=True, env=env) for i in range(n)]
     for p in procs:
         line = p.stdout.readline()
         if line.strip() != "ready":
@@ -151,10 +152,17 @@ def run(backend: str, bootstrap: str | None, scratch: Path, args: argparse.Names
         ) -> list[dict]:
     counts = [int(x) for x in args.writers.split(",")]
     results: dict[int, list[dict]] = {n: [] for n in counts}
+    env = None
+    if args.slow_sync_us and backend == "file":
+        # every fsync of the WAL's files waits first, as on network block storage: the
+        # LD_PRELOAD shim of the disk-fault tests, built with gcc
+        from tests.faults.powercut import build_shim, shim_env
+        scratch.mkdir(parents=True, exist_ok=True)
+        env = shim_env(build_shim(scratch), scratch, delay_us=args.slow_sync_us)
     for _ in range(args.reps):
         for n in counts:
             config = new_namespace(backend, bootstrap, scratch, args.regions)
-            r = round_of(config, n, args.seconds, args.rows, args.regions)
+            r = round_of(config, n, args.seconds, args.rows, args.regions, env)
             verify(config, r["commits"], args.rows)
             results[n].append(r)
             print(f"{backend} {n:>3} writers: {r['commits_per_s']:7.1f} commits/s "
@@ -174,9 +182,11 @@ def run(backend: str, bootstrap: str | None, scratch: Path, args: argparse.Names
 
 
 def report(table: list[dict], args: argparse.Namespace) -> str:
+    slow = (f"; every fsync of the file log slowed by {args.slow_sync_us} us"
+            if args.slow_sync_us else "")
     lines = [f"Commits of {args.rows}-row steps for {args.seconds:g} s per round, "
              f"median of {args.reps} rounds; {os.cpu_count()} cores, load average "
-             f"{os.getloadavg()[0]:.1f} at the end.", "",
+             f"{os.getloadavg()[0]:.1f} at the end{slow}.", "",
              "| backend | writers | commits/s | vs 1 writer | p50 ms | p99 ms | CPU ms/commit |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['backend']} | {r['writers']} | {r['commits_per_s']:.0f} | "
@@ -193,6 +203,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10)
     parser.add_argument("--regions", type=int, default=4)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--slow-sync-us", type=int, default=0,
+                        help="file log: every fsync waits this long first (a network disk)")
     parser.add_argument("--out", help="write the table to this Markdown file")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)

@@ -19,6 +19,8 @@ Modes:
   values up to 4 KiB) and, after each append returned, print and flush
   ``A tag seq0 n offset0``: the records ``(tag, seq0 .. seq0+n-1)`` are acknowledged at
   ``offset0 ..``. The parent kills it with SIGKILL.
+* ``share PATH NS LOG WRITER COUNT SEGSIZE``: one of several appender processes sharing
+  syncs, each batch announced and acknowledged on stdout (:func:`run_share`).
 """
 
 from __future__ import annotations
@@ -144,6 +146,33 @@ def run_crash(path: str, ns: str, name: str, run: int, seg: int, threads: int) -
     threading.Event().wait()  # until SIGKILL
 
 
+def run_share(path: str, ns: str, name: str, writer: int, count: int, seg: int) -> None:
+    """One appender among several processes: batches of 1..8 records, each announced
+    before it is appended (``B tag seq0 n``) and reported once acknowledged
+    (``A tag seq0 n offset0``), so the parent knows which batch a kill left in flight; a
+    failed append is reported (``E tag seq0 n error``) and the same records appended
+    again, as a caller retries."""
+    store, log = _open(path, ns, name, seg)
+    print("ready", flush=True)
+    sys.stdin.readline()  # the parent releases every appender at once
+    rng = random.Random(writer)
+    seq = 0
+    while seq < count:
+        n = min(rng.randint(1, 8), count - seq)
+        records = [make_record(writer, seq + i, 300) for i in range(n)]
+        print(f"B {writer} {seq} {n}", flush=True)
+        try:
+            offsets = log.append(records)
+        except Exception as exc:  # noqa: BLE001 - reported to the parent, then retried
+            print(f"E {writer} {seq} {n} {type(exc).__name__}: {exc}", flush=True)
+            continue
+        print(f"A {writer} {seq} {n} {offsets[0]}", flush=True)
+        seq += n
+    stats = log.sync_stats
+    store.close()
+    print(f"S {stats['synced']} {stats['joined']}", flush=True)
+
+
 def main(argv: list[str]) -> None:
     mode, path, ns, name, *rest = argv
     nums = [int(x) for x in rest]
@@ -153,6 +182,8 @@ def main(argv: list[str]) -> None:
         run_read(path, ns, name, *nums)
     elif mode == "crash":
         run_crash(path, ns, name, *nums)
+    elif mode == "share":
+        run_share(path, ns, name, *nums)
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

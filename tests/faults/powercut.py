@@ -47,9 +47,10 @@ def build_shim(dest: Path) -> Path:
 
 
 def shim_env(shim: Path, root: Path, record: Path | None = None, fail: str | None = None,
-             crash: str | None = None) -> dict[str, str]:
+             crash: str | None = None, delay_us: int = 0) -> dict[str, str]:
     """Environment for a child: the shim preloaded, acting on ``root`` (``fail`` and
-    ``crash``: which syncs fail, or die just before, as syncshim.c says)."""
+    ``crash``: which syncs fail, or die just before; ``delay_us``: how long each sync
+    waits first; as syncshim.c says)."""
     env = {**os.environ, "LD_PRELOAD": str(shim), "SYNCSHIM_ROOT": str(root.resolve())}
     if record is not None:
         (record / "data").mkdir(parents=True, exist_ok=True)
@@ -58,6 +59,8 @@ def shim_env(shim: Path, root: Path, record: Path | None = None, fail: str | Non
         env["SYNCSHIM_FAIL"] = fail
     if crash is not None:
         env["SYNCSHIM_CRASH"] = crash
+    if delay_us:
+        env["SYNCSHIM_DELAY_US"] = str(delay_us)
     return env
 
 

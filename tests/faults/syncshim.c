@@ -18,6 +18,9 @@
  * before the nth matching call, so a power cut lands exactly between a write and its
  * sync, where a kill at a random moment rarely does.
  *
+ * Slowing (SYNCSHIM_DELAY_US=N): every sync below ROOT waits N microseconds first, as
+ * on network block storage, where a sync takes milliseconds (bench/many_writers.py).
+ *
  * Writing and cutting (also recorded): each write(2), pwrite(2) or writev(2) to a file
  * below ROOT appends "W key POS:LEN path", and ftruncate(2) appends "T key SIZE path",
  * so the rebuild knows which bytes a failed sync left dirty, and which of them were
@@ -177,6 +180,8 @@ static int intercept(const char *call, int fd, int (*real)(int)) {
     if (fd_path(fd, path, sizeof path) != 0 || !below_root(path)) return real(fd);
     if (matches("SYNCSHIM_CRASH", &crash_matched, call, path))
         kill(getpid(), SIGKILL);  /* the power goes out just before this sync */
+    const char *delay = getenv("SYNCSHIM_DELAY_US");
+    if (delay && *delay) usleep((useconds_t)strtoul(delay, NULL, 10));
     if (matches("SYNCSHIM_FAIL", &matched, call, path)) {
         record(fd, path, 0);
         errno = EIO;

@@ -136,6 +136,8 @@ class FileLog(SegmentFolder):
         self._concurrent = False  # were appends concurrent at the last write?
         self._writing = False  # a batch is being written (by the writer or a lone caller)
         self._punched: set[FreedFrames] = set()  # records this handle knows have their hole
+        # syncs this handle made, and its writes another process's sync acknowledged
+        self.sync_stats = {"synced": 0, "joined": 0}
 
     # -- appending ------------------------------------------------------------
 
@@ -242,12 +244,23 @@ class FileLog(SegmentFolder):
                 epoch = state.epoch
             # another process waits for the lock: it writes now, and one sync serves both
             with self._locked(fcntl.LOCK_EX) as lock:
-                tail, state = self._settle(lock.fd)
-                fate = self._fate(tail, state, epoch, mine)
+                try:
+                    tail, state = self._settle(lock.fd)
+                    fate = self._fate(tail, state, epoch, mine)
+                except Exception as exc:
+                    # the frames wait past the mark, whole: another process's sync may
+                    # still acknowledge them, so this failure cannot say they never will
+                    raise AppendIndeterminate(
+                        f"the records at offsets [{result[0][0]}, {mine.next_offset}) were "
+                        f"written and wait for a sync, and looking for it failed ({exc}): "
+                        "they may or may not be acknowledged. Retry the operation (a WAL "
+                        "commit is idempotent per writer step)", namespace=self.namespace,
+                        log=self.name) from exc
                 if fate == "pending":
                     self._sync(lock.fd, tail, state)
                     return result
                 if fate == "acked":
+                    self.sync_stats["joined"] += 1
                     return result
             if fate == "unsure":
                 raise AppendIndeterminate(
@@ -399,6 +412,7 @@ class FileLog(SegmentFolder):
         state.syncing = False
         write_sync(fd, state)
         self._last_sync = time.monotonic()
+        self.sync_stats["synced"] += 1
         seg = tail.seg
         with self._state:
             seg.positions.extend(tail.positions)

@@ -32,9 +32,10 @@ knows logs and files, not steps.
 
 The copy is written with the store's access (0700/0600 by default), sparse where the
 source has holes, and every file and folder is fsync'd before :func:`write_capture`
-returns. The ``lock`` files are made empty (a flock target holds no data); a torn tail
-past a log's mark is copied as it lies and stays past the copy's mark (readers of the
-copy never see it; its first writer cuts it off, as in the source).
+returns. The ``lock`` files are made empty: the writers' state in them is of the
+source's live writers (:mod:`.log`), and an empty one reads as nothing waiting past
+the mark. Frames past a log's mark are copied as they lie and stay past the copy's mark
+(readers of the copy never see them; its first writer cuts them off).
 """
 
 from __future__ import annotations

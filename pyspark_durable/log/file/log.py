@@ -11,17 +11,21 @@ Implementation notes (why):
   returned, never waits. A synchronous append that finds nothing pending or being
   written, after a write that was not concurrent, is written by its caller's thread:
   there is no group to join.
-* **Several processes.** Spark runs writers in separate Python workers. A writer
-  holds ``flock(LOCK_EX)`` on ``lock`` while it catches up with frames other
-  processes appended, writes and fsyncs. Readers take ``LOCK_SH`` only to learn the
-  end, so every byte they read was fsync'd by a writer that has released the lock.
+* **Several processes, sharing syncs.** Spark runs writers in separate Python
+  workers. A writer holds ``flock(LOCK_EX)`` on ``lock`` while it catches up with
+  frames other processes appended, writes and fsyncs. One that had to wait for the
+  lock writes, lets go, and syncs at its next hold every append that waits past the
+  mark, its own and those written meanwhile: one sync for all (``_write_batch``; the
+  rule is docs/backends.md's "Shared syncs", the writers' state :class:`.SyncState`).
+  Readers take ``LOCK_SH`` only to learn the end, and never read past the mark.
 * **Acknowledgement, and the fsync rule.** After the frames' fsync the ``acked`` file
   records the new end (:mod:`.marks`), and only then do the appends return. Nothing
-  past that end is ever read or kept (:mod:`.segments`). After a failed write or
-  fsync no byte of that write is acknowledged unless it is written again and synced:
-  a failed frame write is cut off under the lock (and, should the cut fail too, by the
-  next writer, which cuts everything past the mark), and a failed write of the mark
-  is written again once, into the other slot; if that fails as well the append is
+  past that end is ever read (:mod:`.segments`). After a failed write or fsync no byte
+  of that write is acknowledged unless it is written again and synced: a failed frame
+  write is cut off under the lock (and, should the cut fail too, by the next writer,
+  as a torn write); a failed sync cuts everything past the mark in a new epoch, which
+  tells the other writers to write theirs again; and a failed write of the mark is
+  written again once, into the other slot; if that fails as well the append is
   :class:`AppendIndeterminate`.
 * **Deletion.** ``delete_before`` records the low watermark in a file (replaced with
   rename(2), then the folder is fsync'd) and removes whole segments below it. A

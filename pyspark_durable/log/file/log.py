@@ -227,45 +227,12 @@ class FileLog(SegmentFolder):
         lock, it lets go after writing and takes the lock again to sync: by then the
         others have written theirs, and one sync acknowledges them all."""
         for attempt in itertools.count():
-            with self._locked(fcntl.LOCK_EX) as lock:
-                tail, state = self._settle(lock.fd)
-                if tail.end >= self.segment_size_bytes and tail.next_offset > tail.seg.base:
-                    if tail.positions:  # a roll seals only acknowledged frames
-                        self._sync(lock.fd, tail, state)
-                    tail = Tail(self._roll(tail.next_offset), tail.next_offset)
-                if self._acked is None:
-                    # no readable mark (a log from before it, or both slots damaged): what
-                    # the older rule indexed becomes acknowledged now, synced first (its
-                    # last frames may be a waiting writer's), before any frame past it
-                    self._fdatasync(tail.seg)
-                    self._write_mark(tail.next_offset)
-                result, mine = self._write_frames(tail, groups)
-                state.written = mine.next_offset
-                if not lock.contended:
-                    self._sync(lock.fd, mine, state)
-                    return result
-                write_sync(lock.fd, state)
-                epoch = state.epoch
-            # another process waits for the lock: it writes now, and one sync serves both
-            with self._locked(fcntl.LOCK_EX) as lock:
-                try:
-                    tail, state = self._settle(lock.fd)
-                    fate = self._fate(tail, state, epoch, mine)
-                except Exception as exc:
-                    # the frames wait past the mark, whole: another process's sync may
-                    # still acknowledge them, so this failure cannot say they never will
-                    raise AppendIndeterminate(
-                        f"the records at offsets [{result[0][0]}, {mine.next_offset}) were "
-                        f"written and wait for a sync, and looking for it failed ({exc}): "
-                        "they may or may not be acknowledged. Retry the operation (a WAL "
-                        "commit is idempotent per writer step)", namespace=self.namespace,
-                        log=self.name) from exc
-                if fate == "pending":
-                    self._sync(lock.fd, tail, state)
-                    return result
-                if fate == "acked":
-                    self.sync_stats["joined"] += 1
-                    return result
+            result, mine, epoch = self._write_pending(groups)
+            if epoch is None:
+                return result  # synced while it held the lock
+            fate = self._await_sync(result, mine, epoch)
+            if fate == "acked":
+                return result
             if fate == "unsure":
                 raise AppendIndeterminate(
                     f"the records at offsets [{result[0][0]}, {mine.next_offset}) were "
@@ -284,6 +251,54 @@ class FileLog(SegmentFolder):
                         "finish, and cut the records this append wrote (never acknowledged): "
                         "writing them again", self.namespace, self.name)
         raise AssertionError("unreachable")
+
+    def _write_pending(self, groups: list[Sequence[Record]],
+                       ) -> tuple[list[list[int]], Tail, int | None]:
+        """Write the groups' frames under the lock, and sync them there if no other
+        process waited for it (epoch None); else leave them waiting past the mark and
+        return the epoch they were written at."""
+        with self._locked(fcntl.LOCK_EX) as lock:
+            tail, state = self._settle(lock.fd)
+            if tail.end >= self.segment_size_bytes and tail.next_offset > tail.seg.base:
+                if tail.positions:  # a roll seals only acknowledged frames
+                    self._sync(lock.fd, tail, state)
+                tail = Tail(self._roll(tail.next_offset), tail.next_offset)
+            if self._acked is None:
+                # no readable mark (a log from before it, or both slots damaged): what
+                # the older rule indexed becomes acknowledged now, synced first (its
+                # last frames may be a waiting writer's), before any frame past it
+                self._fdatasync(tail.seg)
+                self._write_mark(tail.next_offset)
+            result, mine = self._write_frames(tail, groups)
+            state.written = mine.next_offset
+            if not lock.contended:
+                self._sync(lock.fd, mine, state)
+                return result, mine, None
+            write_sync(lock.fd, state)
+            return result, mine, state.epoch
+
+    def _await_sync(self, result: list[list[int]], mine: Tail, epoch: int) -> str:
+        """Take the lock again after writing ``mine`` at ``epoch``: "acked" (by another
+        process's sync, or by this writer's, of everything waiting), "cut" or "unsure"."""
+        with self._locked(fcntl.LOCK_EX) as lock:
+            try:
+                tail, state = self._settle(lock.fd)
+                fate = self._fate(tail, state, epoch, mine)
+            except Exception as exc:
+                # the frames wait past the mark, whole: another process's sync may
+                # still acknowledge them, so this failure cannot say they never will
+                raise AppendIndeterminate(
+                    f"the records at offsets [{result[0][0]}, {mine.next_offset}) were "
+                    f"written and wait for a sync, and looking for it failed ({exc}): "
+                    "they may or may not be acknowledged. Retry the operation (a WAL "
+                    "commit is idempotent per writer step)", namespace=self.namespace,
+                    log=self.name) from exc
+            if fate == "pending":
+                self._sync(lock.fd, tail, state)
+                return "acked"
+            if fate == "acked":
+                self.sync_stats["joined"] += 1
+            return fate
 
     def _settle(self, fd: int) -> tuple[Tail, SyncState]:
         """Catch up (the caller holds the exclusive lock, whose file ``fd`` holds the

@@ -46,7 +46,7 @@ from array import array
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark_durable.errors import AppendIndeterminate, BackendUnavailable
@@ -57,7 +57,6 @@ from pyspark_durable.log.file.disk import (
     Access,
     create_empty,
     create_file,
-    file_size,
     fsync_dir,
     storage_errors,
     write_all,
@@ -106,14 +105,16 @@ class Tail:
 
     seg: Segment
     acked: int
-    positions: list[int] = field(default_factory=list)
-    end: int = -1
-    next_offset: int = -1
+    positions: list[int]
+    end: int
+    next_offset: int
     last_head: bytes = b""
 
-    def __post_init__(self) -> None:
-        if self.end < 0:  # nothing waits: the tail is the acknowledged end
-            self.end, self.next_offset = self.seg.end, self.acked
+    @classmethod
+    def acknowledged(cls, seg: Segment) -> Tail:
+        """Nothing waits: the tail is the segment's acknowledged end."""
+        acked = seg.base + seg.count
+        return cls(seg, acked, [], seg.end, acked)
 
 
 class FileLog(SegmentFolder):
@@ -234,13 +235,9 @@ class FileLog(SegmentFolder):
             if fate == "acked":
                 return result
             if fate == "unsure":
-                raise AppendIndeterminate(
-                    f"the records at offsets [{result[0][0]}, {mine.next_offset}) were "
-                    "synced by another process whose write of the mark acknowledging them "
-                    f"failed twice, at {self.path}: they may or may not be acknowledged, now "
-                    "and after a crash. Retry the operation once the disk is healthy (a WAL "
-                    "commit is idempotent per writer step)", namespace=self.namespace,
-                    log=self.name)
+                raise self._in_doubt(result[0][0], mine.next_offset,
+                                     "were synced by another process whose write of the mark "
+                                     "acknowledging them failed twice")
             if attempt >= REWRITES:
                 raise BackendUnavailable(
                     f"the records were written {attempt + 1} times and cut each time by "
@@ -262,18 +259,22 @@ class FileLog(SegmentFolder):
             if tail.end >= self.segment_size_bytes and tail.next_offset > tail.seg.base:
                 if tail.positions:  # a roll seals only acknowledged frames
                     self._sync(lock.fd, tail, state)
-                tail = Tail(self._roll(tail.next_offset), tail.next_offset)
-            if self._acked is None:
-                # no readable mark (a log from before it, or both slots damaged): what
-                # the older rule indexed becomes acknowledged now, synced first (its
-                # last frames may be a waiting writer's), before any frame past it
-                self._fdatasync(tail.seg)
-                self._write_mark(tail.next_offset)
-            result, mine = self._write_frames(tail, groups)
-            state.written = mine.next_offset
-            if not lock.contended:
-                self._sync(lock.fd, mine, state)
-                return result, mine, None
+                tail = Tail.acknowledged(self._roll(tail.next_offset))
+            fd = os.open(tail.seg.path, os.O_WRONLY)  # written, and synced, through one open
+            try:
+                if self._acked is None:
+                    # no readable mark (a log from before it, or both slots damaged): what
+                    # the older rule indexed becomes acknowledged now, synced first (its
+                    # last frames may be a waiting writer's), before any frame past it
+                    os.fdatasync(fd)
+                    self._write_mark(tail.next_offset)
+                result, mine = self._write_frames(tail, groups, fd)
+                state.written = mine.next_offset
+                if not lock.contended:
+                    self._sync(lock.fd, mine, state, fd)
+                    return result, mine, None
+            finally:
+                os.close(fd)
             write_sync(lock.fd, state)
             return result, mine, state.epoch
 
@@ -287,12 +288,9 @@ class FileLog(SegmentFolder):
             except Exception as exc:
                 # the frames wait past the mark, whole: another process's sync may
                 # still acknowledge them, so this failure cannot say they never will
-                raise AppendIndeterminate(
-                    f"the records at offsets [{result[0][0]}, {mine.next_offset}) were "
-                    f"written and wait for a sync, and looking for it failed ({exc}): "
-                    "they may or may not be acknowledged. Retry the operation (a WAL "
-                    "commit is idempotent per writer step)", namespace=self.namespace,
-                    log=self.name) from exc
+                raise self._in_doubt(result[0][0], mine.next_offset,
+                                     "were written and wait for a sync, and looking for it "
+                                     f"failed ({exc})") from exc
             if fate == "pending":
                 self._sync(lock.fd, tail, state)
                 return "acked"
@@ -313,7 +311,7 @@ class FileLog(SegmentFolder):
             acked = seg.base + seg.count
         state = read_sync(fd, acked)
         written = max(state.written, acked)
-        size = file_size(seg.path)
+        size = seg.size  # scanned just now, under the lock
         positions, pos, nxt = array("q"), seg.end, acked
         if written > acked and not state.syncing:
             with open(seg.path, "rb") as f:
@@ -328,7 +326,7 @@ class FileLog(SegmentFolder):
                 truncate_durably(seg.path, seg.end)
             state.cut(acked)
             write_sync(fd, state, durable=True)
-            return Tail(seg, acked), state
+            return Tail.acknowledged(seg), state
         if pos < size:
             log.warning("namespace=%s log=%s: truncating torn tail of %s at byte %d (%d "
                         "bytes past the last whole append, offset %d: a write whose process "
@@ -365,10 +363,10 @@ class FileLog(SegmentFolder):
         finally:
             os.close(fd)
 
-    def _write_frames(self, tail: Tail, groups: list[Sequence[Record]],
+    def _write_frames(self, tail: Tail, groups: list[Sequence[Record]], fd: int,
                       ) -> tuple[list[list[int]], Tail]:
-        """Write the groups' frames after the tail (not synced). On failure they are cut
-        off again, so no later writer takes them for a whole append."""
+        """Write the groups' frames after the tail, through ``fd`` (not synced). On
+        failure they are cut off again, so no later writer takes them for a whole append."""
         now = int(time.time() * 1000)
         buffers: list = []
         result, positions, end, next_offset = [], list(tail.positions), tail.end, \
@@ -383,27 +381,29 @@ class FileLog(SegmentFolder):
                 offs.append(next_offset)
                 next_offset += 1
             result.append(offs)
-        fd = os.open(tail.seg.path, os.O_WRONLY)
         try:
             os.lseek(fd, tail.end, os.SEEK_SET)
             write_all(fd, buffers)
         except OSError as exc:
             self._cut_back(tail.seg, tail.end)
             raise exc
-        finally:
-            os.close(fd)
         mine = Tail(tail.seg, tail.acked, positions, end, next_offset,
                     bytes(buffers[-2][: FRAME_HEAD.size]))
         return result, mine
 
-    def _sync(self, fd: int, tail: Tail, state: SyncState) -> None:
-        """Sync every frame past the mark (this writer's and those waiting), then move the
-        mark over them. A failed sync cuts them all, in a new epoch; a mark that cannot be
-        written is a new epoch too, of doubt (:class:`SyncState`)."""
+    def _sync(self, fd: int, tail: Tail, state: SyncState, seg_fd: int | None = None,
+              ) -> None:
+        """Sync every frame past the mark (this writer's and those waiting; through
+        ``seg_fd`` if the segment is open), then move the mark over them. A failed sync
+        cuts them all, in a new epoch; a mark that cannot be written is a new epoch too,
+        of doubt (:class:`SyncState`)."""
         state.syncing = True
         write_sync(fd, state)
         try:
-            self._fdatasync(tail.seg)
+            if seg_fd is not None:
+                os.fdatasync(seg_fd)
+            else:
+                self._fdatasync(tail.seg)
         except OSError:
             if self._cut_back(tail.seg, tail.seg.end):
                 state.cut(tail.acked)
@@ -421,13 +421,9 @@ class FileLog(SegmentFolder):
             except OSError as second:
                 state.cut(tail.acked, UNSURE)
                 write_sync(fd, state)
-                raise AppendIndeterminate(
-                    f"the records at offsets [{tail.acked}, {tail.next_offset}) were "
-                    f"synced but the mark acknowledging them failed twice ({first.strerror}; "
-                    f"{second.strerror}) at {self.path}: they may or may not be "
-                    "acknowledged, now and after a crash. Retry the operation once the "
-                    "disk is healthy (a WAL commit is idempotent per writer step)",
-                    namespace=self.namespace, log=self.name) from second
+                raise self._in_doubt(tail.acked, tail.next_offset,
+                                     "were synced but the mark acknowledging them failed "
+                                     f"twice ({first.strerror}; {second.strerror})") from second
         state.syncing = False
         write_sync(fd, state)
         self._last_sync = time.monotonic()
@@ -439,6 +435,14 @@ class FileLog(SegmentFolder):
         if len(seg.head) < FRAME_HEAD.size and tail.positions:
             with open(seg.path, "rb") as f:
                 seg.head = f.read(FRAME_HEAD.size)
+
+    def _in_doubt(self, start: int, end: int, what: str) -> AppendIndeterminate:
+        """The error of records ``[start, end)`` that may or may not be acknowledged."""
+        return AppendIndeterminate(
+            f"the records at offsets [{start}, {end}) {what}, at {self.path}: they may or "
+            "may not be acknowledged, now and after a crash. Retry the operation once the "
+            "disk is healthy (a WAL commit is idempotent per writer step)",
+            namespace=self.namespace, log=self.name)
 
     def _fdatasync(self, seg: Segment) -> None:
         fd = os.open(seg.path, os.O_WRONLY)

@@ -129,7 +129,6 @@ def write_low(folder: Path, offset: int, access: Access) -> None:
 
 # -- the shared state of a log's writers ---------------------------------------------
 
-SYNC_FILE = "sync"
 SYNC_MAGIC = b"DWS1"
 SYNC_HEAD = struct.Struct(">4sQQQ")  # magic, written, epoch, syncing
 SYNC_CUT = struct.Struct(">QQB")  # epoch, the mark it cut at, kind
@@ -139,10 +138,11 @@ CUT, UNSURE = 0, 1  # a cut's kind: frames past the mark cut; or the mark's writ
 
 @dataclass
 class SyncState:
-    """What a log's writers share about frames past its acknowledged end (the ``sync``
-    file; protocol in docs/backends.md, "Shared syncs"). Read and written under the log's
-    exclusive lock only; fsync'd only when a cut changes it, since a power cut ends every
-    waiter and the rule needs only a ``written`` that is at or below the true one.
+    """What a log's writers share about frames past its acknowledged end, kept in the
+    log's ``lock`` file (protocol in docs/backends.md, "Shared syncs"). Read and
+    written under the log's exclusive lock only; fsync'd only when a cut changes it,
+    since a power cut ends every waiter and the rule needs only a ``written`` that is at
+    or below the true one.
 
     ``written``: every frame below this offset belongs to an append that finished its
     write (a whole batch); a byte past it is a torn write. ``epoch`` counts cuts of
@@ -171,9 +171,10 @@ class SyncState:
 
 
 def read_sync(fd: int, fallback_written: int) -> SyncState:
-    """The ``sync`` file's state; a missing, short or damaged one is a fresh state
-    written at ``fallback_written`` (the mark: nothing past it is whole) with an epoch
-    no waiter holds, so a waiter from before the damage learns its append is in doubt."""
+    """The writers' state in the ``lock`` file ``fd``; an empty, short or damaged one is
+    a fresh state written at ``fallback_written`` (the mark: nothing past it is whole)
+    with an epoch no waiter holds, so a waiter from before the damage learns its append
+    is in doubt."""
     raw = os.pread(fd, SYNC_HEAD.size + 1 + SYNC_CUTS * SYNC_CUT.size + 4, 0)
     if len(raw) > SYNC_HEAD.size and raw[:4] == SYNC_MAGIC:
         n = raw[SYNC_HEAD.size]

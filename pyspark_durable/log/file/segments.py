@@ -75,6 +75,7 @@ class Segment:
     folder: Path
     positions: array = field(default_factory=lambda: array("q"))  # byte position per entry
     end: int = 0  # byte position after the last known-good frame
+    size: int = 0  # the file's size at the last scan (a writer under the lock reads it)
     scanned: bool = False
     inode: int = -1  # the file's identity: a file recreated under the same name is new
     head: bytes = b""  # its first frame's length and CRC: an inode number can be reused
@@ -313,7 +314,7 @@ def scan_segment(seg: Segment, *, acked: int | None, floor: int, exclusive: bool
     a sealed segment's next base, which it must end at exactly.
     """
     where = {"namespace": namespace, "log": name}
-    size = _size_of(seg, where)
+    size = seg.size = _size_of(seg, where)
     expect = seg.base + seg.count
     stop = (acked if acked is not None else None) if tail else end_offset
     if stop is not None and stop < expect:

@@ -41,6 +41,7 @@ class SegmentFolder(Log):
     def __init__(self, namespace: str, name: str, path: Path, access: Access = PRIVATE) -> None:
         super().__init__(namespace, name)
         self.path = path
+        self._lock_path = path / "lock"  # one Path: its string is made once, not per append
         self.access = access  # the mode of every file it makes (disk.Access)
         self._segments: list[Segment] = []
         self._low = 0
@@ -58,7 +59,7 @@ class SegmentFolder(Log):
     # -- locking and catching up ------------------------------------------------
 
     def _locked(self, mode: int) -> FileLock:
-        return FileLock(self.path / "lock", mode, self.access, namespace=self.namespace,
+        return FileLock(self._lock_path, mode, self.access, namespace=self.namespace,
                         log=self.name)
 
     def _note(self, problem: str) -> None:
@@ -123,7 +124,7 @@ class SegmentFolder(Log):
         """Hand each segment the ``freed`` records of it (re-read only when the file
         changed: it grows by appends and is replaced whole)."""
         try:
-            st = os.stat(self.path / FREED_FILE)
+            st = os.stat(os.path.join(self.path, FREED_FILE))
             key: tuple[int, int] | None = (st.st_ino, st.st_size)
         except FileNotFoundError:
             key = None

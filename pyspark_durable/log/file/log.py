@@ -271,7 +271,7 @@ class FileLog(SegmentFolder):
                 result, mine = self._write_frames(tail, groups, fd)
                 state.written = mine.next_offset
                 if not lock.contended:
-                    self._sync(lock.fd, mine, state, fd)
+                    self._sync(lock.fd, mine, state, fd, alone=not tail.positions)
                     return result, mine, None
             finally:
                 os.close(fd)
@@ -392,13 +392,20 @@ class FileLog(SegmentFolder):
         return result, mine
 
     def _sync(self, fd: int, tail: Tail, state: SyncState, seg_fd: int | None = None,
-              ) -> None:
+              alone: bool = False) -> None:
         """Sync every frame past the mark (this writer's and those waiting; through
         ``seg_fd`` if the segment is open), then move the mark over them. A failed sync
         cuts them all, in a new epoch; a mark that cannot be written is a new epoch too,
-        of doubt (:class:`SyncState`)."""
+        of doubt (:class:`SyncState`).
+
+        ``alone``: only this writer's frames lie past the mark, and it held the lock since
+        it found none there. Then the state is not written unless something is cut: its
+        ``written`` stays at or below the mark, so if this writer dies before the mark,
+        the next writer takes its frames for a torn write and cuts them, as ``syncing``
+        would make it do, and no other writer waits to be told."""
         state.syncing = True
-        write_sync(fd, state)
+        if not alone:
+            write_sync(fd, state)
         try:
             if seg_fd is not None:
                 os.fdatasync(seg_fd)
@@ -425,7 +432,8 @@ class FileLog(SegmentFolder):
                                      "were synced but the mark acknowledging them failed "
                                      f"twice ({first.strerror}; {second.strerror})") from second
         state.syncing = False
-        write_sync(fd, state)
+        if not alone:
+            write_sync(fd, state)
         self._last_sync = time.monotonic()
         self.sync_stats["synced"] += 1
         seg = tail.seg

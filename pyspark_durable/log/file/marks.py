@@ -56,7 +56,7 @@ def read_acked(folder: Path, note: Callable[[str], None]) -> tuple[int, int, boo
     valid slot's offset as a floor, until its next append writes the mark again.
     """
     try:
-        raw = read_small(folder / ACK_FILE)
+        raw = read_small(os.path.join(folder, ACK_FILE))  # no pathlib: read at every append
     except FileNotFoundError:
         return 0, 0, False
     best, trusted = (0, 0), True
@@ -85,12 +85,12 @@ def write_acked(folder: Path, seq: int, next_offset: int, access: Access) -> Non
     acknowledged (a torn slot write leaves the other, still valid one). Creating the
     file fsyncs its folder, so a crash cannot forget the mark."""
     slot = ACK_SLOT.pack(seq, next_offset, zlib.crc32(ACK_BODY.pack(seq, next_offset)))
-    path = folder / ACK_FILE
+    path = os.path.join(folder, ACK_FILE)  # no pathlib: written at every append
     fd, created = open_or_create(path, access)
     try:
         if not created and size_of(fd) == 2 * ACK_SLOT_PADDED.size:
             # the padded form: replaced whole (atomically) by today's, the other slot unwritten
-            write_atomic(path, bytes(ACK_SLOT.size) + slot if seq % 2 else slot, access)
+            write_atomic(Path(path), bytes(ACK_SLOT.size) + slot if seq % 2 else slot, access)
             return
         os.pwrite(fd, slot, (seq % 2) * ACK_SLOT.size)
         os.fdatasync(fd)
@@ -103,7 +103,7 @@ def write_acked(folder: Path, seq: int, next_offset: int, access: Access) -> Non
 def read_low(folder: Path, first_base: int, note: Callable[[str], None]) -> int:
     """The low watermark file (``offset crc32``), or the first segment's base if damaged."""
     try:
-        raw = read_small(folder / LOW_FILE)
+        raw = read_small(os.path.join(folder, LOW_FILE))
     except FileNotFoundError:
         return first_base
     text, _, crc = raw.decode("latin-1").partition(" ")

@@ -85,18 +85,21 @@ class SegmentFolder(Log):
             segments = [known.get((b, ino)) or Segment(
                 b, self.path, inode=ino, _path=None if n == segment_name(b) else self.path / n)
                 for b, (n, ino) in zip(bases, found, strict=True)]
-            if segments and not segments[-1].same_file():
+            same, size = segments[-1].check_file() if segments else (True, None)
+            if not same:
                 # a new file under the old name and inode number (a recreated log), or the
                 # old one shorter than indexed (restored from a copy): the files are the
                 # truth, the index is rebuilt from them, and the `acked` rule tells a log
                 # that lost acknowledged entries
                 segments[-1] = Segment(segments[-1].base, self.path,
                                        inode=segments[-1].inode)
+                size = None
             if not segments:
                 first = self.path / segment_name(low)
                 create_empty(first, self.access)
                 fsync_dir(self.path)
                 segments = [Segment(low, self.path, inode=first.stat().st_ino)]
+                size = None
                 if self._acked is None:  # a new log: its mark exists before any frame
                     self._write_mark(low)
             self._segments = segments
@@ -107,13 +110,13 @@ class SegmentFolder(Log):
                 if seg.recent:  # sealed: no scan finds anything new in it any more
                     seg.forget_recent()
             self._load_claims(segments)
-            self._scan(segments[-1], exclusive=exclusive, tail=True)
+            self._scan(segments[-1], exclusive=exclusive, tail=True, size=size)
 
     def _scan(self, seg: Segment, exclusive: bool, tail: bool,
-              end_offset: int | None = None) -> None:
+              end_offset: int | None = None, size: int | None = None) -> None:
         scan_segment(seg, acked=self._acked, floor=self._acked_floor, exclusive=exclusive,
-                     tail=tail,
-                     end_offset=end_offset, namespace=self.namespace, name=self.name)
+                     tail=tail, end_offset=end_offset, namespace=self.namespace,
+                     name=self.name, size=size)
         if seg.claims:
             for wrong in seg.settle_freed():
                 self._note(f"freed-frames record of offsets [{wrong.start}, {wrong.end}) does "

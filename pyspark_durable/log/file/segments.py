@@ -99,16 +99,18 @@ class Segment:
             self._path = self.folder / segment_name(self.base)
         return self._path
 
-    def same_file(self) -> bool:
-        """Is the file at ``path`` still the one indexed (same first frame, not shorter)?"""
+    def check_file(self) -> tuple[bool, int | None]:
+        """Is the file at ``path`` still the one indexed (same first frame, not shorter)?
+        And its size, if this read it: a scan under the same lock need not open it again."""
         if len(self.head) < FRAME_HEAD.size:
-            return True  # nothing indexed from it yet
+            return True, None  # nothing indexed from it yet
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
-            return True  # gone: the caller's listing decides
+            return True, None  # gone: the caller's listing decides
         try:
-            return os.pread(fd, FRAME_HEAD.size, 0) == self.head and size_of(fd) >= self.end
+            size = size_of(fd)
+            return os.pread(fd, FRAME_HEAD.size, 0) == self.head and size >= self.end, size
         finally:
             os.close(fd)
 
@@ -304,17 +306,19 @@ def next_frame(f: Any, pos: int, size: int, expect: int, stop: int) -> tuple[int
 
 
 def scan_segment(seg: Segment, *, acked: int | None, floor: int, exclusive: bool, tail: bool,
-                 end_offset: int | None, namespace: str, name: str) -> None:
+                 end_offset: int | None, namespace: str, name: str,
+                 size: int | None = None) -> None:
     """Index frames of ``seg`` from its known end, by the rules of the module docstring.
 
     ``tail``: ``seg`` is the last segment and ``acked`` its log's acknowledged end
     (None: no trusted mark, the older rule applies with ``floor`` as the acknowledged
     end); ``exclusive``: the caller holds
     the writers' lock, so the older rule's torn tail is truncated; ``end_offset``:
-    a sealed segment's next base, which it must end at exactly.
+    a sealed segment's next base, which it must end at exactly; ``size``: the file's
+    size if the caller just read it under the lock it holds (:meth:`Segment.check_file`).
     """
     where = {"namespace": namespace, "log": name}
-    size = seg.size = _size_of(seg, where)
+    size = seg.size = _size_of(seg, where) if size is None or size < seg.end else size
     expect = seg.base + seg.count
     stop = (acked if acked is not None else None) if tail else end_offset
     if stop is not None and stop < expect:

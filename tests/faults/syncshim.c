@@ -14,9 +14,10 @@
  * count-1 matching calls after it, return -1 with errno EIO without syncing anything (a
  * disk that reported a write error). Counting is per process.
  *
- * Crashing (SYNCSHIM_CRASH, the same form): the process kills itself with SIGKILL just
- * before the nth matching call, so a power cut lands exactly between a write and its
- * sync, where a kill at a random moment rarely does.
+ * Crashing (SYNCSHIM_CRASH, the same form; call also "ftruncate"): the process kills
+ * itself with SIGKILL just before the nth matching call, so a power cut lands exactly
+ * between a write and its sync, where a kill at a random moment rarely does. With a
+ * failing spec too, a process can die after a failed sync and before its cut.
  *
  * Slowing (SYNCSHIM_DELAY_US=N): every sync below ROOT waits N microseconds first, as
  * on network block storage, where a sync takes milliseconds (bench/many_writers.py).
@@ -93,7 +94,9 @@ static int matches(const char *var, unsigned long *count, const char *call, cons
     char *save = NULL;
     char *c = strtok_r(buf, ":", &save), *sub = strtok_r(NULL, ":", &save);
     char *nth = strtok_r(NULL, ":", &save), *times = strtok_r(NULL, ":", &save);
-    if (!c || !sub || !nth || (strcmp(c, call) != 0 && strcmp(c, "sync") != 0)) return 0;
+    /* "sync": fsync or fdatasync, never ftruncate */
+    int any_sync = strcmp(c ? c : "", "sync") == 0 && strstr(call, "sync") != NULL;
+    if (!c || !sub || !nth || (strcmp(c, call) != 0 && !any_sync)) return 0;
     if (!strstr(path, sub)) return 0;
     unsigned long first = strtoul(nth, NULL, 10), n = times ? strtoul(times, NULL, 10) : 1;
     pthread_mutex_lock(&lock);
@@ -215,6 +218,10 @@ static void record_cut(int fd, off_t size) {
 
 static int cut(const char *name, int fd, off_t size) {
     int (*real)(int, off_t) = (int (*)(int, off_t))dlsym(RTLD_NEXT, name);
+    char path[PATH_MAX];
+    if (fd_path(fd, path, sizeof path) == 0 && below_root(path) &&
+        matches("SYNCSHIM_CRASH", &crash_matched, "ftruncate", path))
+        kill(getpid(), SIGKILL);  /* dies before the cut: e.g. after a failed sync */
     int rc = real(fd, size);
     if (rc == 0) record_cut(fd, size);
     return rc;

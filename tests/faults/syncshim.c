@@ -94,9 +94,10 @@ static int matches(const char *var, unsigned long *count, const char *call, cons
     char *save = NULL;
     char *c = strtok_r(buf, ":", &save), *sub = strtok_r(NULL, ":", &save);
     char *nth = strtok_r(NULL, ":", &save), *times = strtok_r(NULL, ":", &save);
+    if (!c || !sub || !nth) return 0;
     /* "sync": fsync or fdatasync, never ftruncate */
-    int any_sync = strcmp(c ? c : "", "sync") == 0 && strstr(call, "sync") != NULL;
-    if (!c || !sub || !nth || (strcmp(c, call) != 0 && !any_sync)) return 0;
+    int any_sync = strcmp(c, "sync") == 0 && strstr(call, "sync") != NULL;
+    if (strcmp(c, call) != 0 && !any_sync) return 0;
     if (!strstr(path, sub)) return 0;
     unsigned long first = strtoul(nth, NULL, 10), n = times ? strtoul(times, NULL, 10) : 1;
     pthread_mutex_lock(&lock);
@@ -207,11 +208,10 @@ int fdatasync(int fd) {
     return intercept("fdatasync", fd, real);
 }
 
-static void record_cut(int fd, off_t size) {
+static void record_cut(int fd, const char *path, off_t size) {
     const char *dir = getenv("SYNCSHIM_RECORD");
-    char path[PATH_MAX], key[128], line[PATH_MAX + 256];
-    if (!dir || !*dir || fd_path(fd, path, sizeof path) != 0 || !below_root(path)) return;
-    if (fd_key(fd, key, sizeof key) != 0) return;
+    char key[128], line[PATH_MAX + 256];
+    if (!dir || !*dir || fd_key(fd, key, sizeof key) != 0) return;
     int len = snprintf(line, sizeof line, "T %s %lld %s\n", key, (long long)size, path);
     append_event(dir, line, len);
 }
@@ -219,11 +219,11 @@ static void record_cut(int fd, off_t size) {
 static int cut(const char *name, int fd, off_t size) {
     int (*real)(int, off_t) = (int (*)(int, off_t))dlsym(RTLD_NEXT, name);
     char path[PATH_MAX];
-    if (fd_path(fd, path, sizeof path) == 0 && below_root(path) &&
-        matches("SYNCSHIM_CRASH", &crash_matched, "ftruncate", path))
+    if (fd_path(fd, path, sizeof path) != 0 || !below_root(path)) return real(fd, size);
+    if (matches("SYNCSHIM_CRASH", &crash_matched, "ftruncate", path))
         kill(getpid(), SIGKILL);  /* dies before the cut: e.g. after a failed sync */
     int rc = real(fd, size);
-    if (rc == 0) record_cut(fd, size);
+    if (rc == 0) record_cut(fd, path, size);
     return rc;
 }
 

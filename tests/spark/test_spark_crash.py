@@ -31,6 +31,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.crash, pytest.mark.kafka]
 KILLS = 2  # each restart costs a Spark start (~15-40 s): 2 random kills prove the point
 FILES = 8  # 8 micro-batches per query: the kills (after 1-5 batches of any) land early
 ROWS_PER_FILE = 40
+CONNECT_BACK = "Python worker failed to connect back"
+CONNECT_BACK_RESTARTS = 2
 
 
 def payload(i: int) -> str:
@@ -38,8 +40,9 @@ def payload(i: int) -> str:
 
 
 def run_child(pairs: list[dict], folder: Path, kill_after_batches: int | None,
-              rng: random.Random) -> tuple[bool, str]:
-    """Run the child; kill its process group after N batches. Return (finished, stderr)."""
+              rng: random.Random) -> tuple[str, str]:
+    """Run the child; kill its process group after N batches. Return its end ("done",
+    "killed" or "failed") and its stderr."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, str(CHILDREN / "spark_child.py"), json.dumps(pairs), str(folder)],
@@ -61,9 +64,8 @@ def run_child(pairs: list[dict], folder: Path, kill_after_batches: int | None,
     finally:
         _, err = proc.communicate(timeout=300)
     if killed:
-        return False, err
-    assert proc.returncode == 0, why(err)
-    return True, err
+        return "killed", err
+    return ("done" if proc.returncode == 0 else "failed"), err
 
 
 def why(err: str) -> str:
@@ -74,17 +76,30 @@ def why(err: str) -> str:
 
 
 def crash_loop(pairs: list[dict], folder: Path) -> int:
+    """Kill the child KILLS times, then run it to the end; return the kills. A child whose
+    query failed because one of Spark's Python processes missed its fixed 10 s to connect
+    back (a loaded machine) is started again from its checkpoints, as docs/operations.md
+    tells a user to, at most CONNECT_BACK_RESTARTS times; any other failure fails."""
     rng = random.Random(zlib.crc32(b"sink and source"))
     kills = 0
+    restarts = 0
+
+    def run(kill_after_batches: int | None) -> str:
+        nonlocal restarts
+        while True:
+            end, err = run_child(pairs, folder, kill_after_batches, rng)
+            if end != "failed":
+                return end
+            assert CONNECT_BACK in err and restarts < CONNECT_BACK_RESTARTS, why(err)
+            restarts += 1
+
     for _ in range(KILLS * 3):
-        done, _ = run_child(pairs, folder, rng.randint(1, 5), rng)
-        if done:
+        if run(rng.randint(1, 5)) == "done":
             break
         kills += 1
         if kills >= KILLS:
             break
-    done, err = run_child(pairs, folder, None, rng)
-    assert done, why(err)
+    run(None)
     return kills
 
 

@@ -24,7 +24,6 @@ from typing import Any
 NAMESPACE = "soak"
 READER_ID = "soak-copy"
 READ_SCHEMA = "id long, payload string, _step long"
-CONNECT_BACK = "Python worker failed to connect back"
 MAX_RESTARTS = 10
 STATUS_EVERY_S = 5.0  # how often the child writes its row counts (progress keeps 100 events)
 
@@ -136,6 +135,7 @@ def child(args: argparse.Namespace) -> int:
     import pyspark_durable
     from pyspark_durable.endpoint import open_namespace
     from pyspark_durable.showcase.session import local_session
+    from pyspark_durable.spark.restarts import missed_connect_back
 
     run = Path(args.run_dir)
     status_path, verdict_path = run / "status.json", run / "verdict.json"
@@ -198,7 +198,7 @@ def child(args: argparse.Namespace) -> int:
             connect back in its fixed 10 s (a loaded machine): a restart from the
             checkpoint is what a production job does, and exactly-once must survive it.
             Any other failure fails the soak."""
-            if CONNECT_BACK in error and len(restarts) < MAX_RESTARTS:
+            if missed_connect_back(error) and len(restarts) < MAX_RESTARTS:
                 restarts.append(f"{name} at {time.strftime('%H:%M:%S')}")
                 counters[name].query = starts[name]()
                 return True

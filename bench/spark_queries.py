@@ -25,6 +25,8 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
+from pyspark_durable.spark.restarts import missed_connect_back
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -72,7 +74,6 @@ def checkpoint() -> str:
 
 # Spark waits a fixed 10 s for a Python planner process to start and connect back; on a
 # machine loaded by other jobs, its imports can take longer, and the query fails first
-CONNECT_BACK = "Python worker failed to connect back"
 CONNECT_RETRIES = 5
 
 
@@ -93,7 +94,7 @@ def run_available_now(df: DataFrame, fmt: str, opts: dict[str, str] | None = Non
                 q.stop()
                 raise TimeoutError(f"query into {fmt} did not finish in {QUERY_TIMEOUT_S}s")
         except StreamingQueryException as exc:
-            if CONNECT_BACK not in str(exc) or q.recentProgress or ckpt is not None \
+            if not missed_connect_back(exc) or q.recentProgress or ckpt is not None \
                     or attempt == CONNECT_RETRIES:
                 raise
             print(f"  (a Python process of Spark's did not connect back in 10 s before the "

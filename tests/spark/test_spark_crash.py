@@ -25,13 +25,13 @@ from pathlib import Path
 import pytest
 
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
+from pyspark_durable.spark.restarts import missed_connect_back
 from tests.helpers import CHILDREN, ROOT, wal_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.crash, pytest.mark.kafka]
 KILLS = 2  # each restart costs a Spark start (~15-40 s): 2 random kills prove the point
 FILES = 8  # 8 micro-batches per query: the kills (after 1-5 batches of any) land early
 ROWS_PER_FILE = 40
-CONNECT_BACK = "Python worker failed to connect back"
 CONNECT_BACK_RESTARTS = 2
 
 
@@ -90,7 +90,7 @@ def crash_loop(pairs: list[dict], folder: Path) -> int:
             end, err = run_child(pairs, folder, kill_after_batches, rng)
             if end != "failed":
                 return end
-            assert CONNECT_BACK in err and restarts < CONNECT_BACK_RESTARTS, why(err)
+            assert missed_connect_back(err) and restarts < CONNECT_BACK_RESTARTS, why(err)
             restarts += 1
 
     for _ in range(KILLS * 3):

@@ -172,6 +172,10 @@ class Demo:
                 elif kind == "QUERY":
                     self.ui.phase("query started; its first micro-batch also starts Spark's "
                                   "Python workers", "first micro-batch running")
+                elif kind == "RESTART":
+                    self.ui.line(f"the {event[1]} query failed because a Python process of "
+                                 "Spark's missed its fixed 10 s to connect back (a loaded "
+                                 "machine): started again from its checkpoint")
                 elif kind == "BATCH" and not child.killed:
                     batches += 1
                     batch = int(event[1])

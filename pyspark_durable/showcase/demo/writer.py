@@ -1,7 +1,8 @@
 """The child's side of the demo: one Spark session per child process, reporting to
 the parent over its stdout, one line per event (``SPARK_READY <seconds>``,
-``QUERY <id>``, ``BATCH <batch id> <rows> <ms> <query id>``, ``WRITTEN``,
-``RESULT <json>``, ``DONE``).
+``QUERY <id>``, ``BATCH <batch id> <rows> <ms> <query id>``, ``RESTART <query>`` (a
+query whose Python process missed Spark's time to connect back, started again from its
+checkpoint), ``WRITTEN``, ``RESULT <json>``, ``DONE``).
 
 The restarted writer also reads the WAL back (:func:`read_wal`) in the same session,
 so the demo starts Spark twice, not three times.
@@ -88,6 +89,7 @@ def run_writer(wal: Path, in_dir: Path, ckpt: Path, kill_inside: int | None = No
 
         os.environ[ENV] = f"commit.checked:kill-group={os.getpgid(0)}:writer_step={kill_inside}"
     from pyspark_durable.showcase.session import local_session
+    from pyspark_durable.spark.restarts import await_restarting
 
     spark = local_session("durablewal-demo-writer")
     _say("SPARK_READY", f"{time.monotonic() - started:.1f}")
@@ -97,12 +99,21 @@ def run_writer(wal: Path, in_dir: Path, ckpt: Path, kill_inside: int | None = No
               "amount double")
     orders = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(in_dir))
     kafka = _kafka(kafka_json)
-    query = (orders.writeStream.format("durablewal").options(**kafka)
-             .option("namespace", NAMESPACE).option("regionColumn", "region")
-             .option("tableColumn", "table").option("checkpointLocation", str(ckpt))
-             .trigger(availableNow=True).start(*([] if kafka else [str(wal)])))
-    _say("QUERY", query.id)
-    query.awaitTermination()
+
+    def start():
+        query = (orders.writeStream.format("durablewal").options(**kafka)
+                 .option("namespace", NAMESPACE).option("regionColumn", "region")
+                 .option("tableColumn", "table").option("checkpointLocation", str(ckpt))
+                 .trigger(availableNow=True).start(*([] if kafka else [str(wal)])))
+        _say("QUERY", query.id)
+        return query
+
+    def restarting(failed) -> None:
+        for p in failed.recentProgress:
+            batches.report(p)
+        _say("RESTART", "writing")
+
+    query = await_restarting(start, on_restart=restarting)
     batches.last(query.recentProgress)
     if read_back:
         _say("WRITTEN")
@@ -119,13 +130,16 @@ def read_wal(spark, wal: Path, out: Path, ckpt: Path, rows_in: int,
     It runs in the restarted writer's session, after its query ended: a query of its
     own, with its own checkpoint, that sees only what the WAL committed."""
     started = time.monotonic()
+    from pyspark_durable.spark.restarts import await_restarting
+
     kafka = _kafka(kafka_json)
-    query = (spark.readStream.format("durablewal").options(**kafka)
-             .option("namespace", NAMESPACE).option("metadataColumns", "_region,_step")
-             .load(*([] if kafka else [str(wal)]))
-             .writeStream.format("parquet").option("checkpointLocation", str(ckpt))
-             .trigger(availableNow=True).start(str(out)))
-    query.awaitTermination()
+    await_restarting(
+        lambda: (spark.readStream.format("durablewal").options(**kafka)
+                 .option("namespace", NAMESPACE).option("metadataColumns", "_region,_step")
+                 .load(*([] if kafka else [str(wal)]))
+                 .writeStream.format("parquet").option("checkpointLocation", str(ckpt))
+                 .trigger(availableNow=True).start(str(out))),
+        on_restart=lambda _: _say("RESTART", "reading"))
     got = spark.read.parquet(str(out)).select("order_id", "_region", "_step").collect()
     counts = Counter(r.order_id for r in got)
     _say("RESULT", json.dumps({

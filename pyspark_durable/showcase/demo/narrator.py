@@ -153,6 +153,23 @@ class Demo:
         where = "; ".join(parts) + ": " if parts else ""
         return f"{left} entries ({where}referred to by no step: never read)"
 
+    def started(self, event: list[str]) -> bool:
+        """Show a writer child's start-up events (Spark up, a query started or restarted);
+        whether ``event`` was one."""
+        kind = event[0]
+        if kind == "SPARK_READY":
+            self.ui.line(f"Spark is up ({event[1]} s)")
+        elif kind == "QUERY":
+            self.ui.phase("query started; its first micro-batch also starts Spark's "
+                          "Python workers", "first micro-batch running")
+        elif kind == "RESTART":
+            self.ui.line(f"the {event[1]} query failed because a Python process of "
+                         "Spark's missed its fixed 10 s to connect back (a loaded "
+                         "machine): started again from its checkpoint")
+        else:
+            return False
+        return True
+
     def writer(self, kill_after: int | None, inside: bool = False,
                read_back: int | None = None) -> dict:
         """Run the writing query; SIGKILL it ``kill_after`` batches into this run: at a
@@ -167,16 +184,9 @@ class Demo:
             self.ui.phase("starting Spark (local[2]) for the writer")
             for event in child.events():
                 kind = event[0]
-                if kind == "SPARK_READY":
-                    self.ui.line(f"Spark is up ({event[1]} s)")
-                elif kind == "QUERY":
-                    self.ui.phase("query started; its first micro-batch also starts Spark's "
-                                  "Python workers", "first micro-batch running")
-                elif kind == "RESTART":
-                    self.ui.line(f"the {event[1]} query failed because a Python process of "
-                                 "Spark's missed its fixed 10 s to connect back (a loaded "
-                                 "machine): started again from its checkpoint")
-                elif kind == "BATCH" and not child.killed:
+                if self.started(event):
+                    continue
+                if kind == "BATCH" and not child.killed:
                     batches += 1
                     batch = int(event[1])
                     self.batch_line(event)

@@ -57,6 +57,18 @@ class _InFlight:
         return sum(size for _, size, _ in self.stats)
 
 
+@dataclass(slots=True)
+class _Held:
+    """Entries encoded but not handed to their region log yet (see :class:`Attempt`)."""
+
+    region: Log
+    records: list[Record]
+    region_id: int
+    table_id: int
+    schema_version: int
+    stats: list[tuple[int, int, str]]
+
+
 def _joined(parts: list[pa.Table | pa.RecordBatch]) -> pa.Table | pa.RecordBatch:
     """Chunks of one schema as one table, without copying their rows."""
     if len(parts) == 1:
@@ -85,6 +97,11 @@ class Attempt:
     (at most ``INFLIGHT_BYTES_MAX`` at a time), so encoding the next rows overlaps
     the log's writes and fsyncs; :meth:`receipt` waits until every entry is durable,
     and only a receipt can make entries visible, so nothing is acknowledged early.
+
+    The last group of a ``write`` is held until the next write or the receipt: then
+    the receipt of an attempt with nothing else in flight (a small commit, the usual
+    case) appends it on the caller's thread, which costs no thread switch. With more
+    to come it is handed over like the rest, so the overlap is kept.
     """
 
     def __init__(self, ns: WritesSteps, writer_id: str, writer_step: int, attempt_id: str) -> None:
@@ -95,6 +112,7 @@ class Attempt:
         self._entries: list[WrittenEntry] = []
         self._inflight: deque[_InFlight] = deque()
         self._inflight_bytes = 0
+        self._held: _Held | None = None  # the last group of the last write, not handed over
         self._next_index = 0  # attempt-local entry index, the key's sequence field
         self._event_time: tuple[int, int] | None = None
         self._headers = (("a", attempt_id.encode()), ("w", writer_id.encode()),
@@ -161,6 +179,7 @@ class Attempt:
                     payload_format: str, merge_schema: bool, whole: bool) -> int:
         """Encode and append entries of ``data``; without ``whole``, only full entries
         (the rows left over wait for the next chunk). Returns the rows appended."""
+        self._release()
         info = self.ns.tables.define(table, data.schema, payload_format, merge_schema)
         codec = codec_for(info.payload_format, info.schema)
         most = self.ns.entry_max_bytes
@@ -190,29 +209,49 @@ class Attempt:
                 self._append(region, region_id, info.table_id, info.version, records, stats)
                 records, stats, group_bytes = [], [], 0
         if records:
-            self._append(region, region_id, info.table_id, info.version, records, stats)
+            self._held = _Held(region, records, region_id, info.table_id, info.version, stats)
+            self._next_index += len(records)
         return end
 
     def _append(self, region: Log, region_id: int, table_id: int, version: int,
                 records: list[Record], stats: list[tuple[int, int, str]]) -> None:
         """Hand entries to the log; wait for the oldest appends while too much is in flight."""
-        future = region.append_async(records)
         self._next_index += len(records)
-        self._inflight.append(_InFlight(future, region_id, table_id, version, stats))
-        self._inflight_bytes += self._inflight[-1].size_bytes
+        self._hand_over(_Held(region, records, region_id, table_id, version, stats))
+
+    def _hand_over(self, group: _Held) -> None:
+        flight = _InFlight(group.region.append_async(group.records), group.region_id,
+                           group.table_id, group.schema_version, group.stats)
+        self._inflight.append(flight)
+        self._inflight_bytes += flight.size_bytes
         while self._inflight_bytes > INFLIGHT_BYTES_MAX and len(self._inflight) > 1:
             self._settle_oldest()
+
+    def _release(self) -> None:
+        """Hand the held group over before more entries are encoded: so what an attempt
+        holds in memory is bounded as if it had been handed over at once."""
+        held, self._held = self._held, None
+        if held is not None:
+            self._hand_over(held)
 
     def _settle_oldest(self) -> None:
         done = self._inflight.popleft()
         self._inflight_bytes -= done.size_bytes
         offsets = done.future.result()  # the log's typed error, if the append failed
+        self._note_entries(done, offsets)
+
+    def _note_entries(self, done: _InFlight | _Held, offsets: list[int]) -> None:
         for off, (rows, size, digest) in zip(offsets, done.stats, strict=True):
             self._entries.append(WrittenEntry(done.region_id, done.table_id, off, rows, size,
                                               done.schema_version, digest))
 
     def receipt(self) -> AttemptReceipt:
         """What this attempt wrote, once every entry of it is durable."""
+        held, self._held = self._held, None
+        if held is not None and not self._inflight:  # nothing to overlap: append here
+            self._note_entries(held, held.region.append(held.records))
+        elif held is not None:
+            self._hand_over(held)
         while self._inflight:
             self._settle_oldest()
         return AttemptReceipt(self.attempt_id, self.writer_id, self.writer_step,

@@ -64,6 +64,7 @@ def test_uncommitted_attempts_are_invisible(open_ns):
     ns = open_ns()
     ghost = ns.begin("w", 0)
     ghost.write("t", rows("ghost", 10))
+    ghost.receipt()  # its entries are durable, and not committed
     assert ns.steps() == range(0, 0)
     with pytest.raises(StepNotCommitted, match=r"committed steps are \[0, 0\)"):
         list(ns.read_step(0))
@@ -86,6 +87,7 @@ def test_region_steps_read_in_one_pass_equal_step_by_step_reads(open_ns, monkeyp
     write_step(ns, "w", 0, {"a": rows("s0a", 300), "b": rows("s0b", 5)})
     ghost = ns.begin("w", 1)  # written, never committed: foreign entries in region 0
     ghost.write("a", rows("ghost", 100))
+    ghost.receipt()  # durable: a task that wrote whose batch never committed
     write_step(ns, "w", 1, {"a": rows("s1a", 200, 1000)})
     late, early = ns.begin("x", 0), ns.begin("y", 0)
     late.write("a", rows("x0", 50, 2000))  # lower offsets ...
@@ -94,6 +96,7 @@ def test_region_steps_read_in_one_pass_equal_step_by_step_reads(open_ns, monkeyp
     assert early.commit() == 2 and late.commit() == 3  # ... committed later
     wide = ns.begin("w", 9)
     wide.write("b", rows("wide", 20_000))  # far more than READ_GAP_ENTRIES entries
+    wide.receipt()
     write_step(ns, "w", 2, {"a": rows("s4a", 10, 4000)})
     ns = open_ns()  # a reader that did not write
     steps = list(ns.steps())
@@ -250,6 +253,7 @@ def clean_around_slow_attempt(ns: Namespace, grace_ms: float):
     """An attempt writes, another step commits and expires, the cleaner runs: the slow one."""
     slow = ns.begin("slow", 0)
     slow.write("t", rows("slow", 3))
+    slow.receipt()  # its entries durable (a task's), committed later
     write_step(ns, "w", 0, {"t": rows("fast", 3)})
     ns.expire(1)
     Cleaner(ns, grace_ms=grace_ms).run_once()
@@ -357,9 +361,10 @@ def test_exhaustive_recovery(make_store, store_config):
 
 
 def test_attempt_hands_entries_over_and_receipt_waits_for_durability(open_ns, monkeypatch):
-    """This tests that ``Attempt.write`` returns before its entries are durable, that a
-    commit waits for them, and that an append that fails after ``write`` returned
-    surfaces as the log's typed error at commit, with no step committed."""
+    """This tests that ``Attempt.write`` returns before its entries are durable (a write's
+    entries are handed to the log once the next write starts), that a commit waits for
+    them, and that an append that fails after ``write`` returned surfaces as the log's
+    typed error at commit, with no step committed."""
     from concurrent.futures import Future
 
     from pyspark_durable.errors import BackendUnavailable
@@ -374,22 +379,56 @@ def test_attempt_hands_entries_over_and_receipt_waits_for_durability(open_ns, mo
         handed.append((records, fut))
         return fut
 
+    def finish_all():
+        for records, fut in handed:
+            if not fut.done():
+                fut.set_result(real_append(records).result())
+
     monkeypatch.setattr(region, "append_async", deferred)
     ok = ns.begin("w", 0)
     ok.write("t", rows("ok", 30))
+    ok.write("t", rows("ok", 10, start=30))
     assert len(handed) == 1 and not handed[0][1].done()
     # the log finishes in the background: the commit sees the offsets it acknowledged
-    threading.Timer(0.05, lambda: handed[0][1].set_result(
-        real_append(handed[0][0]).result())).start()
+    threading.Timer(0.05, finish_all).start()
     assert ok.commit() == 0
-    assert ids(ns.read_step_table(0)) == list(range(30))
+    assert len(handed) == 2  # the last write's, handed over behind the first's
+    assert ids(ns.read_step_table(0)) == list(range(40))
 
     bad = ns.begin("w", 1)
     bad.write("t", rows("bad", 5))
-    handed[1][1].set_exception(BackendUnavailable("disk went away", namespace=ns.name))
+    bad.write("t", rows("bad", 5, start=5))
+    handed[2][1].set_exception(BackendUnavailable("disk went away", namespace=ns.name))
+    threading.Timer(0.05, finish_all).start()
     with pytest.raises(BackendUnavailable, match="disk went away"):
         bad.commit()
     assert ns.steps() == range(0, 1) and ns.committed_step("w", 1) is None
+
+
+def test_a_lone_write_is_appended_by_the_committing_thread(open_ns, monkeypatch):
+    """This tests that an attempt whose write is all it has (a small commit) appends its
+    entries on the committing thread at the receipt, with no hand-over to the log's
+    writer thread, and that the step reads back whole."""
+    ns = open_ns()
+    region = ns.store.open_region(0)
+    threads = []
+    real_append = region.append
+
+    def append(records):
+        threads.append(threading.current_thread())
+        return real_append(records)
+
+    def handed_over(records):
+        raise AssertionError("a lone write was handed over to the writer thread")
+
+    monkeypatch.setattr(region, "append", append)
+    monkeypatch.setattr(region, "append_async", handed_over)
+    attempt = ns.begin("w", 0)
+    attempt.write("t", rows("one", 12))
+    assert threads == []  # held until the receipt
+    assert attempt.commit() == 0
+    assert threads == [threading.current_thread()]
+    assert ids(ns.read_step_table(0)) == list(range(12))
 
 
 def test_attempt_bounds_the_bytes_in_flight(open_ns, monkeypatch):
@@ -403,7 +442,9 @@ def test_attempt_bounds_the_bytes_in_flight(open_ns, monkeypatch):
     a = ns.begin("w", 0)
     for i in range(6):
         a.write("t", rows("b", 10, start=10 * i))
-        assert len(a._inflight) == 1  # the newest only: older ones were waited for
+        # the last write's entries are held, the one before is in flight: older ones
+        # were waited for
+        assert len(a._inflight) == min(i, 1) and a._held is not None
     a.commit()
     assert ids(ns.read_step_table(0)) == list(range(60))
 

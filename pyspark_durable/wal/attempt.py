@@ -249,6 +249,8 @@ class Attempt:
         """What this attempt wrote, once every entry of it is durable."""
         held, self._held = self._held, None
         if held is not None and not self._inflight:  # nothing to overlap: append here
+            # (with appends in flight it is handed over behind them: a log orders what
+            # is handed over, not a call beside it, and the step reads in that order)
             self._note_entries(held, held.region.append(held.records))
         elif held is not None:
             self._hand_over(held)

@@ -58,8 +58,9 @@ class _InFlight:
 
 
 @dataclass(slots=True)
-class _Held:
-    """Entries encoded but not handed to their region log yet (see :class:`Attempt`)."""
+class _Group:
+    """The encoded entries of one append to a region log: handed over at once, or held
+    by the attempt for a while (see :class:`Attempt`)."""
 
     region: Log
     records: list[Record]
@@ -98,10 +99,11 @@ class Attempt:
     the log's writes and fsyncs; :meth:`receipt` waits until every entry is durable,
     and only a receipt can make entries visible, so nothing is acknowledged early.
 
-    The last group of a ``write`` is held until the next write or the receipt: then
-    the receipt of an attempt with nothing else in flight (a small commit, the usual
-    case) appends it on the caller's thread, which costs no thread switch. With more
-    to come it is handed over like the rest, so the overlap is kept.
+    The last group of a ``write`` is held until the next write, which hands it over like
+    the rest (the overlap is kept), or until the receipt: an attempt with nothing else in
+    flight (a small commit, the usual case) then appends it on the caller's thread, which
+    costs no thread switch (and on Kafka no ``linger_ms``); with appends in flight it is
+    handed over behind them.
     """
 
     def __init__(self, ns: WritesSteps, writer_id: str, writer_step: int, attempt_id: str) -> None:
@@ -112,7 +114,7 @@ class Attempt:
         self._entries: list[WrittenEntry] = []
         self._inflight: deque[_InFlight] = deque()
         self._inflight_bytes = 0
-        self._held: _Held | None = None  # the last group of the last write, not handed over
+        self._held: _Group | None = None  # the last group of the last write, not handed over
         self._next_index = 0  # attempt-local entry index, the key's sequence field
         self._event_time: tuple[int, int] | None = None
         self._headers = (("a", attempt_id.encode()), ("w", writer_id.encode()),
@@ -209,7 +211,7 @@ class Attempt:
                 self._append(region, region_id, info.table_id, info.version, records, stats)
                 records, stats, group_bytes = [], [], 0
         if records:
-            self._held = _Held(region, records, region_id, info.table_id, info.version, stats)
+            self._held = _Group(region, records, region_id, info.table_id, info.version, stats)
             self._next_index += len(records)
         return end
 
@@ -217,9 +219,9 @@ class Attempt:
                 records: list[Record], stats: list[tuple[int, int, str]]) -> None:
         """Hand entries to the log; wait for the oldest appends while too much is in flight."""
         self._next_index += len(records)
-        self._hand_over(_Held(region, records, region_id, table_id, version, stats))
+        self._hand_over(_Group(region, records, region_id, table_id, version, stats))
 
-    def _hand_over(self, group: _Held) -> None:
+    def _hand_over(self, group: _Group) -> None:
         flight = _InFlight(group.region.append_async(group.records), group.region_id,
                            group.table_id, group.schema_version, group.stats)
         self._inflight.append(flight)
@@ -240,7 +242,7 @@ class Attempt:
         offsets = done.future.result()  # the log's typed error, if the append failed
         self._note_entries(done, offsets)
 
-    def _note_entries(self, done: _InFlight | _Held, offsets: list[int]) -> None:
+    def _note_entries(self, done: _InFlight | _Group, offsets: list[int]) -> None:
         for off, (rows, size, digest) in zip(offsets, done.stats, strict=True):
             self._entries.append(WrittenEntry(done.region_id, done.table_id, off, rows, size,
                                               done.schema_version, digest))

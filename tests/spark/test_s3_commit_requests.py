@@ -34,12 +34,13 @@ def calls_of(client) -> list[str]:
     return calls
 
 
-def test_a_micro_batch_commit_is_one_list_and_one_put_and_its_retention_check_none(s3_server):
+def test_a_micro_batch_commit_is_a_list_a_put_and_a_get_and_its_retention_check_none(s3_server):
     """This tests that a streaming micro-batch's driver side on S3, through the session's
-    cached handle, sends one LIST (the handle's catch-up before) and one conditional PUT
-    (the commit record), and nothing to read its record back (it landed where the
-    handle's replay stood), and the retention check after it nothing when no pass is
-    due; the steps are committed once each."""
+    cached handle, sends one LIST (the handle's catch-up before), one conditional PUT
+    (the commit record) and one GET of the commits log's ``low`` (the record did not land
+    below it), and nothing to read its record back (it landed where the handle's replay
+    stood), and the retention check after it nothing when no pass is due; the steps are
+    committed once each."""
     options = s3_options(s3_server)
     opts = WalOptions.parse({"backend": "s3", "namespace": f"mb{uuid.uuid4().hex[:8]}",
                              "path": options.pop("path"),
@@ -58,7 +59,7 @@ def test_a_micro_batch_commit_is_one_list_and_one_put_and_its_retention_check_no
         calls.clear()
         keep_retention(opts)
         checks.append(sorted(calls))
-    assert commits[1:] == [["ListObjectsV2", "PutObject"]] * 3, commits
+    assert commits[1:] == [["GetObject", "ListObjectsV2", "PutObject"]] * 3, commits
     assert checks[1:] == [[]] * 3, checks  # the first one's cleaner pass was due
     assert namespace_for(opts).steps() == range(4)
 

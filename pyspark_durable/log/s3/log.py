@@ -23,6 +23,14 @@ retries it, and a retry of a create that did land answers 412) is settled by one
 the object at that key is ours (stored: success), another writer's (ours can never
 land there now: move on), or cannot be seen (:class:`AppendIndeterminate`).
 
+**A boundary that was deleted.** A cleaner moves ``low`` before it deletes the objects
+below it, and a deleted object's key can be created again: a handle that learned a
+boundary before a cleaner deleted the object ending there would create its object below
+the low watermark, where no reader looks. So every create is followed by a GET of
+``low``: an object that landed below it is deleted again and the append made at the end
+the LIST finds (a create succeeds at a deleted key only after ``low`` passed it, and S3
+reads after writes are strongly consistent, so the GET sees that ``low``).
+
 **Finding the end.** ``hint`` holds a boundary written every ``HINT_EVERY`` offsets
 (without a condition: a racing writer may put an older one back, which is still a
 boundary, just staler). The end is found by one LIST of the keys from that boundary on
@@ -247,8 +255,15 @@ class S3Log(ObjectLog):
                 first = self._high if listed_end is None else max(listed_end, self._high or 0)
             if first is None or (listed_end is None and len(body) > OPTIMISTIC_BYTES):
                 first = self.high_watermark()
-            while not self._create(first, body, count, token):
-                first = self._end_from(first)  # another writer won it: past the end now
+            while True:
+                while not self._create(first, body, count, token):
+                    first = self._end_from(first)  # another writer won it: past the end now
+                if self.low_watermark() <= first:
+                    break
+                # the boundary was an object a cleaner deleted since this handle learned
+                # it: ours is below the low watermark, in no reader's log. Append again
+                self._discard(first)
+                first = self._end_from(None)
             self._advance(first + count)
         if len(body) <= CACHED_OBJECT_BYTES:  # the committer reads its own record back
             self._keep(first, [Entry(first + i, bytes(r.key), bytes(parts[2 * i + 1]),
@@ -272,6 +287,19 @@ class S3Log(ObjectLog):
                     typed(exc, self._config, f"appending at offset {first} (log {self.name})",
                           namespace=self.namespace, log=self.name)
                 return self._settle(key, first, token, exc)
+
+    def _discard(self, first: int) -> None:
+        """Delete this handle's own object at ``first``, created below the low watermark:
+        no reader reads there, and a cleaner pass deletes it if this fails."""
+        try:
+            self._client.delete_object(Bucket=self._bucket, Key=self._key(first))
+        except ERRORS as exc:
+            log.warning("namespace=%s log=%s: could not delete the object this handle created "
+                        "below the low watermark at offset %d (%s); the next cleaner pass "
+                        "deletes it", self.namespace, self.name, first, type(exc).__name__)
+        log.info("namespace=%s log=%s: offset %d, where this handle's append landed, was "
+                 "below the low watermark (deleted since the handle learned the end): "
+                 "appending again at the end", self.namespace, self.name, first)
 
     def _settle(self, key: str, first: int, token: str, exc: BaseException) -> bool:
         """Whose object is at ``key`` after a create answered 412 or not at all."""

@@ -16,6 +16,10 @@ broker while the brokers still talk to each other. Modes (:meth:`Proxy.set`):
 * ``reset``: every open connection is reset (RST), and new ones are reset on accept.
 * ``latency``: each chunk waits ``latency_ms`` before it is passed on (a slow link).
 
+Whatever the mode, :attr:`Proxy.requests` counts the requests clients sent through it by
+Kafka api key (0 Produce, 1 Fetch, 2 ListOffsets, 3 Metadata, ...): what an operation
+asks the broker, seen on the wire.
+
 One asyncio loop in a daemon thread serves every proxy of the process (:class:`Proxies`).
 """
 
@@ -25,6 +29,7 @@ import asyncio
 import socket
 import struct
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -36,11 +41,13 @@ PRODUCE = 0  # Kafka's api key of a Produce request
 
 class _Frames:
     """Follows the Kafka request frames a client sends (int32 size, then int16 api key
-    first in the body), to tell when a Produce request passes."""
+    first in the body), to tell when a Produce request passes; counts each request's
+    api key into ``counts``."""
 
-    def __init__(self) -> None:
+    def __init__(self, counts: Counter[int]) -> None:
         self.header = b""  # the size and api key of the frame begun, while incomplete
         self.left = 0  # body bytes of the current frame not seen yet
+        self.counts = counts
 
     def produce_in(self, data: bytes) -> bool:
         seen = False
@@ -57,6 +64,7 @@ class _Frames:
             if len(self.header) == 6:
                 size, api_key = struct.unpack(">ih", self.header)
                 seen = seen or api_key == PRODUCE
+                self.counts[api_key] += 1
                 self.left = size - 2
                 self.header = b""
         return seen
@@ -86,6 +94,7 @@ class Proxy:
         self.latency_s = 0.0
         self.links: set[_Link] = set()
         self.opened = 0  # client connections accepted, for a test's report
+        self.requests: Counter[int] = Counter()  # requests passed, by Kafka api key
         self.tripped = threading.Event()  # set when answers_lost_after_produce turned
         self._up = asyncio.Event()  # client -> broker may pass
         self._down = asyncio.Event()  # broker -> client may pass
@@ -133,7 +142,7 @@ class Proxy:
         link = _Link(writer, up_writer)
         self.links.add(link)
         try:
-            await asyncio.gather(self._pump(reader, up_writer, self._up, _Frames()),
+            await asyncio.gather(self._pump(reader, up_writer, self._up, _Frames(self.requests)),
                                  self._pump(up_reader, writer, self._down))
         finally:
             self.links.discard(link)

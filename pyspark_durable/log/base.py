@@ -224,6 +224,19 @@ class Log(ABC):
         entries = self.read(start, end)  # its range check raises here, not when iterated
         return self._every(start, end, entries) if self.can_free else entries
 
+    def read_following(self, start: int, end: int) -> Iterator[Entry]:
+        """Yield the entries of ``[start, end)`` for a reader going on from ``start``, where
+        it stopped, to ``end``, an end it knows was acknowledged (its own append's).
+
+        A replay of the commits log reads this way after each of its appends. A backend
+        whose bounds cost requests (Kafka: two ListOffsets, one of them the logical low
+        watermark's topic) may skip them here: the range is below an acknowledged end,
+        and one the backend no longer holds still raises :class:`OffsetOutOfRange`, if
+        only when the read reaches it. An entry a deletion hid whose bytes the backend
+        still holds may be yielded as written. This default is :meth:`read_acknowledged`.
+        """
+        return self.read_acknowledged(start, end)
+
     def _every(self, start: int, end: int, entries: Iterator[Entry]) -> Iterator[Entry]:
         """``entries`` of ``[start, end)``, each offset of which must be there: one that
         was freed (``read`` skips it) is :class:`EntryFreed`."""

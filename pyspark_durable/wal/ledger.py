@@ -77,11 +77,15 @@ class Ledger:
         """The id the namespace got when it was created (None: an older WAL without one)."""
         return self._state.incarnation
 
-    def refreshed(self, within_s: float = 0.0) -> NamespaceState:
+    def refreshed(self, within_s: float = 0.0,
+                  through: tuple[int, float] | None = None) -> NamespaceState:
         """Replay what any process appended to the commits log since we last looked; the
         state after it. With ``within_s``, a state this handle caught up with that
         recently is returned as it is (no log read): for answers that a replay decides
-        again later, never for what a reader is shown.
+        again later, never for what a reader is shown. With ``through``, ``(end,
+        started)`` of this handle's own append, begun at ``started`` (monotonic), the
+        replay stops at ``end`` and asks the log for no bounds: everything acknowledged
+        before the append began lies below it.
 
         If a cleaner cleaned the log below where we are, the ledger heals: it recovers
         again from the newest snapshot (rule 8 of the protocol). A log that is another
@@ -94,7 +98,7 @@ class Ledger:
                 return self._state
             before = self._state.next_step
             try:
-                self._state.replay(self._commits)
+                self._state.replay(self._commits, None if through is None else through[0])
                 # replay only appends: the committed high watermark never goes back
                 assert self._state.next_step >= before, (before, self._state.next_step)
             except OffsetOutOfRange:
@@ -111,7 +115,8 @@ class Ledger:
                     f"WAL now is incarnation {self._state.incarnation} with "
                     f"{self._state.next_step} steps; this handle follows it from now on)",
                     namespace=self.name) from exc
-            self._caught_up_at = started  # what was appended before we began is replayed
+            # what was acknowledged before we (or the append we read through) began is replayed
+            self._caught_up_at = started if through is None else through[1]
             return self._state
 
     def exclusive(self) -> threading.RLock:
@@ -138,12 +143,13 @@ class Ledger:
         landed right where this handle's replay stands is applied as written (its own
         bytes, decoded as a replay would): the log is read back only when another
         process appended between (a writer's commit then costs its append alone)."""
+        started = time.monotonic()
         [value], raw = self._append_values([record.to_json()])
         offset, end = raw[0], raw[-1] + 1
         with self._lock:
             if raw != list(range(offset, end)) or not self._state.replay_own(value, offset, end):
                 if self._state.next_offset < end:
-                    self.refreshed()
+                    self.refreshed(through=(end, started))
         return offset
 
     def _append_values(self, records: list[dict]) -> tuple[list[bytes], list[int]]:

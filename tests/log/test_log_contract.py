@@ -78,6 +78,46 @@ def test_an_acknowledged_range_reads_whole_in_a_handle_that_never_saw_it(make_st
         list(reader.read_acknowledged(3, 9))
 
 
+def test_a_reader_goes_on_to_its_own_acknowledged_end_and_a_deleted_range_fails(make_store):
+    """This tests that read_following (how a commit's replay reads what other writers
+    appended before its own record) yields exactly [start, end) in a handle that had
+    read up to start before another handle appended past it, where end is the handle's
+    own acknowledged append's; and that a range the log no longer holds is
+    OffsetOutOfRange (at the latest when the read reaches it), as for read."""
+    reader = make_store().open_region(0)
+    writer = make_store().open_region(0)
+    writer.append([rec(i) for i in range(4)])
+    assert [e.offset for e in reader.read(0)] == [0, 1, 2, 3]  # the reader stopped at 4
+    writer.append([rec(i) for i in range(4, 10)])
+    end = reader.append([rec(10)])[0] + 1  # its own append, acknowledged: [0, 11)
+    assert end == 11
+    got = list(reader.read_following(4, end))
+    assert [(e.offset, e.key, e.value) for e in got] == [
+        (i, rec(i).key, rec(i).value) for i in range(4, 11)]
+    assert list(reader.read_following(end, end)) == []
+    writer.delete_before(6)
+    with pytest.raises(OffsetOutOfRange):
+        list(reader.read_following(4, end))
+    assert [e.offset for e in reader.read_following(7, end)] == [7, 8, 9, 10]
+
+
+def test_a_handle_that_knew_an_older_end_appends_past_a_deletion_under_it(make_store):
+    """This tests that an append through a handle whose idea of the end is older than
+    a deletion another handle made (on S3 the deleted objects' keys may be created
+    again) lands at the log's end, readable by every handle, never below the low
+    watermark where no reader looks."""
+    stale = make_store().open_region(0)
+    other = make_store().open_region(0)
+    assert stale.append([rec(0), rec(1)]) == [0, 1]  # it knows the end: 2
+    for i in range(2, 8, 2):
+        other.append([rec(i), rec(i + 1)])
+    other.delete_before(6)
+    assert stale.append([rec(8), rec(9)]) == [8, 9]
+    fresh = make_store().open_region(0)
+    assert (fresh.low_watermark(), fresh.high_watermark()) == (6, 10)
+    assert [(e.offset, e.key) for e in fresh.read(6)] == [(i, rec(i).key) for i in range(6, 10)]
+
+
 def test_offsets_dense_and_monotonic(make_store):
     """This tests that offsets continue densely across many appends of varied sizes."""
     log = make_store().open_region(1)

@@ -21,7 +21,8 @@ import pyarrow as pa
 import pytest
 
 from pyspark_durable.errors import AttemptLost
-from pyspark_durable.wal import Cleaner, Namespace
+from pyspark_durable.wal import Cleaner, Namespace, failpoints
+from pyspark_durable.wal.replay import step_index
 from pyspark_durable.wal.upkeep.check import Checker
 from tests.children.race_child import rows_for
 from tests.helpers import CHILDREN, ROOT, assert_acknowledged
@@ -178,3 +179,49 @@ def test_long_lived_handle_heals_after_clean(make_store):
     assert got.equals(rows_for("old", 0, "a"))
     assert old.committed_step("w", 1) == 1  # pairs survive in the snapshot
     verify(make_store, acked)
+
+
+def test_a_commit_whose_catch_up_was_trimmed_under_it_recovers_and_numbers_its_step(
+        make_store, caplog, monkeypatch):
+    """This tests a commit that reads on from where its handle's replay stopped to its
+    own record (docs/protocol.md, "Replaying one's own record") after other handles
+    trimmed the commits log past that point. Its checks pass on the state it caught up
+    with an instant before; at the failpoint ``commit.checked`` another handle commits
+    three steps and expires them, and two cleaner passes snapshot twice and trim the
+    commits log. The read on fails as OffsetOutOfRange, the handle recovers from the
+    newest snapshot, and the commit returns the step every handle numbers. (The paused
+    step has no rows, so the cleaners, with no grace, have no entry of it to take.)"""
+    monkeypatch.setattr(step_index, "CHUNK_STEPS", 2)  # a snapshot keeps whole chunks
+    old = Namespace(make_store())
+    writer = Namespace(make_store())
+    acked = {("w", 0): commit(writer, "w", 0)}
+    old.refresh()
+    stood = old.ledger.state.next_offset
+    paused: list[str] = []
+
+    def trim(point: str) -> None:
+        if point == "commit.checked" and not paused:
+            paused.append(point)  # once: the writer's commits pass this point too
+            for ws in range(1, 3):
+                acked[("w", ws)] = commit(writer, "w", ws)
+            writer.expire(2)
+            Cleaner(Namespace(make_store()), grace_ms=0).run_once()
+            acked[("w", 3)] = commit(writer, "w", 3)
+            writer.expire(3)
+            Cleaner(Namespace(make_store()), grace_ms=0).run_once()
+            assert writer.store.open_log("commits").low_watermark() > stood
+
+    failpoints.install(trim)
+    try:
+        with caplog.at_level("INFO", logger="pyspark_durable.wal.namespace"):
+            step = old.begin("old", 0).commit()
+    finally:
+        failpoints.install(None)
+    assert paused, "the commit did not pass its checks"
+    assert step == 4
+    assert any(f"commits log cleaned below offset {stood}" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    fresh = verify(make_store, acked)
+    for ns in (old, fresh):
+        assert ns.committed_step("old", 0) == 4 and ns.committed_step("w", 3) == 3
+        assert ns.steps() == range(3, 5)

@@ -68,6 +68,13 @@ class KafkaLog(Log):
         self.check_range(start, low, high)
         return self.partition.scan(start, end)
 
+    def read_following(self, start: int, end: int) -> Iterator[Entry]:
+        """Entries of ``[start, end)`` below an acknowledged ``end``: fetched at once, with
+        no ListOffsets for either bound (the partition's nor the registry's logical low).
+        Every offset below an acknowledged one is below the high watermark, and a fetch
+        below the broker's first offset fails as :class:`OffsetOutOfRange`."""
+        return self.partition.scan(start, end)
+
     def delete_before(self, offset: int) -> None:
         low, high = self._watermarks()
         target = min(offset, high)

@@ -117,15 +117,20 @@ class NamespaceState(StoredState):
             lambda start, end: CommitsReader(commits, start, end, read=read),
             decode, self.namespace))
 
-    def replay(self, commits: Log) -> None:
+    def replay(self, commits: Log, through: int | None = None) -> None:
         """Apply the records after ``next_offset``; OffsetOutOfRange if they were cleaned.
+
+        With ``through``, an acknowledged end (this handle's own append's), only the
+        records below it, read on from where this replay stopped
+        (:meth:`~pyspark_durable.log.base.Log.read_following`: no bounds asked).
 
         Every record names the incarnation it was written in: a log that went back, or
         holds another incarnation's records, is :class:`IncarnationMismatch`.
         """
         try:
             # one bounds check (on Kafka: broker round trips), not one here and one in read
-            records = CommitsReader(commits, self.next_offset)
+            records = CommitsReader(commits, self.next_offset) if through is None else \
+                CommitsReader(commits, self.next_offset, through, read=commits.read_following)
         except OffsetOutOfRange:
             high = commits.high_watermark()
             if high < self.next_offset:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -21,29 +20,10 @@ import pytest
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import BackendUnavailable, DurableWalError
 from pyspark_durable.log.kafka import transient
-from tests.kafka_broker import KafkaCluster, cluster_for_tests
-from tests.netproxy import Proxy, proxies
+from tests.kafka_broker import KafkaCluster
 
 REQUEST_MS = 3000
 CONNECT_MS = 2000
-
-
-@pytest.fixture(scope="module")
-def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaCluster, Proxy]]:
-    """One broker whose advertised listener is a proxy (clients reach it only so)."""
-    with proxies() as p:
-        with cluster_for_tests(tmp_path_factory.mktemp("kafka-proxied"),
-                               advertise=lambda node: p.add(node.port).port) as cluster:
-            yield cluster, p.all()[0]
-
-
-@pytest.fixture
-def link(proxied) -> Iterator[Proxy]:
-    """The proxy, forwarding again after each test."""
-    proxy = proxied[1]
-    proxy.set("forward")
-    yield proxy
-    proxy.set("forward")
 
 
 def config(cluster: KafkaCluster, client: str, namespace: str, **timeouts: int) -> dict:

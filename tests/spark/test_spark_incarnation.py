@@ -23,6 +23,7 @@ from pyspark.errors import PySparkException, StreamingQueryException
 from pyspark_durable.cli import main as durablewal
 from pyspark_durable.endpoint import open_namespace, read_steps, write_step
 from pyspark_durable.errors import ConfigError
+from pyspark_durable.spark.restarts import await_restarting
 from tests.helpers import flip_a_byte_of_entry
 
 pytestmark = pytest.mark.spark
@@ -63,14 +64,25 @@ def recreate(opts: dict):
 
 
 def stream_read(spark, opts: dict, out: Path, ckpt: Path, **extra):
-    q = (spark.readStream.format("durablewal").options(**opts, **extra)
-         .option("metadataColumns", "_step").load().select("id", "src", "_step").writeStream.format("json")
-         .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start(str(out)))
+    """Run a reading query to its end; the query that ended (the test looks at its
+    exception). One that failed only because a Python worker missed Spark's fixed 10 s
+    to connect back (a loaded machine) is started again from its checkpoint
+    (``await_restarting``): the failures under test are all others."""
+    started = []
+
+    def start():
+        started.append(
+            spark.readStream.format("durablewal").options(**opts, **extra)
+            .option("metadataColumns", "_step").load().select("id", "src", "_step")
+            .writeStream.format("json").option("checkpointLocation", str(ckpt))
+            .trigger(availableNow=True).start(str(out)))
+        return started[-1]
+
     try:
-        q.awaitTermination()
+        await_restarting(start)
     except StreamingQueryException:
-        pass  # the test looks at q.exception()
-    return q
+        pass  # the test looks at the query's exception()
+    return started[-1]
 
 
 def rows(spark, out: Path) -> list[tuple]:

@@ -311,9 +311,10 @@ def test_a_read_learns_low_from_its_listing_and_never_yields_below_it(s3_server)
 def test_an_announced_append_sends_only_its_create_and_a_stale_end_still_lands_dense(s3_server):
     """This tests that a large append announced with ``expect_append`` (the writer is
     still encoding it) has its end listed meanwhile, so the append itself sends only its
-    create and the GET of ``low`` after it; and the rule that makes that safe: an end another writer has moved past since
-    the listing makes the create lose (412), never overwrite, and the append lands at the
-    next boundary, every offset dense and each value once."""
+    create and the GET of ``low`` after it; and the rule that makes that safe: an end
+    another writer has moved past since the listing makes the create lose (412), never
+    overwrite, and the append lands at the next boundary, every offset dense and each
+    value once."""
     options = s3_options(s3_server)
     store = open_store("s3", "announced", **options)
     log = store.open_log("region_0")

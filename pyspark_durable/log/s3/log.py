@@ -262,8 +262,10 @@ class S3Log(ObjectLog):
                     break
                 # the boundary was an object a cleaner deleted since this handle learned
                 # it: ours is below the low watermark, in no reader's log. Append again
+                # past the end, listed from ours on (the chain's last object is kept, so
+                # it starts past ours), as after a lost create
                 self._discard(first)
-                first = self._end_from(None)
+                first = self._end_from(first)
             self._advance(first + count)
         if len(body) <= CACHED_OBJECT_BYTES:  # the committer reads its own record back
             self._keep(first, [Entry(first + i, bytes(r.key), bytes(parts[2 * i + 1]),
